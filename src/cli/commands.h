@@ -1,0 +1,34 @@
+// Subcommands of the `toposched` binary. Each Add*Command registers its flags on the app and
+// returns the options it will read; main() runs the one the user chose.
+#ifndef TOPOSCHED_CLI_COMMANDS_H_
+#define TOPOSCHED_CLI_COMMANDS_H_
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/result.h"
+#include "topology/catalog.h"
+
+namespace toposched::cli {
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRefused = 1;  // a well-formed question whose answer is "no"
+inline constexpr int kExitUsage = 2;    // bad flags or input
+
+// The catalog to use: --catalog FILE if given, else the embedded one.
+Result<const topology::Catalog*> LoadCatalog(const std::string& path);
+
+struct AllocateOptions;
+std::shared_ptr<AllocateOptions> AddAllocateCommand(CLI::App& app);
+int RunAllocate(const AllocateOptions& options, const std::string& catalog_path);
+
+struct SimulateOptions;
+std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app);
+int RunSimulate(const SimulateOptions& options, const std::string& catalog_path);
+
+}  // namespace toposched::cli
+
+#endif  // TOPOSCHED_CLI_COMMANDS_H_

@@ -1,0 +1,60 @@
+// toposched: topology-aware scheduling for accelerators on Kubernetes. One binary, subcommands.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+
+namespace toposched::cli {
+
+Result<const topology::Catalog*> LoadCatalog(const std::string& path) {
+  if (path.empty()) return &topology::Catalog::Embedded();
+  std::ifstream in(path);
+  if (!in) return Error{fmt::format("cannot read catalog file {}", path)};
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = topology::Catalog::Parse(text.str(), path);
+  if (!parsed.ok()) return Error{parsed.error()};
+  // The catalog lives for the whole run.
+  static topology::Catalog loaded;
+  loaded = std::move(parsed).value();
+  return &loaded;
+}
+
+}  // namespace toposched::cli
+
+int main(int argc, char** argv) {
+  using namespace toposched::cli;
+  CLI::App app{
+      "toposched: topology-aware placement of accelerator devices and cores (AWS Neuron and "
+      "others) for Kubernetes.\nRun `toposched SUBCOMMAND --help` for each subcommand's flags."};
+  app.require_subcommand(1);
+  std::string catalog_path;
+  app.add_option("--catalog", catalog_path,
+                 "Instance-type catalog (YAML) to use instead of the one built in; see "
+                 "catalog/instance-types.yaml for the format")
+      ->check(CLI::ExistingFile);
+  app.set_version_flag("--version", "toposched " TOPOSCHED_VERSION);
+
+  auto allocate = AddAllocateCommand(app);
+  auto simulate = AddSimulateCommand(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  if (app.got_subcommand("allocate")) return RunAllocate(*allocate, catalog_path);
+  if (app.got_subcommand("simulate")) return RunSimulate(*simulate, catalog_path);
+  return kExitUsage;
+}

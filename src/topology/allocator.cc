@@ -1,0 +1,479 @@
+#include "topology/allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "topology/id_ranges.h"
+
+namespace toposched::topology {
+namespace {
+
+DeviceMask RunMask(int count, int start) {
+  const DeviceMask ones = count >= 64 ? ~DeviceMask{0} : ((DeviceMask{1} << count) - 1);
+  return ones << start;
+}
+
+// Device-count levels of the aligned tree: the catalog's sizes plus 1 and the whole node.
+std::vector<int> AlignedLevels(const NodeShape& shape) {
+  std::vector<int> levels = shape.type->sizes;
+  levels.push_back(1);
+  levels.push_back(shape.devices);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  return levels;
+}
+
+bool IsLegalAlignedCount(const NodeShape& shape, int count) {
+  const auto& sizes = shape.type->sizes;
+  return count == 1 || count == shape.devices ||
+         std::find(sizes.begin(), sizes.end(), count) != sizes.end();
+}
+
+// The score of a fitting placement: mostly how tightly the request fills the free space around
+// it (1.0 = exactly fills a hole), a little how full the node is afterwards (packing).
+int FitScore(double tightness, int used_cores_after, int cores) {
+  const double utilization = cores == 0 ? 0.0 : static_cast<double>(used_cores_after) / cores;
+  const long score = std::lround(10.0 * (0.8 * tightness + 0.2 * utilization));
+  return static_cast<int>(std::clamp<long>(score, 1, 10));
+}
+
+std::vector<int> FreeCoreIds(const NodeShape& shape, const NodeUsage& usage) {
+  std::vector<int> ids;
+  for (int c = 0; c < shape.cores; ++c) {
+    if (!usage.used_cores().test(static_cast<size_t>(c))) ids.push_back(c);
+  }
+  return ids;
+}
+
+Placement DevicePlacement(const NodeShape& shape, DeviceMask mask) {
+  (void)shape;
+  return Placement{Unit::kDevice, MaskToIds(mask), mask};
+}
+
+Placement CorePlacement(const NodeShape& shape, int start, int count) {
+  Placement p{Unit::kCore, {}, 0};
+  p.ids.reserve(static_cast<size_t>(count));
+  for (int c = start; c < start + count; ++c) p.ids.push_back(c);
+  const int first = start / shape.cores_per_device;
+  const int last = (start + count - 1) / shape.cores_per_device;
+  p.devices = RunMask(last - first + 1, first);
+  return p;
+}
+
+// Core requests: the length of the aligned segment a core set must stay inside.
+int CoreSegment(const NodeShape& shape, int count) {
+  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
+  for (int level : AlignedLevels(shape)) {
+    if (level * shape.cores_per_device >= count) return level * shape.cores_per_device;
+  }
+  return shape.cores;
+}
+
+// Calls fn(start, run_length) for every start of a free run of `count` cores inside one segment,
+// in ascending order; stops when fn returns false.
+template <typename Fn>
+void ForEachCoreStart(const NodeShape& shape, const NodeUsage& usage, int count, Fn&& fn) {
+  const int segment = CoreSegment(shape, count);
+  const CoreBits& used = usage.used_cores();
+  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
+    const int seg_end = std::min(seg_start + segment, shape.cores);
+    int c = seg_start;
+    while (c < seg_end) {
+      while (c < seg_end && used.test(static_cast<size_t>(c))) ++c;
+      const int run_start = c;
+      while (c < seg_end && !used.test(static_cast<size_t>(c))) ++c;
+      const int run_len = c - run_start;
+      for (int s = run_start; s + count <= c; ++s) {
+        if (!fn(s, run_len)) return;
+      }
+    }
+  }
+}
+
+Decision Refuse(std::string reason, bool unresolvable = false) {
+  Decision d;
+  d.reason = std::move(reason);
+  d.unresolvable = unresolvable;
+  return d;
+}
+
+Decision Accept(Placement placement, int score) {
+  Decision d;
+  d.placement = std::move(placement);
+  d.score = score;
+  return d;
+}
+
+int UsedCoresAfter(const NodeShape& shape, const NodeUsage& usage, const Placement& p) {
+  if (p.unit == Unit::kCore) return usage.used_core_count() + static_cast<int>(p.ids.size());
+  int used = usage.used_core_count();
+  for (int d : p.ids) {
+    for (int c = d * shape.cores_per_device; c < (d + 1) * shape.cores_per_device; ++c) {
+      used += usage.used_cores().test(static_cast<size_t>(c)) ? 0 : 1;
+    }
+  }
+  return used;
+}
+
+std::string BlockList(int devices, int count) {
+  std::vector<std::string> blocks;
+  for (int s = 0; s < devices; s += count) {
+    blocks.push_back(count == 1 ? fmt::format("{}", s) : fmt::format("{}-{}", s, s + count - 1));
+  }
+  return fmt::format("{}", fmt::join(blocks, ", "));
+}
+
+Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const Request& req) {
+  if (req.unit == Unit::kDevice) {
+    const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+    if (std::popcount(free) < req.count) {
+      return Refuse(fmt::format("only {} of {} devices are free", std::popcount(free), shape.devices));
+    }
+    DeviceMask chosen = 0;
+    DeviceMask rest = free;
+    for (int i = 0; i < req.count; ++i) {
+      const DeviceMask low = rest & (~rest + 1);
+      chosen |= low;
+      rest &= ~low;
+    }
+    Placement p = DevicePlacement(shape, chosen);
+    return Accept(p, FitScore(1.0, UsedCoresAfter(shape, usage, p), shape.cores));
+  }
+  std::vector<int> free = FreeCoreIds(shape, usage);
+  if (static_cast<int>(free.size()) < req.count) {
+    return Refuse(fmt::format("only {} of {} cores are free", free.size(), shape.cores));
+  }
+  free.resize(static_cast<size_t>(req.count));
+  Placement p{Unit::kCore, free, 0};
+  for (int c : free) p.devices |= DeviceMask{1} << (c / shape.cores_per_device);
+  return Accept(p, FitScore(1.0, UsedCoresAfter(shape, usage, p), shape.cores));
+}
+
+Decision AllocateDevices(const NodeShape& shape, const NodeUsage& usage, const Request& req,
+                         Policy policy) {
+  const int n = req.count;
+  const DeviceMask all = shape.AllDevices();
+  const DeviceMask free = all & ~usage.busy_devices();
+  const std::string& name = shape.type->name;
+  auto accept = [&](DeviceMask mask, int enclosing) {
+    Placement p = DevicePlacement(shape, mask);
+    const double tightness = static_cast<double>(n) / enclosing;
+    return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
+  };
+
+  if (n == shape.devices) {
+    if (free == all) return accept(all, n);
+    return Refuse(fmt::format("all {} devices of {} requested but devices {} are in use",
+                              shape.devices, name, FormatIdRanges(MaskToIds(all & ~free))));
+  }
+
+  switch (shape.type->rule) {
+    case LegalSetRule::kContiguous: {
+      // Best fit: the start of the shortest free run that is long enough.
+      int best_start = -1;
+      int best_len = 0;
+      int longest = 0;
+      for (int d = 0; d < shape.devices;) {
+        if (!(free >> d & 1)) {
+          ++d;
+          continue;
+        }
+        const int run_start = d;
+        while (d < shape.devices && (free >> d & 1)) ++d;
+        const int len = d - run_start;
+        longest = std::max(longest, len);
+        if (len < n) continue;
+        if (best_start < 0 || (policy == Policy::kBestFit && len < best_len)) {
+          best_start = run_start;
+          best_len = len;
+        }
+      }
+      if (best_start < 0) {
+        return Refuse(fmt::format(
+            "no {} contiguous free devices on {}: free devices are {} (longest free run {})", n,
+            name, FormatIdRanges(MaskToIds(free)), longest));
+      }
+      return accept(RunMask(n, best_start), best_len);
+    }
+    case LegalSetRule::kAligned: {
+      const std::vector<int> levels = AlignedLevels(shape);
+      int best_start = -1;
+      int best_enclosing = 0;
+      for (int start = 0; start + n <= shape.devices; start += n) {
+        const DeviceMask block = RunMask(n, start);
+        if ((free & block) != block) continue;
+        // The largest free aligned block around this one: splitting it costs that much.
+        int enclosing = n;
+        for (int level : levels) {
+          if (level <= n) continue;
+          const DeviceMask outer = RunMask(level, start / level * level);
+          if ((free & outer) != outer) break;
+          enclosing = level;
+        }
+        if (best_start < 0 || (policy == Policy::kBestFit && enclosing < best_enclosing)) {
+          best_start = start;
+          best_enclosing = enclosing;
+        }
+        if (policy == Policy::kFirstFit) break;
+      }
+      if (best_start < 0) {
+        return Refuse(fmt::format(
+            "no free aligned block of {} devices on {} (legal blocks: {}); free devices are {}", n,
+            name, BlockList(shape.devices, n), FormatIdRanges(MaskToIds(free))));
+      }
+      return accept(RunMask(n, best_start), best_enclosing);
+    }
+    case LegalSetRule::kAny: {
+      const int free_count = std::popcount(free);
+      if (free_count < n) {
+        return Refuse(fmt::format("only {} of {} devices are free on {}: free devices are {}",
+                                  free_count, shape.devices, name, FormatIdRanges(MaskToIds(free))));
+      }
+      DeviceMask chosen = 0;
+      DeviceMask rest = free;
+      for (int i = 0; i < n; ++i) {
+        const DeviceMask low = rest & (~rest + 1);
+        chosen |= low;
+        rest &= ~low;
+      }
+      return accept(chosen, free_count);
+    }
+  }
+  return Refuse("internal error: unknown rule");
+}
+
+Decision AllocateCores(const NodeShape& shape, const NodeUsage& usage, const Request& req,
+                       Policy policy) {
+  const int n = req.count;
+  const DeviceMask busy = usage.busy_devices();
+  const int cpd = shape.cores_per_device;
+  // Best fit, in order: break the fewest untouched devices (they serve device requests), touch the
+  // fewest devices, take from the shortest free run, lowest id.
+  using Key = std::tuple<int, int, int, int>;
+  Key best_key{};
+  int best_start = -1;
+  ForEachCoreStart(shape, usage, n, [&](int s, int run_len) {
+    const int first = s / cpd;
+    const int last = (s + n - 1) / cpd;
+    const DeviceMask touched = RunMask(last - first + 1, first);
+    const Key key{std::popcount(touched & ~busy), last - first + 1, run_len, s};
+    if (best_start < 0 || key < best_key) {
+      best_key = key;
+      best_start = s;
+    }
+    return policy != Policy::kFirstFit;
+  });
+  if (best_start < 0) {
+    const int segment = CoreSegment(shape, n);
+    const std::string within =
+        segment < shape.cores
+            ? fmt::format(" within one aligned block of {} devices ({} cores)", segment / cpd, segment)
+            : "";
+    return Refuse(fmt::format("no {} contiguous free cores{} on {}: free cores are {}", n, within,
+                              shape.type->name, FormatIdRanges(FreeCoreIds(shape, usage))));
+  }
+  Placement p = CorePlacement(shape, best_start, n);
+  // Tightness: the share of the touched devices' free cores that this request uses.
+  int free_in_touched = 0;
+  for (int d : MaskToIds(p.devices)) {
+    for (int c = d * cpd; c < (d + 1) * cpd; ++c) {
+      free_in_touched += usage.used_cores().test(static_cast<size_t>(c)) ? 0 : 1;
+    }
+  }
+  const double tightness = static_cast<double>(n) / std::max(free_in_touched, n);
+  return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
+}
+
+}  // namespace
+
+std::string_view UnitName(Unit unit, int count) {
+  if (unit == Unit::kDevice) return count == 1 ? "device" : "devices";
+  return count == 1 ? "core" : "cores";
+}
+
+std::string_view PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kBestFit:
+      return "best-fit";
+    case Policy::kFirstFit:
+      return "first-fit";
+    case Policy::kCountOnly:
+      return "count-only";
+  }
+  return "?";
+}
+
+Result<Policy> ParsePolicy(std::string_view name) {
+  for (Policy p : {Policy::kBestFit, Policy::kFirstFit, Policy::kCountOnly}) {
+    if (PolicyName(p) == name) return p;
+  }
+  return Error{fmt::format("unknown policy '{}': use best-fit, first-fit or count-only", name)};
+}
+
+Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
+  NodeShape shape;
+  shape.type = &type;
+  shape.devices = type.devices;
+  shape.cores_per_device = type.cores_per_device;
+  if (type.has_lnc) {
+    shape.lnc = lnc == 0 ? type.lnc.default_lnc : lnc;
+    if (std::find(type.lnc.allowed.begin(), type.lnc.allowed.end(), shape.lnc) ==
+        type.lnc.allowed.end()) {
+      return Error{fmt::format("{} does not support LNC {} (allowed: {})", type.name, lnc,
+                               fmt::join(type.lnc.allowed, ", "))};
+    }
+    shape.cores_per_device = type.lnc.physical_cores_per_device / shape.lnc;
+  } else if (lnc != 0 && lnc != 1) {
+    return Error{fmt::format("{} has no logical-core (LNC) setting; LNC {} does not apply",
+                             type.name, lnc)};
+  }
+  shape.cores = shape.devices * shape.cores_per_device;
+  return shape;
+}
+
+std::vector<int> MaskToIds(DeviceMask mask) {
+  std::vector<int> ids;
+  while (mask != 0) {
+    ids.push_back(std::countr_zero(mask));
+    mask &= mask - 1;
+  }
+  return ids;
+}
+
+bool NodeUsage::AllFree(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const {
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      if (busy_devices_ >> id & 1) return false;
+    } else if (used_cores_.test(static_cast<size_t>(id))) {
+      return false;
+    }
+  }
+  (void)shape;
+  return true;
+}
+
+bool NodeUsage::Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
+  if (!AllFree(shape, unit, ids)) return false;
+  const int cpd = shape.cores_per_device;
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.set(static_cast<size_t>(c));
+      busy_devices_ |= DeviceMask{1} << id;
+    } else {
+      used_cores_.set(static_cast<size_t>(id));
+      busy_devices_ |= DeviceMask{1} << (id / cpd);
+    }
+  }
+  return true;
+}
+
+void NodeUsage::Release(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
+  const int cpd = shape.cores_per_device;
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.reset(static_cast<size_t>(c));
+      RecomputeBusy(shape, id, id);
+    } else {
+      used_cores_.reset(static_cast<size_t>(id));
+      RecomputeBusy(shape, id / cpd, id / cpd);
+    }
+  }
+}
+
+void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last_device) {
+  const int cpd = shape.cores_per_device;
+  for (int d = first_device; d <= last_device; ++d) {
+    bool any = false;
+    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c) any = used_cores_.test(static_cast<size_t>(c));
+    if (any) {
+      busy_devices_ |= DeviceMask{1} << d;
+    } else {
+      busy_devices_ &= ~(DeviceMask{1} << d);
+    }
+  }
+}
+
+std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
+  const std::string& name = shape.type->name;
+  if (request.count <= 0) {
+    return fmt::format("a request of {} {} is not valid: ask for at least 1", request.count,
+                       UnitName(request.unit, request.count));
+  }
+  if (request.unit == Unit::kDevice) {
+    if (request.count > shape.devices) {
+      return fmt::format("{} devices requested but {} has only {}", request.count, name,
+                         shape.devices);
+    }
+    if (shape.type->rule == LegalSetRule::kAligned && !IsLegalAlignedCount(shape, request.count)) {
+      // AWS's extension's exact text, so alerts and runbooks written for it still match.
+      return fmt::format(
+          "Instance type {} does not support requests for device: {}. Please request a different "
+          "number of devices.",
+          name, request.count);
+    }
+    return {};
+  }
+  if (request.count > shape.cores) {
+    return fmt::format("{} cores requested but {} has only {}{}", request.count, name, shape.cores,
+                       shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : "");
+  }
+  return {};
+}
+
+Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
+                  Policy policy) {
+  if (policy == Policy::kCountOnly) {
+    if (request.count <= 0 || request.count > (request.unit == Unit::kDevice ? shape.devices : shape.cores)) {
+      return Refuse(CheckRequestShape(shape, request), true);
+    }
+    return AllocateCountOnly(shape, usage, request);
+  }
+  if (std::string why = CheckRequestShape(shape, request); !why.empty()) {
+    return Refuse(std::move(why), true);
+  }
+  return request.unit == Unit::kDevice ? AllocateDevices(shape, usage, request, policy)
+                                       : AllocateCores(shape, usage, request, policy);
+}
+
+std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,
+                                       const Request& request) {
+  std::vector<Placement> out;
+  if (!CheckRequestShape(shape, request).empty()) return out;
+  const int n = request.count;
+  if (request.unit == Unit::kCore) {
+    ForEachCoreStart(shape, usage, n, [&](int s, int) {
+      out.push_back(CorePlacement(shape, s, n));
+      return true;
+    });
+    return out;
+  }
+  const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+  if (n == shape.devices) {
+    if (free == shape.AllDevices()) out.push_back(DevicePlacement(shape, free));
+    return out;
+  }
+  switch (shape.type->rule) {
+    case LegalSetRule::kContiguous:
+      for (int s = 0; s + n <= shape.devices; ++s) {
+        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(shape, RunMask(n, s)));
+      }
+      break;
+    case LegalSetRule::kAligned:
+      for (int s = 0; s + n <= shape.devices; s += n) {
+        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(shape, RunMask(n, s)));
+      }
+      break;
+    case LegalSetRule::kAny: {
+      Decision d = AllocateDevices(shape, usage, request, Policy::kFirstFit);
+      if (d.ok()) out.push_back(std::move(d.placement));
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace toposched::topology

@@ -1,0 +1,122 @@
+// The allocator: for one node (its shape and what is in use) and one request of N devices or N
+// cores, a legal set of ids or a precise reason why there is none. Pure functions: no I/O, no
+// clock, no locks; callers own synchronisation.
+//
+// The rules (docs/topology.md has the reasoning and sources):
+//   * Devices, rule `contiguous` (Inferentia): N consecutive ids in numeric order, no wrap.
+//   * Devices, rule `aligned` (Trainium torus, IPU buddy tree): N must be a listed size; the set is
+//     the aligned block [k*N, (k+1)*N). Other counts are refused with AWS's text.
+//   * Devices, rule `any` (all-to-all fabrics): any N free devices.
+//   * One device or all devices is always legal.
+//   * Cores are numbered node-wide (device * cores_per_device + k) and a core set is always a
+//     contiguous range. Under `contiguous` and `any` it may span any devices. Under `aligned` it
+//     must lie inside one aligned block of the smallest legal device count that can hold it
+//     (Trn1: 1-2 cores in one device, 3-8 in one row of 4, 9-16 in one aligned half, more on the
+//     whole node), so a core set never straddles the block a device request needs.
+//   * A core allocation makes every device it touches unavailable to device requests; a device
+//     allocation takes all of that device's cores.
+#ifndef TOPOSCHED_TOPOLOGY_ALLOCATOR_H_
+#define TOPOSCHED_TOPOLOGY_ALLOCATOR_H_
+
+#include <bitset>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "topology/catalog.h"
+
+namespace toposched::topology {
+
+enum class Unit { kDevice, kCore };
+std::string_view UnitName(Unit unit, int count);  // "device"/"devices", "core"/"cores"
+
+enum class Policy {
+  kBestFit,    // ours: the placement that leaves the node best able to serve later requests
+  kFirstFit,   // the lowest-index legal set (what AWS's extension and HAMi do)
+  kCountOnly,  // ignores topology: any N free units. An upper bound for the simulator only.
+};
+std::string_view PolicyName(Policy policy);
+Result<Policy> ParsePolicy(std::string_view name);
+
+using DeviceMask = uint64_t;  // bit d = device d; kMaxDevices is 64
+using CoreBits = std::bitset<kMaxCores>;
+
+// An instance type at a chosen logical-core setting.
+struct NodeShape {
+  const InstanceType* type = nullptr;
+  int devices = 0;
+  int cores_per_device = 0;
+  int cores = 0;
+  int lnc = 0;  // 0 when the type has no LNC setting
+
+  // `lnc` 0 means the type's default. Errors if the type does not support that LNC.
+  static Result<NodeShape> Make(const InstanceType& type, int lnc = 0);
+  DeviceMask AllDevices() const {
+    return devices == 64 ? ~DeviceMask{0} : ((DeviceMask{1} << devices) - 1);
+  }
+};
+
+// What is in use on one node, kept as used cores (a device allocation uses all its cores) plus a
+// derived mask of devices with any core in use. Not thread-safe.
+class NodeUsage {
+ public:
+  NodeUsage() = default;
+
+  const CoreBits& used_cores() const { return used_cores_; }
+  DeviceMask busy_devices() const { return busy_devices_; }
+  int used_core_count() const { return static_cast<int>(used_cores_.count()); }
+
+  // REQUIRES: ids valid for `shape`. Returns false, changing nothing, if any is already in use.
+  bool Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids);
+  // Frees the ids (freeing a free id is a no-op).
+  void Release(const NodeShape& shape, Unit unit, const std::vector<int>& ids);
+  // True if every id is free.
+  bool AllFree(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const;
+
+ private:
+  void RecomputeBusy(const NodeShape& shape, int first_device, int last_device);
+
+  CoreBits used_cores_;
+  DeviceMask busy_devices_ = 0;
+};
+
+struct Request {
+  Unit unit = Unit::kDevice;
+  int count = 0;
+};
+
+struct Placement {
+  Unit unit = Unit::kDevice;
+  std::vector<int> ids;        // ascending device ids or core ids
+  DeviceMask devices = 0;      // every device the ids touch
+};
+std::vector<int> MaskToIds(DeviceMask mask);
+
+// The outcome of one allocation question.
+struct Decision {
+  bool ok() const { return reason.empty(); }
+  Placement placement;       // when ok()
+  int score = 0;             // when ok(): 1..10, higher = packs here with less fragmentation
+  std::string reason;        // when !ok(): why, in words an operator can act on
+  bool unresolvable = false; // when !ok(): no state of this node could ever satisfy the request
+};
+
+// Checks that `request` is a count this node could ever give (used or not). Returns the reason
+// when it is not (e.g. AWS's text for 7 devices on trn1.32xlarge); empty when it is.
+std::string CheckRequestShape(const NodeShape& shape, const Request& request);
+
+// Chooses a legal set for `request` among the free ids of `usage`, by `policy`.
+Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
+                  Policy policy);
+
+// Every legal placement for `request` whose units are all free in `usage`, in ascending order of
+// their lowest id. For rule `any` device requests (where every subset is legal) it returns the
+// single lowest-index choice. Used by preemption to weigh each candidate set.
+std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,
+                                       const Request& request);
+
+}  // namespace toposched::topology
+
+#endif  // TOPOSCHED_TOPOLOGY_ALLOCATOR_H_

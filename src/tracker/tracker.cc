@@ -1,0 +1,584 @@
+#include "tracker/tracker.h"
+
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "topology/id_ranges.h"
+
+namespace toposched::tracker {
+namespace {
+
+using topology::Decision;
+using topology::NodeShape;
+using topology::NodeUsage;
+
+// A usage in which only `allowed` placements' ids are free: init containers first try to reuse
+// the ids of the pod's own app containers (Kubernetes' effective-request rule).
+NodeUsage OnlyFree(const NodeShape& shape, const std::vector<ContainerAllocation>& allowed) {
+  NodeUsage usage;
+  std::vector<int> all(static_cast<size_t>(shape.cores));
+  std::iota(all.begin(), all.end(), 0);
+  usage.Take(shape, Unit::kCore, all);
+  for (const auto& a : allowed) usage.Release(shape, a.placement.unit, a.placement.ids);
+  return usage;
+}
+
+std::string ContainerLabel(const ContainerRequest& c) {
+  return fmt::format("{}container '{}'", c.init ? "init " : "", c.name);
+}
+
+// Places every container of the pod on one node. App containers each get their own set (largest
+// first, which packs better); each init container reuses the app containers' ids when a legal
+// set lies inside them, or else takes more.
+FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod, Policy policy) {
+  FitResult result;
+  std::vector<const ContainerRequest*> apps;
+  std::vector<const ContainerRequest*> inits;
+  for (const auto& c : pod.containers) {
+    if (c.request.count == 0) continue;
+    (c.init ? inits : apps).push_back(&c);
+  }
+  std::stable_sort(apps.begin(), apps.end(), [](const auto* a, const auto* b) {
+    return a->request.count > b->request.count;
+  });
+  double weighted_score = 0;
+  int weight = 0;
+  auto fail = [&](const ContainerRequest& c, const Decision& d) {
+    FitResult r;
+    r.reason = pod.containers.size() > 1 ? fmt::format("{}: {}", ContainerLabel(c), d.reason)
+                                         : d.reason;
+    r.unresolvable = d.unresolvable;
+    return r;
+  };
+  for (const auto* c : apps) {
+    Decision d = topology::Allocate(shape, usage, c->request, policy);
+    if (!d.ok()) return fail(*c, d);
+    usage.Take(shape, d.placement.unit, d.placement.ids);
+    weighted_score += d.score * c->request.count;
+    weight += c->request.count;
+    result.allocation.containers.push_back({c->name, std::move(d.placement)});
+  }
+  const std::vector<ContainerAllocation> app_sets = result.allocation.containers;
+  for (const auto* c : inits) {
+    Decision d;
+    if (!app_sets.empty()) {
+      d = topology::Allocate(shape, OnlyFree(shape, app_sets), c->request, policy);
+    }
+    if (app_sets.empty() || !d.ok()) {
+      d = topology::Allocate(shape, usage, c->request, policy);
+      if (!d.ok()) return fail(*c, d);
+      usage.Take(shape, d.placement.unit, d.placement.ids);
+      weighted_score += d.score * c->request.count;
+      weight += c->request.count;
+    }
+    result.allocation.containers.push_back({c->name, std::move(d.placement)});
+  }
+  result.fits = true;
+  result.score = weight == 0 ? 10 : static_cast<int>(std::lround(weighted_score / weight));
+  return result;
+}
+
+bool Overlaps(const NodeShape& shape, const Placement& a, const Placement& b) {
+  if ((a.devices & b.devices) == 0) return false;
+  if (a.unit == Unit::kDevice || b.unit == Unit::kDevice) return true;  // shares a whole device
+  (void)shape;
+  std::vector<int> common;
+  std::set_intersection(a.ids.begin(), a.ids.end(), b.ids.begin(), b.ids.end(),
+                        std::back_inserter(common));
+  return !common.empty();
+}
+
+bool Overlaps(const NodeShape& shape, const PodAllocation& a, const PodAllocation& b) {
+  for (const auto& x : a.containers) {
+    for (const auto& y : b.containers) {
+      if (Overlaps(shape, x.placement, y.placement)) return true;
+    }
+  }
+  return false;
+}
+
+// The union of a pod's sets, deduplicated (init containers may reuse app ids).
+std::vector<Placement> Footprint(const PodAllocation& a) {
+  std::vector<Placement> out;
+  for (const auto& c : a.containers) out.push_back(c.placement);
+  return out;
+}
+
+}  // namespace
+
+bool PodSpec::AsksForAnything() const {
+  return std::any_of(containers.begin(), containers.end(),
+                     [](const ContainerRequest& c) { return c.request.count != 0; });
+}
+
+Tracker::Tracker(const topology::Catalog& catalog, Policy policy)
+    : catalog_(catalog), policy_(policy) {}
+
+Status Tracker::UpsertNode(const NodeInfo& info) {
+  std::unique_lock lock(mu_);
+  NodeEntry fresh;
+  fresh.info = info;
+  if (const auto* type = catalog_.Find(info.instance_type)) {
+    auto shape = NodeShape::Make(*type, info.lnc);
+    if (shape.ok()) {
+      fresh.shape = shape.value();
+    } else {
+      fresh.error = shape.error();
+    }
+  } else {
+    fresh.error = topology::Catalog::UnknownTypeMessage(info.instance_type);
+  }
+  auto it = nodes_.find(info.name);
+  if (it != nodes_.end()) {
+    NodeEntry& old = it->second;
+    if (old.info.instance_type == info.instance_type && old.info.lnc == info.lnc) {
+      return OkStatus();
+    }
+    if (!old.pods.empty()) {
+      return Error{fmt::format(
+          "node {} changed from {} (LNC {}) to {} (LNC {}) while {} pods hold ids on it; "
+          "keeping the old shape until they are gone",
+          info.name, old.info.instance_type, old.info.lnc, info.instance_type, info.lnc,
+          old.pods.size())};
+    }
+  }
+  const std::string error = fresh.error;
+  nodes_[info.name] = std::move(fresh);
+  if (!error.empty()) return Error{fmt::format("node {}: {}", info.name, error)};
+  return OkStatus();
+}
+
+void Tracker::RemoveNode(const std::string& name) {
+  std::unique_lock lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  for (const auto& uid : it->second.pods) holds_.erase(uid);
+  nodes_.erase(it);
+}
+
+const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
+  auto it = nodes_.find(name);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node,
+                             const NodeUsage& usage) const {
+  if (!node.shape) {
+    FitResult r;
+    r.reason = node.error;
+    r.unresolvable = true;
+    return r;
+  }
+  FitResult r = FitOnUsage(*node.shape, usage, pod, policy_);
+  if (r.fits) r.allocation.node = node.info.name;
+  return r;
+}
+
+FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
+  std::shared_lock lock(mu_);
+  const NodeEntry* entry = FindNode(node);
+  if (entry == nullptr) {
+    FitResult r;
+    r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
+    return r;
+  }
+  return FitLocked(pod, *entry, entry->usage);
+}
+
+std::vector<FitResult> Tracker::FitAll(const PodSpec& pod, std::span<const std::string> nodes) const {
+  std::vector<FitResult> out;
+  out.reserve(nodes.size());
+  std::shared_lock lock(mu_);
+  for (const auto& name : nodes) {
+    const NodeEntry* entry = FindNode(name);
+    if (entry == nullptr) {
+      FitResult r;
+      r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", name);
+      out.push_back(std::move(r));
+      continue;
+    }
+    out.push_back(FitLocked(pod, *entry, entry->usage));
+  }
+  return out;
+}
+
+NodeUsage Tracker::UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const {
+  NodeUsage usage = node.usage;
+  for (const auto& uid : uids) {
+    auto it = holds_.find(uid);
+    if (it == holds_.end() || it->second.allocation.node != node.info.name) continue;
+    for (const auto& c : it->second.allocation.containers) {
+      usage.Release(*node.shape, c.placement.unit, c.placement.ids);
+    }
+  }
+  return usage;
+}
+
+FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
+                              std::span<const std::string> gone_uids) const {
+  std::shared_lock lock(mu_);
+  const NodeEntry* entry = FindNode(node);
+  if (entry == nullptr || !entry->shape) return Fit(pod, node);
+  return FitLocked(pod, *entry, UsageWithout(*entry, gone_uids));
+}
+
+Result<std::vector<std::string>> Tracker::FewestVictims(
+    const PodSpec& pod, const std::string& node, std::span<const std::string> candidate_uids) const {
+  std::shared_lock lock(mu_);
+  const NodeEntry* entry = FindNode(node);
+  if (entry == nullptr) return Error{fmt::format("node {} is not known to toposched", node)};
+  if (!entry->shape) return Error{entry->error};
+  const NodeShape& shape = *entry->shape;
+
+  // Only candidates that really hold ids on this node can help.
+  std::vector<std::string> candidates;
+  for (const auto& uid : candidate_uids) {
+    auto it = holds_.find(uid);
+    if (it != holds_.end() && it->second.allocation.node == node &&
+        std::find(candidates.begin(), candidates.end(), uid) == candidates.end()) {
+      candidates.push_back(uid);
+    }
+  }
+  if (FitLocked(pod, *entry, entry->usage).fits) return std::vector<std::string>{};
+  FitResult all_gone = FitLocked(pod, *entry, UsageWithout(*entry, candidates));
+  if (!all_gone.fits) {
+    return Error{fmt::format("even without all {} offered victims: {}", candidates.size(),
+                             all_gone.reason)};
+  }
+
+  // Container by container (largest first), choose the legal set that needs the fewest new
+  // victims, given the victims already chosen.
+  std::vector<const ContainerRequest*> order;
+  for (const auto& c : pod.containers) {
+    if (c.request.count != 0 && !c.init) order.push_back(&c);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return a->request.count > b->request.count;
+  });
+  std::vector<std::string> victims;
+  std::vector<Placement> placed;
+  auto holders_of = [&](const Placement& p) {
+    std::vector<std::string> out;
+    for (const auto& uid : candidates) {
+      for (const auto& held : Footprint(holds_.at(uid).allocation)) {
+        if (Overlaps(shape, held, p)) {
+          out.push_back(uid);
+          break;
+        }
+      }
+    }
+    return out;
+  };
+  for (const auto* c : order) {
+    // Free = everything except non-candidates' ids and the sets already placed for this pod.
+    NodeUsage optimistic = UsageWithout(*entry, candidates);
+    for (const auto& p : placed) optimistic.Take(shape, p.unit, p.ids);
+    std::vector<Placement> options = topology::LegalPlacements(shape, optimistic, c->request);
+    if (shape.type->rule == topology::LegalSetRule::kAny && c->request.unit == Unit::kDevice) {
+      // Every subset is legal: prefer devices that are free now, then those whose holders free
+      // the most devices each.
+      NodeUsage now = UsageWithout(*entry, victims);
+      for (const auto& p : placed) now.Take(shape, p.unit, p.ids);
+      std::vector<int> ids = topology::MaskToIds(shape.AllDevices() & ~now.busy_devices());
+      std::vector<int> busy_free_later =
+          topology::MaskToIds(now.busy_devices() & ~optimistic.busy_devices() & shape.AllDevices());
+      ids.insert(ids.end(), busy_free_later.begin(), busy_free_later.end());
+      if (static_cast<int>(ids.size()) >= c->request.count) {
+        ids.resize(static_cast<size_t>(c->request.count));
+        std::sort(ids.begin(), ids.end());
+        Placement p{Unit::kDevice, ids, 0};
+        for (int d : ids) p.devices |= topology::DeviceMask{1} << d;
+        options = {p};
+      }
+    }
+    const Placement* best = nullptr;
+    std::vector<std::string> best_new;
+    for (const auto& option : options) {
+      std::vector<std::string> needed;
+      for (const auto& uid : holders_of(option)) {
+        if (std::find(victims.begin(), victims.end(), uid) == victims.end()) needed.push_back(uid);
+      }
+      if (best == nullptr || needed.size() < best_new.size()) {
+        best = &option;
+        best_new = std::move(needed);
+      }
+    }
+    if (best == nullptr) break;  // the check below falls back to the greedy loop
+    victims.insert(victims.end(), best_new.begin(), best_new.end());
+    placed.push_back(*best);
+  }
+  // The policy places containers its own way; make sure it finds room with these victims gone,
+  // adding the largest remaining candidates if a multi-container layout needs more.
+  while (!FitLocked(pod, *entry, UsageWithout(*entry, victims)).fits) {
+    const std::string* pick = nullptr;
+    size_t pick_size = 0;
+    for (const auto& uid : candidates) {
+      if (std::find(victims.begin(), victims.end(), uid) != victims.end()) continue;
+      size_t size = 0;
+      for (const auto& c : holds_.at(uid).allocation.containers) size += c.placement.ids.size();
+      if (pick == nullptr || size > pick_size) {
+        pick = &uid;
+        pick_size = size;
+      }
+    }
+    if (pick == nullptr) break;
+    victims.push_back(*pick);
+  }
+  std::sort(victims.begin(), victims.end());
+  return victims;
+}
+
+Status Tracker::ValidateAllocation(const NodeEntry& node, const PodAllocation& allocation) const {
+  if (!node.shape) return Error{node.error};
+  const NodeShape& shape = *node.shape;
+  for (const auto& c : allocation.containers) {
+    const int limit = c.placement.unit == Unit::kDevice ? shape.devices : shape.cores;
+    for (int id : c.placement.ids) {
+      if (id < 0 || id >= limit) {
+        return Error{fmt::format("container '{}': {} id {} is out of range for {} (0-{})",
+                                 c.container, topology::UnitName(c.placement.unit, 1), id,
+                                 shape.type->name, limit - 1)};
+      }
+    }
+  }
+  return OkStatus();
+}
+
+std::vector<std::string> Tracker::HoldersOverlapping(const NodeEntry& node,
+                                                     const PodAllocation& allocation) const {
+  std::vector<std::string> out;
+  for (const auto& uid : node.pods) {
+    if (Overlaps(*node.shape, holds_.at(uid).allocation, allocation)) out.push_back(uid);
+  }
+  return out;
+}
+
+bool Tracker::TakeLocked(NodeEntry& node, const PodAllocation& allocation) {
+  // The pod's footprint as cores. Its own sets may overlap (an init container reusing app ids);
+  // other pods' may not.
+  const NodeShape& shape = *node.shape;
+  topology::CoreBits mine;
+  for (const auto& c : allocation.containers) {
+    for (int id : c.placement.ids) {
+      if (c.placement.unit == Unit::kCore) {
+        mine.set(static_cast<size_t>(id));
+      } else {
+        for (int k = 0; k < shape.cores_per_device; ++k) {
+          mine.set(static_cast<size_t>(id * shape.cores_per_device + k));
+        }
+      }
+    }
+  }
+  if ((mine & node.usage.used_cores()).any()) return false;
+  std::vector<int> cores;
+  for (int c = 0; c < shape.cores; ++c) {
+    if (mine.test(static_cast<size_t>(c))) cores.push_back(c);
+  }
+  return node.usage.Take(shape, Unit::kCore, cores);
+}
+
+void Tracker::ReleaseLocked(NodeEntry& node, const std::string& uid,
+                            const PodAllocation& allocation) {
+  for (const auto& c : allocation.containers) {
+    node.usage.Release(*node.shape, c.placement.unit, c.placement.ids);
+  }
+  node.pods.erase(std::remove(node.pods.begin(), node.pods.end(), uid), node.pods.end());
+}
+
+Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& node,
+                                       int64_t deadline_ns) {
+  std::unique_lock lock(mu_);
+  if (auto it = holds_.find(pod.uid); it != holds_.end()) {
+    return Error{fmt::format("pod {} already holds ids on node {}", pod.name,
+                             it->second.allocation.node)};
+  }
+  auto nit = nodes_.find(node);
+  if (nit == nodes_.end()) {
+    return Error{fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
+  }
+  NodeEntry& entry = nit->second;
+  FitResult fit = FitLocked(pod, entry, entry.usage);
+  if (!fit.fits) return Error{fmt::format("pod {} does not fit on {}: {}", pod.name, node, fit.reason)};
+  if (!TakeLocked(entry, fit.allocation)) {
+    return Error{"internal error: a fitting allocation overlapped held ids"};
+  }
+  entry.pods.push_back(pod.uid);
+  holds_[pod.uid] = Hold{pod.name, fit.allocation, HoldState::kReserved, deadline_ns};
+  return fit.allocation;
+}
+
+Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name,
+                             const PodAllocation& allocation, int64_t deadline_ns) {
+  std::unique_lock lock(mu_);
+  if (holds_.count(uid) != 0) return Error{fmt::format("pod {} already holds ids", pod_name)};
+  auto nit = nodes_.find(allocation.node);
+  if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", allocation.node)};
+  NodeEntry& entry = nit->second;
+  if (auto s = ValidateAllocation(entry, allocation); !s.ok()) return s;
+  if (!TakeLocked(entry, allocation)) {
+    return Error{fmt::format("ids for pod {} on {} are held by {}", pod_name, allocation.node,
+                             fmt::join(HoldersOverlapping(entry, allocation), ", "))};
+  }
+  entry.pods.push_back(uid);
+  holds_[uid] = Hold{pod_name, allocation, HoldState::kReserved, deadline_ns};
+  return OkStatus();
+}
+
+Status Tracker::Commit(const std::string& uid) {
+  std::unique_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end()) return Error{fmt::format("pod {} has no reservation to commit", uid)};
+  it->second.state = HoldState::kCommitted;
+  it->second.deadline_ns = 0;
+  return OkStatus();
+}
+
+Status Tracker::Rollback(const std::string& uid) {
+  std::unique_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end() || it->second.state != HoldState::kReserved) {
+    return Error{fmt::format("pod {} has no reservation to roll back", uid)};
+  }
+  ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
+  holds_.erase(it);
+  return OkStatus();
+}
+
+bool Tracker::Forget(const std::string& uid) {
+  std::unique_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end()) return false;
+  ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
+  holds_.erase(it);
+  return true;
+}
+
+std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
+  std::unique_lock lock(mu_);
+  std::vector<std::string> expired;
+  for (const auto& [uid, hold] : holds_) {
+    if (hold.state == HoldState::kReserved && hold.deadline_ns <= now_ns) expired.push_back(uid);
+  }
+  std::sort(expired.begin(), expired.end());
+  for (const auto& uid : expired) {
+    auto it = holds_.find(uid);
+    ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
+    holds_.erase(it);
+  }
+  return expired;
+}
+
+Status Tracker::Adopt(const RecordedPod& pod) {
+  std::unique_lock lock(mu_);
+  if (auto it = holds_.find(pod.uid); it != holds_.end()) {
+    if (it->second.allocation.node == pod.allocation.node) {
+      it->second.state = HoldState::kCommitted;  // our own bind, seen again through the watch
+      return OkStatus();
+    }
+    return Error{fmt::format("pod {} is recorded on {} but held on {}", pod.name,
+                             pod.allocation.node, it->second.allocation.node)};
+  }
+  auto nit = nodes_.find(pod.allocation.node);
+  if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", pod.allocation.node)};
+  NodeEntry& entry = nit->second;
+  if (auto s = ValidateAllocation(entry, pod.allocation); !s.ok()) return s;
+  if (!TakeLocked(entry, pod.allocation)) {
+    return Error{fmt::format("pod {} records ids on {} that are held by {}", pod.name,
+                             pod.allocation.node,
+                             fmt::join(HoldersOverlapping(entry, pod.allocation), ", "))};
+  }
+  entry.pods.push_back(pod.uid);
+  holds_[pod.uid] = Hold{pod.name, pod.allocation, HoldState::kCommitted, 0};
+  return OkStatus();
+}
+
+RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) {
+  std::unique_lock lock(mu_);
+  RebuildReport report;
+  std::vector<std::pair<std::string, Hold>> in_flight;
+  if (keep_reservations) {
+    for (auto& [uid, hold] : holds_) {
+      if (hold.state == HoldState::kReserved) in_flight.emplace_back(uid, hold);
+    }
+  }
+  holds_.clear();
+  for (auto& [name, node] : nodes_) {
+    node.usage = NodeUsage{};
+    node.pods.clear();
+  }
+  auto apply = [&](const std::string& uid, const std::string& pod_name, const PodAllocation& alloc,
+                   Hold hold) -> bool {
+    RebuildProblem problem{uid, pod_name, alloc.node, {}, {}};
+    auto nit = nodes_.find(alloc.node);
+    if (holds_.count(uid) != 0) {
+      problem.message = "the pod is listed twice";
+    } else if (nit == nodes_.end()) {
+      problem.message = fmt::format("node {} is not known", alloc.node);
+    } else if (auto s = ValidateAllocation(nit->second, alloc); !s.ok()) {
+      problem.message = s.error();
+    } else if (!TakeLocked(nit->second, alloc)) {
+      problem.conflicting_uids = HoldersOverlapping(nit->second, alloc);
+      std::vector<std::string> names;
+      for (const auto& other : problem.conflicting_uids) names.push_back(holds_.at(other).pod_name);
+      problem.message = fmt::format("its recorded ids on {} are already held by {}", alloc.node,
+                                    fmt::join(names, ", "));
+    } else {
+      nit->second.pods.push_back(uid);
+      holds_[uid] = std::move(hold);
+      return true;
+    }
+    report.problems.push_back(std::move(problem));
+    return false;
+  };
+  for (const auto& pod : pods) {
+    if (apply(pod.uid, pod.name, pod.allocation,
+              Hold{pod.name, pod.allocation, HoldState::kCommitted, 0})) {
+      ++report.applied;
+    }
+  }
+  for (auto& [uid, hold] : in_flight) {
+    if (holds_.count(uid) != 0) continue;  // its bind landed and the list saw it
+    const PodAllocation alloc = hold.allocation;
+    const std::string name = hold.pod_name;
+    if (apply(uid, name, alloc, std::move(hold))) ++report.reservations_kept;
+  }
+  return report;
+}
+
+std::optional<Hold> Tracker::Find(const std::string& uid) const {
+  std::shared_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<NodeSnapshot> Tracker::Snapshot(const std::string& node) const {
+  std::shared_lock lock(mu_);
+  const NodeEntry* entry = FindNode(node);
+  if (entry == nullptr || !entry->shape) return std::nullopt;
+  return NodeSnapshot{entry->info, *entry->shape, entry->usage, entry->pods};
+}
+
+std::vector<std::string> Tracker::NodeNames() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::string> names;
+  names.reserve(nodes_.size());
+  for (const auto& [name, node] : nodes_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TrackerStats Tracker::Stats() const {
+  std::shared_lock lock(mu_);
+  TrackerStats stats;
+  stats.nodes = static_cast<int>(nodes_.size());
+  for (const auto& [uid, hold] : holds_) {
+    (hold.state == HoldState::kReserved ? stats.reserved : stats.committed)++;
+  }
+  return stats;
+}
+
+}  // namespace toposched::tracker

@@ -1,0 +1,197 @@
+// The tracker ("meta scheduler", after g8s8): the in-memory truth of which ids every node has
+// given to which pod. Filter and prioritize ask it questions that change nothing; bind reserves a
+// set with a deadline, then commits it when the Binding is written or rolls it back when that
+// fails; reservations nobody commits expire; a deleted pod is forgotten; at start (and on every
+// resync) it is rebuilt from the live pods' recorded allocations, and conflicts are reported.
+//
+// Thread safety: every public method may be called from any thread. Queries take a shared lock,
+// changes an exclusive one. No I/O and no clock: callers pass "now" and deadlines in nanoseconds
+// of whatever clock they use (a virtual one in the simulator).
+#ifndef TOPOSCHED_TRACKER_TRACKER_H_
+#define TOPOSCHED_TRACKER_TRACKER_H_
+
+#include <cstdint>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/result.h"
+#include "topology/allocator.h"
+#include "topology/catalog.h"
+
+namespace toposched::tracker {
+
+using topology::Placement;
+using topology::Policy;
+using topology::Request;
+using topology::Unit;
+
+struct ContainerRequest {
+  std::string name;
+  Request request;
+  bool init = false;  // init containers run one at a time before the app containers
+};
+
+// What a pod asks for. Containers asking for none of our resources need not be listed.
+struct PodSpec {
+  std::string uid;   // identity; names can be reused, uids cannot
+  std::string name;  // namespace/name, for messages
+  std::vector<ContainerRequest> containers;
+
+  bool AsksForAnything() const;
+};
+
+struct ContainerAllocation {
+  std::string container;
+  Placement placement;
+};
+
+// Where a pod's ids are: one set per container that asked.
+struct PodAllocation {
+  std::string node;
+  std::vector<ContainerAllocation> containers;
+};
+
+struct FitResult {
+  bool fits = false;
+  int score = 0;              // 1..10 when it fits
+  std::string reason;         // when it does not
+  bool unresolvable = false;  // no state of this node could ever satisfy the pod
+  PodAllocation allocation;   // the ids it would get (when it fits)
+};
+
+struct NodeInfo {
+  std::string name;
+  std::string instance_type;
+  int lnc = 0;  // 0 = the type's default
+};
+
+enum class HoldState { kReserved, kCommitted };
+
+struct Hold {
+  std::string pod_name;
+  PodAllocation allocation;
+  HoldState state = HoldState::kReserved;
+  int64_t deadline_ns = 0;  // kReserved only
+};
+
+// A pod's allocation as recorded on the pod (annotation), for Rebuild.
+struct RecordedPod {
+  std::string uid;
+  std::string name;
+  PodAllocation allocation;
+};
+
+struct RebuildProblem {
+  std::string uid;
+  std::string name;
+  std::string node;
+  std::vector<std::string> conflicting_uids;  // pods already holding some of its ids
+  std::string message;
+};
+
+struct RebuildReport {
+  int applied = 0;
+  int reservations_kept = 0;
+  std::vector<RebuildProblem> problems;  // conflicts and invalid records; none were applied
+};
+
+struct NodeSnapshot {
+  NodeInfo info;
+  topology::NodeShape shape;
+  topology::NodeUsage usage;
+  std::vector<std::string> pod_uids;
+};
+
+struct TrackerStats {
+  int nodes = 0;
+  int reserved = 0;
+  int committed = 0;
+};
+
+class Tracker {
+ public:
+  Tracker(const topology::Catalog& catalog, Policy policy);
+  Tracker(const Tracker&) = delete;
+  Tracker& operator=(const Tracker&) = delete;
+
+  // Adds or updates a node. An unknown instance type is an error (and the node is kept, so that
+  // Fit names the reason). Changing the type of a node that holds pods is refused.
+  Status UpsertNode(const NodeInfo& info);
+  // Drops the node and every hold on it.
+  void RemoveNode(const std::string& name);
+
+  // Would the pod fit on the node now (committed and reserved ids count as used)? Changes nothing.
+  FitResult Fit(const PodSpec& pod, const std::string& node) const;
+  // Fit for many nodes under one lock, in the order given.
+  std::vector<FitResult> FitAll(const PodSpec& pod, std::span<const std::string> nodes) const;
+  // Would it fit if these pods were gone? Changes nothing.
+  FitResult FitWithout(const PodSpec& pod, const std::string& node,
+                       std::span<const std::string> gone_uids) const;
+  // The fewest of `candidate_uids` (pods on `node`) whose removal lets the pod fit: an empty list
+  // when it fits already, an error when even removing all of them is not enough. Changes nothing.
+  Result<std::vector<std::string>> FewestVictims(const PodSpec& pod, const std::string& node,
+                                                 std::span<const std::string> candidate_uids) const;
+
+  // Chooses ids for the pod on the node and holds them until `deadline_ns`. Errors (state
+  // unchanged) if the pod already holds ids or does not fit.
+  Result<PodAllocation> Reserve(const PodSpec& pod, const std::string& node, int64_t deadline_ns);
+  // Holds exactly these ids (a bind that must write what was chosen elsewhere, e.g. a retry).
+  Status ReserveExact(const std::string& uid, const std::string& pod_name,
+                      const PodAllocation& allocation, int64_t deadline_ns);
+  // Makes a reservation permanent. Errors if the pod has no reservation.
+  Status Commit(const std::string& uid);
+  // Releases a reservation (bind failed). Errors if the pod has no reservation.
+  Status Rollback(const std::string& uid);
+  // Releases whatever the pod holds (it was deleted). Returns false if it held nothing.
+  bool Forget(const std::string& uid);
+  // Releases reservations whose deadline is at or before now_ns; returns their uids.
+  std::vector<std::string> ExpireReservations(int64_t now_ns);
+  // Records a committed allocation made elsewhere (another replica, or before a restart).
+  // Conflicts with existing holds are refused, naming the holders.
+  Status Adopt(const RecordedPod& pod);
+
+  // Replaces every committed hold with `pods` (in order: on a conflict the earlier pod keeps the
+  // ids and the later one is reported and not applied). Reservations still in flight are kept
+  // when `keep_reservations`, unless they now conflict.
+  RebuildReport Rebuild(std::span<const RecordedPod> pods, bool keep_reservations);
+
+  std::optional<Hold> Find(const std::string& uid) const;
+  std::optional<NodeSnapshot> Snapshot(const std::string& node) const;
+  std::vector<std::string> NodeNames() const;
+  TrackerStats Stats() const;
+  Policy policy() const { return policy_; }
+
+ private:
+  struct NodeEntry {
+    NodeInfo info;
+    std::optional<topology::NodeShape> shape;  // empty when the instance type is unknown
+    std::string error;                         // why shape is empty
+    topology::NodeUsage usage;
+    std::vector<std::string> pods;             // uids holding ids here
+  };
+
+  FitResult FitLocked(const PodSpec& pod, const NodeEntry& node,
+                      const topology::NodeUsage& usage) const;
+  const NodeEntry* FindNode(const std::string& name) const;
+  topology::NodeUsage UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const;
+  // REQUIRES: exclusive lock. Takes the ids or, on overlap, changes nothing and returns false.
+  bool TakeLocked(NodeEntry& node, const PodAllocation& allocation);
+  void ReleaseLocked(NodeEntry& node, const std::string& uid, const PodAllocation& allocation);
+  std::vector<std::string> HoldersOverlapping(const NodeEntry& node,
+                                              const PodAllocation& allocation) const;
+  Status ValidateAllocation(const NodeEntry& node, const PodAllocation& allocation) const;
+
+  const topology::Catalog& catalog_;
+  const Policy policy_;
+  mutable std::shared_mutex mu_;
+  std::unordered_map<std::string, NodeEntry> nodes_;  // guarded by mu_
+  std::unordered_map<std::string, Hold> holds_;       // guarded by mu_
+};
+
+}  // namespace toposched::tracker
+
+#endif  // TOPOSCHED_TRACKER_TRACKER_H_
