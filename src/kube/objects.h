@@ -1,0 +1,75 @@
+// Typed views of the Kubernetes objects toposched reads: only the fields it uses. Decoders
+// (kube/decode.h) fill them from API JSON; nothing here does I/O.
+#ifndef TOPOSCHED_KUBE_OBJECTS_H_
+#define TOPOSCHED_KUBE_OBJECTS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace toposched::kube {
+
+// Resource name -> whole-number quantity. Only extended resources (names with a '/', e.g.
+// aws.amazon.com/neuron) are kept: they are always integers.
+using ResourceCounts = std::map<std::string, int64_t, std::less<>>;
+
+struct Container {
+  std::string name;
+  ResourceCounts requests;
+  ResourceCounts limits;
+  // Init containers with restartPolicy Always are sidecars: they run beside the app containers
+  // for the pod's whole life, so their requests add up like app containers'.
+  bool sidecar = false;
+};
+
+struct Pod {
+  std::string ns;
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  std::string node_name;       // spec.nodeName; empty while unscheduled
+  std::string scheduler_name;  // spec.schedulerName
+  std::string phase;           // status.phase
+  std::string creation_timestamp;
+  bool deleting = false;       // metadata.deletionTimestamp is set
+  std::map<std::string, std::string, std::less<>> annotations;
+  std::vector<Container> containers;
+  std::vector<Container> init_containers;
+
+  std::string Key() const { return ns + "/" + name; }
+  // Succeeded or Failed: its devices are free again.
+  bool Terminated() const { return phase == "Succeeded" || phase == "Failed"; }
+};
+
+struct Node {
+  std::string name;
+  std::string resource_version;
+  std::string instance_type;  // node.kubernetes.io/instance-type, else beta.kubernetes.io/instance-type
+  std::map<std::string, std::string, std::less<>> labels;
+  ResourceCounts capacity;
+  ResourceCounts allocatable;
+  bool unschedulable = false;  // spec.unschedulable
+};
+
+enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
+
+template <typename T>
+struct WatchEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  T object;                      // for ADDED/MODIFIED/DELETED
+  std::string resource_version;  // the object's, or the bookmark's
+  int error_code = 0;            // for ERROR: the Status code (410 = resource version too old)
+  std::string error_message;
+};
+
+template <typename T>
+struct ObjectList {
+  std::string resource_version;
+  std::string continue_token;
+  std::vector<T> items;
+};
+
+}  // namespace toposched::kube
+
+#endif  // TOPOSCHED_KUBE_OBJECTS_H_
