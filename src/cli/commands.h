@@ -29,6 +29,14 @@ struct SimulateOptions;
 std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app);
 int RunSimulate(const SimulateOptions& options, const std::string& catalog_path);
 
+struct ExtenderOptions;
+std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app);
+int RunExtender(const ExtenderOptions& options, const std::string& catalog_path);
+
+struct DevicePluginOptions;
+std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app);
+int RunDevicePlugin(const DevicePluginOptions& options, const std::string& catalog_path);
+
 }  // namespace toposched::cli
 
 #endif  // TOPOSCHED_CLI_COMMANDS_H_

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
 
   auto allocate = AddAllocateCommand(app);
   auto simulate = AddSimulateCommand(app);
+  auto extender = AddExtenderCommand(app);
+  auto device_plugin = AddDevicePluginCommand(app);
 
   try {
     app.parse(argc, argv);
@@ -56,5 +58,7 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("allocate")) return RunAllocate(*allocate, catalog_path);
   if (app.got_subcommand("simulate")) return RunSimulate(*simulate, catalog_path);
+  if (app.got_subcommand("extender")) return RunExtender(*extender, catalog_path);
+  if (app.got_subcommand("device-plugin")) return RunDevicePlugin(*device_plugin, catalog_path);
   return kExitUsage;
 }
