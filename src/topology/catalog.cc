@@ -87,6 +87,9 @@ InstanceType ReadType(const std::string& name, const YAML::Node& entry) {
   if (const auto lnc = entry["lnc"]) {
     if (!lnc.IsMap()) Fail(lnc, "lnc must be a map");
     RefuseUnknownKeys(lnc, {"physical_cores_per_device", "allowed", "default"}, "lnc");
+    for (const char* required : {"physical_cores_per_device", "allowed", "default"}) {
+      if (!lnc[required]) Fail(lnc, fmt::format("lnc of '{}' has no '{}'", name, required));
+    }
     t.has_lnc = true;
     t.lnc.physical_cores_per_device =
         ReadInt(lnc["physical_cores_per_device"], "lnc.physical_cores_per_device", 1, kMaxCores);

@@ -61,18 +61,21 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
     weight += c->request.count;
     result.allocation.containers.push_back({c->name, std::move(d.placement)});
   }
-  const std::vector<ContainerAllocation> app_sets = result.allocation.containers;
+  // Init containers run one at a time, so each may reuse any ids this pod already holds: the app
+  // containers' and those an earlier init container had to take.
+  std::vector<ContainerAllocation> own_sets = result.allocation.containers;
   for (const auto* c : inits) {
     Decision d;
-    if (!app_sets.empty()) {
-      d = topology::Allocate(shape, OnlyFree(shape, app_sets), c->request, policy);
+    if (!own_sets.empty()) {
+      d = topology::Allocate(shape, OnlyFree(shape, own_sets), c->request, policy);
     }
-    if (app_sets.empty() || !d.ok()) {
+    if (own_sets.empty() || !d.ok()) {
       d = topology::Allocate(shape, usage, c->request, policy);
       if (!d.ok()) return fail(*c, d);
       usage.Take(shape, d.placement.unit, d.placement.ids);
       weighted_score += d.score * c->request.count;
       weight += c->request.count;
+      own_sets.push_back({c->name, d.placement});
     }
     result.allocation.containers.push_back({c->name, std::move(d.placement)});
   }
@@ -81,14 +84,24 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
   return result;
 }
 
+// The cores a placement covers (a device covers all of its cores). Computed from the ids alone:
+// recorded allocations need not carry ascending ids or a correct `devices` mask.
+topology::CoreBits CoresOf(const NodeShape& shape, const Placement& p) {
+  topology::CoreBits bits;
+  for (int id : p.ids) {
+    if (p.unit == Unit::kCore) {
+      if (id >= 0 && id < shape.cores) bits.set(static_cast<size_t>(id));
+    } else if (id >= 0 && id < shape.devices) {
+      for (int k = 0; k < shape.cores_per_device; ++k) {
+        bits.set(static_cast<size_t>(id * shape.cores_per_device + k));
+      }
+    }
+  }
+  return bits;
+}
+
 bool Overlaps(const NodeShape& shape, const Placement& a, const Placement& b) {
-  if ((a.devices & b.devices) == 0) return false;
-  if (a.unit == Unit::kDevice || b.unit == Unit::kDevice) return true;  // shares a whole device
-  (void)shape;
-  std::vector<int> common;
-  std::set_intersection(a.ids.begin(), a.ids.end(), b.ids.begin(), b.ids.end(),
-                        std::back_inserter(common));
-  return !common.empty();
+  return (CoresOf(shape, a) & CoresOf(shape, b)).any();
 }
 
 bool Overlaps(const NodeShape& shape, const PodAllocation& a, const PodAllocation& b) {
@@ -135,6 +148,7 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
   if (it != nodes_.end()) {
     NodeEntry& old = it->second;
     if (old.info.instance_type == info.instance_type && old.info.lnc == info.lnc) {
+      if (!old.shape) return Error{fmt::format("node {}: {}", info.name, old.error)};
       return OkStatus();
     }
     if (!old.pods.empty()) {
@@ -221,7 +235,12 @@ FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
                               std::span<const std::string> gone_uids) const {
   std::shared_lock lock(mu_);
   const NodeEntry* entry = FindNode(node);
-  if (entry == nullptr || !entry->shape) return Fit(pod, node);
+  if (entry == nullptr) {
+    FitResult r;
+    r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
+    return r;
+  }
+  if (!entry->shape) return FitLocked(pod, *entry, entry->usage);
   return FitLocked(pod, *entry, UsageWithout(*entry, gone_uids));
 }
 
