@@ -1,0 +1,42 @@
+// The ids the plugin advertises to kubelet and how they map to the allocator's integers.
+//
+// Devices are "neuron0".."neuronN-1" (as /dev/neuronN); cores are "neuroncore0".. numbered
+// node-wide (device * cores_per_device + k, in logical cores at the node's LNC), exactly the ids
+// the extender records in the pod's annotations.
+#ifndef TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_
+#define TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "topology/allocator.h"
+
+namespace toposched::deviceplugin {
+
+inline constexpr std::string_view kDeviceIdPrefix = "neuron";
+inline constexpr std::string_view kCoreIdPrefix = "neuroncore";
+
+// One resource this plugin serves: its extended-resource name and what one unit of it is.
+struct ResourceSpec {
+  std::string name;  // e.g. aws.amazon.com/neuron
+  topology::Unit unit = topology::Unit::kDevice;
+  // Other names the extender may have recorded the same resource under (the retired
+  // aws.amazon.com/neurondevice for devices).
+  std::vector<std::string> aliases;
+
+  bool Matches(std::string_view resource) const;
+};
+
+std::string UnitId(topology::Unit unit, int index);
+// "neuron3" -> 3. Errors on a wrong prefix, non-digits, leading zeros or index >= limit.
+Result<int> ParseUnitId(topology::Unit unit, std::string_view id, int limit);
+// Parses every id; the first bad one is the error. The result is sorted ascending.
+Result<std::vector<int>> ParseUnitIds(topology::Unit unit, const std::vector<std::string>& ids,
+                                      int limit);
+std::vector<std::string> UnitIds(topology::Unit unit, const std::vector<int>& indexes);
+
+}  // namespace toposched::deviceplugin
+
+#endif  // TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_

@@ -1,0 +1,265 @@
+#include "deviceplugin/manager.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include "deviceplugin/endpoint.h"
+#include "deviceplugin/kubelet_watch.h"
+#include "deviceplugin/pod_resources.h"
+
+namespace toposched::deviceplugin {
+namespace {
+
+constexpr auto kTick = std::chrono::milliseconds(100);
+constexpr auto kWatchTick = std::chrono::milliseconds(200);
+
+// Sleeps up to `duration` in short steps; false when `stop` was set meanwhile.
+bool SleepUnlessStopped(const std::atomic<bool>& stop, std::chrono::milliseconds duration) {
+  const auto until = std::chrono::steady_clock::now() + duration;
+  while (!stop) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return true;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kTick, until - now));
+  }
+  return false;
+}
+
+// Identifies one incarnation of kubelet.sock: a restarted kubelet creates a new file.
+struct FileIdentity {
+  bool exists = false;
+  ino_t inode = 0;
+  int64_t ctime_ns = 0;
+
+  bool operator==(const FileIdentity&) const = default;
+};
+
+FileIdentity Identify(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_ino,
+          static_cast<int64_t>(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
+}  // namespace
+
+std::vector<ResourceSpec> DefaultResources(const std::string& device_resource,
+                                           const std::string& core_resource) {
+  std::vector<ResourceSpec> out;
+  if (!device_resource.empty()) {
+    ResourceSpec devices{device_resource, topology::Unit::kDevice, {}};
+    if (device_resource == "aws.amazon.com/neuron") {
+      devices.aliases.push_back("aws.amazon.com/neurondevice");
+    }
+    out.push_back(std::move(devices));
+  }
+  if (!core_resource.empty()) out.push_back({core_resource, topology::Unit::kCore, {}});
+  return out;
+}
+
+std::string SocketName(const std::string& prefix, const std::string& resource) {
+  const size_t slash = resource.rfind('/');
+  std::string base = slash == std::string::npos ? resource : resource.substr(slash + 1);
+  for (char& c : base) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    if (c >= 'A' && c <= 'Z') {
+      c = static_cast<char>(c - 'A' + 'a');
+    } else if (!ok) {
+      c = '-';
+    }
+  }
+  return fmt::format("{}-{}.sock", prefix, base);
+}
+
+struct DevicePluginManager::Endpoint {
+  std::unique_ptr<PluginEndpoint> server;
+  bool registered = false;
+  FileIdentity registered_with;  // the kubelet.sock it registered on
+  std::chrono::steady_clock::time_point next_attempt{};
+  std::string last_error;
+};
+
+DevicePluginManager::DevicePluginManager(PluginOptions options, const topology::Catalog& catalog,
+                                         PodSource& pods)
+    : options_(std::move(options)), catalog_(catalog), pods_(pods) {}
+
+DevicePluginManager::~DevicePluginManager() = default;
+
+bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
+  std::string last_error;
+  while (!stop) {
+    auto inventory = Discover(options_.host);
+    Result<NodeTopology> resolved =
+        inventory.ok() ? ResolveTopology(catalog_, *inventory, options_.instance_type_override)
+                       : Result<NodeTopology>(Error{inventory.error()});
+    if (resolved.ok()) {
+      for (const std::string& warning : inventory->warnings) spdlog::warn("sysfs: {}", warning);
+      for (const std::string& note : resolved->notes) spdlog::warn("topology: {}", note);
+      topology_ = std::make_unique<NodeTopology>(std::move(resolved).value());
+      const topology::NodeShape& shape = topology_->shape;
+      spdlog::info("node {}: {} with {} devices x {} cores = {} cores{}, rule {} ({})",
+                   options_.node_name, shape.type->name, shape.devices, shape.cores_per_device,
+                   shape.cores, shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : "",
+                   topology::RuleName(shape.type->rule),
+                   topology_->from_catalog ? "catalog" : "from sysfs");
+      return true;
+    }
+    if (resolved.error() != last_error) {
+      spdlog::warn("{}; nothing to serve yet, checking again every {} ms", resolved.error(),
+                   options_.discovery_interval.count());
+      last_error = resolved.error();
+    }
+    if (!SleepUnlessStopped(stop, options_.discovery_interval)) break;
+  }
+  return false;
+}
+
+void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
+  while (SleepUnlessStopped(stop, options_.health_interval)) PollHealth(options_.host, *health_);
+}
+
+void DevicePluginManager::KickReconcile() {
+  {
+    std::lock_guard lock(reconcile_mutex_);
+    reconcile_kicked_ = true;
+  }
+  reconcile_wake_.notify_all();
+}
+
+void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
+  const PodResourcesClient kubelet(options_.pod_resources_socket);
+  const RecordContext context{options_.node_name, topology_->type->name, &topology_->shape,
+                              options_.resources};
+  auto last_run = std::chrono::steady_clock::now();
+  std::string last_error;
+  while (!stop) {
+    bool run = false;
+    {
+      std::unique_lock lock(reconcile_mutex_);
+      reconcile_wake_.wait_for(lock, kTick, [&] { return reconcile_kicked_; });
+      if (reconcile_kicked_) {
+        reconcile_kicked_ = false;
+        run = true;
+      }
+    }
+    if (run && !SleepUnlessStopped(stop, options_.reconcile_delay)) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval) {
+      run = true;
+    }
+    if (!run) continue;
+    last_run = now;
+    auto patched = RecordKubeletAssignments(kubelet, pods_, context);
+    if (!patched.ok() && patched.error() != last_error) {
+      spdlog::warn("recording kubelet's assignments: {}", patched.error());
+    }
+    last_error = patched.ok() ? "" : patched.error();
+  }
+}
+
+void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
+  const std::string kubelet_socket = options_.kubelet_dir + "/" + options_.kubelet_socket_name;
+  const EndpointContext context{&topology_->shape, health_.get(), allocations_.get(),
+                                options_.numbering};
+  std::vector<Endpoint> endpoints;
+  for (const ResourceSpec& resource : options_.resources) {
+    Endpoint endpoint;
+    endpoint.server = std::make_unique<PluginEndpoint>(
+        resource, options_.kubelet_dir, SocketName(options_.socket_prefix, resource.name), context);
+    endpoints.push_back(std::move(endpoint));
+  }
+  DirectoryWatch watch(options_.kubelet_dir);
+  while (!stop) {
+    bool kubelet_restarted = false;
+    for (const DirectoryWatch::Event& event : watch.Wait(kWatchTick)) {
+      if (event.name == options_.kubelet_socket_name && event.created) kubelet_restarted = true;
+    }
+    const FileIdentity kubelet_now = Identify(kubelet_socket);
+    const auto now = std::chrono::steady_clock::now();
+    for (Endpoint& endpoint : endpoints) {
+      PluginEndpoint& server = *endpoint.server;
+      if (endpoint.registered &&
+          (kubelet_restarted || !(endpoint.registered_with == kubelet_now))) {
+        spdlog::info("kubelet.sock was re-created (kubelet restarted): registering {} again",
+                     server.resource().name);
+        endpoint.registered = false;
+        endpoint.next_attempt = now;
+      }
+      if (!server.serving() || !server.SocketExists()) {
+        if (now < endpoint.next_attempt) continue;
+        if (server.serving()) {
+          spdlog::info("{} was removed (kubelet restarted?): serving a new socket",
+                       server.socket_path());
+        }
+        if (Status started = server.Start(); !started.ok()) {
+          if (started.error() != endpoint.last_error) spdlog::warn("{}", started.error());
+          endpoint.last_error = started.error();
+          endpoint.next_attempt = now + options_.register_retry;
+          continue;
+        }
+        endpoint.registered = false;
+      }
+      if (endpoint.registered || now < endpoint.next_attempt) continue;
+      if (!kubelet_now.exists) {
+        const std::string error =
+            fmt::format("waiting for kubelet: {} does not exist", kubelet_socket);
+        if (error != endpoint.last_error) spdlog::warn("{}", error);
+        endpoint.last_error = error;
+        endpoint.next_attempt = now + options_.register_retry;
+        continue;
+      }
+      if (Status registered = server.Register(kubelet_socket, options_.register_timeout);
+          !registered.ok()) {
+        if (registered.error() != endpoint.last_error) {
+          spdlog::warn("{}; retrying every {} ms", registered.error(),
+                       options_.register_retry.count());
+        }
+        endpoint.last_error = registered.error();
+        endpoint.next_attempt = std::chrono::steady_clock::now() + options_.register_retry;
+        continue;
+      }
+      endpoint.registered = true;
+      endpoint.registered_with = kubelet_now;
+      endpoint.last_error.clear();
+      ++registrations_;
+    }
+  }
+  for (Endpoint& endpoint : endpoints) endpoint.server->Stop();
+}
+
+Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
+  if (options_.resources.empty()) return Error{"no resources to serve"};
+  for (const ResourceSpec& resource : options_.resources) {
+    if (resource.name.find('/') == std::string::npos ||
+        resource.name.rfind("kubernetes.io/", 0) == 0) {
+      return Error{
+          fmt::format("'{}' is not an extended resource name (domain/name, not "
+                      "kubernetes.io/)",
+                      resource.name)};
+    }
+  }
+  if (!WaitForDevices(stop)) return OkStatus();
+  health_ = std::make_unique<HealthBoard>(topology_->shape.devices);
+  PollHealth(options_.host, *health_);
+  AllocatorOptions allocator_options{options_.node_name, options_.numbering, options_.resources};
+  allocations_ =
+      std::make_unique<AllocationService>(pods_, topology_->shape, std::move(allocator_options));
+  const bool reconcile = !options_.pod_resources_socket.empty();
+  if (reconcile) allocations_->set_on_unannotated_grant([this] { KickReconcile(); });
+  discovered_ = true;
+
+  std::thread health_thread([&] { HealthLoop(stop); });
+  std::thread reconcile_thread;
+  if (reconcile) reconcile_thread = std::thread([&] { ReconcileLoop(stop); });
+  ServeAndRegister(stop);
+  health_->Close();
+  health_thread.join();
+  if (reconcile_thread.joinable()) reconcile_thread.join();
+  spdlog::info("device plugin stopped");
+  return OkStatus();
+}
+
+}  // namespace toposched::deviceplugin

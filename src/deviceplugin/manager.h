@@ -1,0 +1,99 @@
+// The device plugin process: waits for the driver, resolves the node's topology, keeps device
+// health, serves one endpoint per resource, registers with kubelet and registers again whenever
+// kubelet restarts, and records kubelet's real assignment on pods that had no allocation.
+#ifndef TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
+#define TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "deviceplugin/allocation.h"
+#include "deviceplugin/device_ids.h"
+#include "deviceplugin/health.h"
+#include "deviceplugin/node_topology.h"
+#include "deviceplugin/pod_source.h"
+#include "deviceplugin/sysfs.h"
+#include "topology/catalog.h"
+
+namespace toposched::deviceplugin {
+
+struct PluginOptions {
+  HostPaths host;
+  std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
+  std::string kubelet_socket_name = "kubelet.sock";
+  // kubelet's PodResources socket; empty turns the recording of unannotated pods off.
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string node_name;
+  std::string instance_type_override;
+  // Resources served, one endpoint each. Socket file: "<socket_prefix>-<last part of name>.sock".
+  std::vector<ResourceSpec> resources;
+  std::string socket_prefix = "toposched";
+  CoreNumbering numbering = CoreNumbering::kContainer;
+
+  std::chrono::milliseconds health_interval{250};
+  std::chrono::milliseconds discovery_interval{10000};
+  std::chrono::milliseconds register_retry{2000};
+  std::chrono::milliseconds register_timeout{10000};
+  // Period of the PodResources pass (0 = only after an unannotated grant), and the delay after
+  // such a grant (kubelet records the ids only once Allocate has returned).
+  std::chrono::milliseconds reconcile_interval{30000};
+  std::chrono::milliseconds reconcile_delay{2000};
+};
+
+// The default resources: devices as aws.amazon.com/neuron (alias neurondevice), cores as
+// aws.amazon.com/neuroncore. An empty name leaves that resource out.
+std::vector<ResourceSpec> DefaultResources(const std::string& device_resource,
+                                           const std::string& core_resource);
+
+// "<prefix>-<last path part of the resource, [a-z0-9-] only>.sock".
+std::string SocketName(const std::string& prefix, const std::string& resource);
+
+class DevicePluginManager {
+ public:
+  // `catalog` and `pods` must outlive the manager.
+  DevicePluginManager(PluginOptions options, const topology::Catalog& catalog, PodSource& pods);
+  ~DevicePluginManager();
+  DevicePluginManager(const DevicePluginManager&) = delete;
+  DevicePluginManager& operator=(const DevicePluginManager&) = delete;
+
+  // Runs until `stop` becomes true (noticed within ~200 ms). Errors only for configuration that
+  // can never work (no resources, bad names); a missing driver or kubelet is waited for.
+  Status Run(const std::atomic<bool>& stop);
+
+  // For tests and logs.
+  bool discovered() const { return discovered_; }
+  int registrations() const { return registrations_; }
+
+ private:
+  struct Endpoint;
+  bool WaitForDevices(const std::atomic<bool>& stop);
+  void HealthLoop(const std::atomic<bool>& stop);
+  void ReconcileLoop(const std::atomic<bool>& stop);
+  void KickReconcile();
+  void ServeAndRegister(const std::atomic<bool>& stop);
+
+  const PluginOptions options_;
+  const topology::Catalog& catalog_;
+  PodSource& pods_;
+
+  std::unique_ptr<NodeTopology> topology_;
+  std::unique_ptr<HealthBoard> health_;
+  std::unique_ptr<AllocationService> allocations_;
+
+  std::mutex reconcile_mutex_;
+  std::condition_variable reconcile_wake_;
+  bool reconcile_kicked_ = false;
+
+  std::atomic<bool> discovered_{false};
+  std::atomic<int> registrations_{0};
+};
+
+}  // namespace toposched::deviceplugin
+
+#endif  // TOPOSCHED_DEVICEPLUGIN_MANAGER_H_

@@ -1,0 +1,383 @@
+// The device plugin end to end over unix sockets in a temp dir: a fake kubelet that dials back
+// inside Register, ListAndWatch, health transitions, kubelet restarts, GetPreferredAllocation and
+// Allocate on the wire, waiting for a missing driver, and PodResources recording. Also prints the
+// round-trip latency of GetPreferredAllocation and Allocate (docs/device-plugin.md).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "deviceplugin/manager.h"
+#include "deviceplugin_fixtures.h"
+
+namespace toposched::deviceplugin {
+namespace {
+
+using testing::FakeHost;
+using testing::FakeKubelet;
+using testing::FakePodResources;
+using testing::FakePodSource;
+using ::testing::HasSubstr;
+using testing::MakePod;
+using testing::RecordAnnotations;
+using testing::TempDir;
+using testing::WaitFor;
+using namespace std::chrono_literals;
+
+constexpr char kNeuron[] = "aws.amazon.com/neuron";
+constexpr char kCore[] = "aws.amazon.com/neuroncore";
+
+PluginOptions FastOptions(const FakeHost& host) {
+  PluginOptions options;
+  options.host.sysfs_root = host.sys();
+  options.host.dev_root = host.dev();
+  options.host.opt_aws_root = host.opt();
+  options.kubelet_dir = host.kubelet();
+  options.pod_resources_socket.clear();
+  options.node_name = "node-a";
+  options.resources = DefaultResources(kNeuron, kCore);
+  options.numbering = CoreNumbering::kHost;
+  options.health_interval = 100ms;
+  options.discovery_interval = 100ms;
+  options.register_retry = 100ms;
+  options.register_timeout = 5s;
+  options.reconcile_interval = 0ms;
+  options.reconcile_delay = 100ms;
+  return options;
+}
+
+// The manager on its own thread, stopped and joined on destruction (bounded: ~200 ms).
+class RunningPlugin {
+ public:
+  RunningPlugin(PluginOptions options, PodSource& pods)
+      : manager_(std::move(options), topology::Catalog::Embedded(), pods),
+        thread_([this] { status_ = manager_.Run(stop_); }) {}
+  ~RunningPlugin() {
+    stop_ = true;
+    thread_.join();
+  }
+  DevicePluginManager& manager() { return manager_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  Status status_ = OkStatus();
+  DevicePluginManager manager_;
+  std::thread thread_;
+};
+
+bool AllHealthy(const FakeKubelet::DeviceView& view, size_t count) {
+  return view.health.size() == count &&
+         std::all_of(view.health.begin(), view.health.end(),
+                     [](const auto& entry) { return entry.second == "Healthy"; });
+}
+
+class DevicePluginServerTest : public ::testing::Test {
+ protected:
+  void Install(const std::string& type, int lnc = 0) {
+    host_.Install(type, lnc);
+    kubelet_ = std::make_unique<FakeKubelet>(host_.kubelet());
+  }
+
+  TempDir dir_;
+  FakeHost host_{dir_.path()};
+  std::unique_ptr<FakeKubelet> kubelet_;
+  FakePodSource pods_;
+};
+
+TEST_F(DevicePluginServerTest, RegistersBothResourcesAndStreamsDevices) {
+  Install("inf2.48xlarge");
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  for (const auto& registration : kubelet_->registrations()) {
+    EXPECT_TRUE(registration.options_called_inside_register);
+    EXPECT_TRUE(registration.preferred_available);
+  }
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return AllHealthy(v, 12); }, 5s));
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kCore, [](const auto& v) { return AllHealthy(v, 24); }, 5s));
+  const auto devices = kubelet_->Devices(kNeuron).health;
+  EXPECT_EQ(devices.count("neuron0"), 1u);
+  EXPECT_EQ(devices.count("neuron11"), 1u);
+  EXPECT_EQ(kubelet_->Devices(kCore).health.count("neuroncore23"), 1u);
+  EXPECT_TRUE(std::filesystem::exists(host_.kubelet() + "/toposched-neuron.sock"));
+  EXPECT_TRUE(std::filesystem::exists(host_.kubelet() + "/toposched-neuroncore.sock"));
+}
+
+TEST_F(DevicePluginServerTest, Trn2CoreCountFollowsLnc) {
+  for (int lnc : {1, 2}) {
+    TempDir dir;
+    FakeHost host{dir.path()};
+    host.Install("trn2.48xlarge", lnc);
+    FakeKubelet kubelet(host.kubelet());
+    RunningPlugin plugin(FastOptions(host), pods_);
+    const size_t cores = static_cast<size_t>(16 * 8 / lnc);
+    EXPECT_TRUE(kubelet.WaitForDevices(
+        kCore, [&](const auto& v) { return AllHealthy(v, cores); }, 5s))
+        << "LNC " << lnc;
+    EXPECT_TRUE(kubelet.WaitForDevices(
+        kNeuron, [](const auto& v) { return AllHealthy(v, 16); }, 5s));
+  }
+}
+
+TEST_F(DevicePluginServerTest, DeviceTurnsUnhealthyWithinASecondAndRecovers) {
+  Install("trn1.32xlarge");
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return AllHealthy(v, 16); }, 5s));
+  const std::string node = host_.dev() + "/neuron3";
+  std::filesystem::remove(node);
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return v.health.at("neuron3") == "Unhealthy"; }, 1s));
+  const auto down = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kCore,
+      [](const auto& v) {
+        return v.health.at("neuroncore6") == "Unhealthy" &&
+               v.health.at("neuroncore7") == "Unhealthy" && v.health.at("neuroncore5") == "Healthy";
+      },
+      1s));
+  EXPECT_EQ(kubelet_->Devices(kNeuron).health.at("neuron2"), "Healthy");
+
+  testing::WriteFile(node, "");
+  start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return AllHealthy(v, 16); }, 1s));
+  const auto up = std::chrono::steady_clock::now() - start;
+  std::printf(
+      "[ latency  ] health: unhealthy after %lld ms, healthy again after %lld ms\n",
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(down).count()),
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(up).count()));
+}
+
+TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
+  Install("inf2.48xlarge");
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return AllHealthy(v, 12); }, 5s));
+  std::filesystem::remove(host_.dev() + "/neuron5");  // state the plugin must keep
+  ASSERT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return v.health.at("neuron5") == "Unhealthy"; }, 2s));
+
+  for (int restart = 1; restart <= 2; ++restart) {
+    kubelet_->Restart();
+    EXPECT_FALSE(std::filesystem::exists(host_.kubelet() + "/toposched-neuron.sock"));
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return kubelet_->RegistrationCount(kNeuron) == restart + 1 &&
+                 kubelet_->RegistrationCount(kCore) == restart + 1;
+        },
+        5s))
+        << "restart " << restart;
+    const int updates = kubelet_->Devices(kNeuron).updates;
+    // The new stream starts with the full list, health included.
+    EXPECT_TRUE(kubelet_->WaitForDevices(
+        kNeuron,
+        [&](const auto& v) {
+          return v.updates > updates - 1 && v.health.size() == 12 &&
+                 v.health.at("neuron5") == "Unhealthy";
+        },
+        2s));
+  }
+  EXPECT_TRUE(std::filesystem::exists(host_.kubelet() + "/toposched-neuron.sock"));
+  EXPECT_EQ(plugin.manager().registrations(), 6);
+}
+
+TEST_F(DevicePluginServerTest, RegistersOnceKubeletAppears) {
+  host_.Install("inf2.xlarge");
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(plugin.manager().registrations(), 0);
+  FakeKubelet kubelet(host_.kubelet());
+  EXPECT_TRUE(WaitFor([&] { return kubelet.registrations().size() == 2; }, 5s));
+}
+
+TEST_F(DevicePluginServerTest, WaitsForTheDriverWithoutCrashing) {
+  std::filesystem::create_directories(host_.kubelet());
+  kubelet_ = std::make_unique<FakeKubelet>(host_.kubelet());
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_FALSE(plugin.manager().discovered());
+  EXPECT_TRUE(kubelet_->registrations().empty());
+  host_.Install("inf2.24xlarge");  // the driver loads
+  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  EXPECT_TRUE(plugin.manager().discovered());
+  EXPECT_TRUE(kubelet_->WaitForDevices(
+      kNeuron, [](const auto& v) { return AllHealthy(v, 6); }, 5s));
+}
+
+class DevicePluginWireTest : public DevicePluginServerTest {
+ protected:
+  void SetUp() override {
+    Install("trn1.32xlarge");
+    plugin_ = std::make_unique<RunningPlugin>(FastOptions(host_), pods_);
+    ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+    devices_ = kubelet_->PluginStub(kNeuron);
+    cores_ = kubelet_->PluginStub(kCore);
+  }
+  void TearDown() override { plugin_.reset(); }
+
+  static v1beta1::PreferredAllocationRequest PreferRequest(const std::string& prefix, int units,
+                                                           std::vector<std::string> must,
+                                                           int size) {
+    v1beta1::PreferredAllocationRequest request;
+    auto* container = request.add_container_requests();
+    for (int i = 0; i < units; ++i) container->add_available_deviceids(prefix + std::to_string(i));
+    for (const std::string& id : must) container->add_must_include_deviceids(id);
+    container->set_allocation_size(size);
+    return request;
+  }
+  static v1beta1::AllocateRequest AllocateRequest(const std::vector<std::string>& ids) {
+    v1beta1::AllocateRequest request;
+    auto* container = request.add_container_requests();
+    for (const std::string& id : ids) container->add_devices_ids(id);
+    return request;
+  }
+
+  std::unique_ptr<RunningPlugin> plugin_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> devices_;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> cores_;
+};
+
+TEST_F(DevicePluginWireTest, PreferredThenAllocateByAnnotation) {
+  pods_.Add(MakePod("train", {{"main", kNeuron, 4}},
+                    RecordAnnotations({{"main", kNeuron, {8, 9, 10, 11}}}, 100)));
+  grpc::ClientContext prefer_context;
+  v1beta1::PreferredAllocationResponse preferred;
+  ASSERT_TRUE(
+      devices_
+          ->GetPreferredAllocation(&prefer_context, PreferRequest("neuron", 16, {}, 4), &preferred)
+          .ok());
+  ASSERT_EQ(preferred.container_responses_size(), 1);
+  EXPECT_THAT(preferred.container_responses(0).deviceids(),
+              ::testing::ElementsAre("neuron8", "neuron9", "neuron10", "neuron11"));
+
+  grpc::ClientContext allocate_context;
+  v1beta1::AllocateResponse response;
+  const auto status = devices_->Allocate(
+      &allocate_context, AllocateRequest({"neuron8", "neuron9", "neuron10", "neuron11"}),
+      &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.container_responses_size(), 1);
+  const auto& container = response.container_responses(0);
+  ASSERT_EQ(container.devices_size(), 4);
+  EXPECT_EQ(container.devices(0).host_path(), "/dev/neuron8");
+  EXPECT_EQ(container.devices(0).container_path(), "/dev/neuron8");
+  EXPECT_EQ(container.devices(0).permissions(), "rw");
+  EXPECT_EQ(container.envs().at("NEURON_RT_VISIBLE_CORES"), "16-23");
+  EXPECT_EQ(pods_.Get("train").annotations.at("NEURON_ALLOCATED"), "true");
+}
+
+TEST_F(DevicePluginWireTest, PreferredIsLegalAndHonoursMustInclude) {
+  grpc::ClientContext context;
+  v1beta1::PreferredAllocationResponse preferred;
+  ASSERT_TRUE(devices_
+                  ->GetPreferredAllocation(&context, PreferRequest("neuron", 16, {"neuron9"}, 4),
+                                           &preferred)
+                  .ok());
+  EXPECT_THAT(preferred.container_responses(0).deviceids(),
+              ::testing::ElementsAre("neuron8", "neuron9", "neuron10", "neuron11"));
+  grpc::ClientContext core_context;
+  ASSERT_TRUE(cores_
+                  ->GetPreferredAllocation(&core_context, PreferRequest("neuroncore", 32, {}, 3),
+                                           &preferred)
+                  .ok());
+  EXPECT_EQ(preferred.container_responses(0).deviceids_size(), 3);
+}
+
+TEST_F(DevicePluginWireTest, NoMatchingPodIsAClearError) {
+  grpc::ClientContext context;
+  v1beta1::AllocateResponse response;
+  const auto status = devices_->Allocate(
+      &context, AllocateRequest({"neuron0", "neuron1", "neuron2", "neuron3"}), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("no pod on node node-a is waiting for 4 aws.amazon.com/neuron"));
+  grpc::ClientContext bad_context;
+  const auto bad = devices_->Allocate(&bad_context, AllocateRequest({"gpu0"}), &response);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("'gpu0' is not a device id"));
+}
+
+TEST_F(DevicePluginWireTest, OneCoreWithoutAnnotation) {
+  grpc::ClientContext context;
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(cores_->Allocate(&context, AllocateRequest({"neuroncore5"}), &response).ok());
+  EXPECT_EQ(response.container_responses(0).envs().at("NEURON_RT_VISIBLE_CORES"), "5");
+  EXPECT_EQ(response.container_responses(0).devices(0).host_path(), "/dev/neuron2");
+}
+
+// Round trips over the unix socket, as kubelet makes them (pods from an in-memory source).
+TEST_F(DevicePluginWireTest, LatencyOfPreferredAndAllocate) {
+  for (int i = 0; i < 30; ++i) {
+    pods_.Add(MakePod("web-" + std::to_string(i), {{"main", "cpu-only/none", 0}}));
+  }
+  constexpr int kRounds = 300;
+  std::vector<double> prefer_us;
+  std::vector<double> allocate_us;
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string name = "job-" + std::to_string(i);
+    pods_.Add(MakePod(name, {{"main", kNeuron, 4}},
+                      RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100 + i)));
+    auto t0 = std::chrono::steady_clock::now();
+    grpc::ClientContext prefer_context;
+    v1beta1::PreferredAllocationResponse preferred;
+    ASSERT_TRUE(devices_
+                    ->GetPreferredAllocation(&prefer_context, PreferRequest("neuron", 16, {}, 4),
+                                             &preferred)
+                    .ok());
+    auto t1 = std::chrono::steady_clock::now();
+    grpc::ClientContext allocate_context;
+    v1beta1::AllocateResponse response;
+    std::vector<std::string> ids(preferred.container_responses(0).deviceids().begin(),
+                                 preferred.container_responses(0).deviceids().end());
+    ASSERT_TRUE(devices_->Allocate(&allocate_context, AllocateRequest(ids), &response).ok());
+    auto t2 = std::chrono::steady_clock::now();
+    prefer_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    allocate_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    pods_.Remove(name);
+  }
+  auto report = [](const char* what, std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    std::printf(
+        "[ latency  ] %s over the unix socket: p50 %.0f us, p90 %.0f us, p99 %.0f us "
+        "(%zu calls)\n",
+        what, us[us.size() / 2], us[us.size() * 9 / 10], us[us.size() * 99 / 100], us.size());
+  };
+  report("GetPreferredAllocation", prefer_us);
+  report("Allocate", allocate_us);
+}
+
+TEST_F(DevicePluginServerTest, RecordsKubeletsAssignmentForUnannotatedPods) {
+  Install("inf2.48xlarge");
+  const std::string socket = host_.root + "/pod-resources.sock";
+  FakePodResources pod_resources(socket);
+  pod_resources.AddContainer("default", "plain", "main", kNeuron, {"neuron7"});
+  pods_.Add(MakePod("plain", {{"main", kNeuron, 1}}));
+  PluginOptions options = FastOptions(host_);
+  options.pod_resources_socket = socket;
+  RunningPlugin plugin(options, pods_);
+  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  auto stub = kubelet_->PluginStub(kNeuron);
+  grpc::ClientContext context;
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids("neuron7");
+  v1beta1::AllocateResponse response;
+  ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] { return pods_.Get("plain").annotations.count("toposched.io/allocation") > 0; }, 3s));
+  const kube::Pod pod = pods_.Get("plain");
+  EXPECT_THAT(pod.annotations.at("toposched.io/allocation"),
+              HasSubstr(R"("resource":"aws.amazon.com/neuron","ids":[7])"));
+  EXPECT_EQ(pod.annotations.at("AWS_NEURON_IDS"), "7");
+  EXPECT_EQ(pod.annotations.at("NEURON_ALLOCATED"), "true");
+}
+
+}  // namespace
+}  // namespace toposched::deviceplugin
