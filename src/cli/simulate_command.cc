@@ -1,9 +1,211 @@
+// `toposched simulate`: replays a task trace onto a fleet through the production tracker and
+// allocator, once per policy, and prints them side by side. The file reading, the terminal and
+// the report file are here; the simulation itself (src/sim) is pure.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "base/json_escape.h"
 #include "cli/commands.h"
+#include "sim/report.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+
 namespace toposched::cli {
-struct SimulateOptions {};
+
+struct SimulateOptions {
+  std::string trace;
+  std::string fleet;  // empty: the mode's default fleet
+  std::string mode = "dynamic";
+  std::string policies = "best-fit,first-fit,count-only";
+  uint64_t seed = 0;
+  bool json = false;
+  std::string report;
+};
+
 std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
-  app.add_subcommand("simulate", "Replay a trace (not yet built)");
-  return std::make_shared<SimulateOptions>();
+  auto opts = std::make_shared<SimulateOptions>();
+  opts->trace = sim::DefaultTracePath();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate",
+      "Replay a GPU cluster trace onto a fleet of Neuron nodes through the same tracker and\n"
+      "allocator the scheduler uses, once per policy, and compare them side by side: pods\n"
+      "placed and rejected (by reason), device-hours, the share of devices left unallocated,\n"
+      "and fragmentation.\n"
+      "\n"
+      "Each GPU task becomes one pod:\n"
+      "  num_gpu > 1, or 1 at gpu_milli 1000  ->  num_gpu devices (aws.amazon.com/neuron)\n"
+      "  num_gpu 1 below 1000 milli          ->  1 core up to 500 milli, else 2 cores\n"
+      "                                          (aws.amazon.com/neuroncore)\n"
+      "  num_gpu 0                           ->  CPU-only: skipped and counted\n"
+      "(2 devices is never legal on trn nodes, only 1, 4, 8 or 16: such pods fit only on inf.)\n"
+      "\n"
+      "The node for each pod: best-fit takes the node with the highest fit score (first in\n"
+      "fleet order on a tie); first-fit (AWS's lowest-index sets) and count-only (blind to\n"
+      "topology, so never refused for it; always run) take the first node in fleet order\n"
+      "that fits.\n"
+      "Unreadable trace rows are skipped and counted. Exit 0 on success, 2 on bad flags or\n"
+      "input. Definitions: docs/simulator.md.");
+  cmd->add_option("--trace", opts->trace,
+                  "Trace CSV with columns num_gpu, gpu_milli and, for dynamic mode, "
+                  "creation_time and deletion_time (seconds)")
+      ->capture_default_str();
+  cmd->add_option("--fleet", opts->fleet,
+                  fmt::format("Nodes as TYPE=COUNT pairs in fleet order, e.g. "
+                              "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog). "
+                              "Default: {} in dynamic mode, {} in fill mode",
+                              sim::kDefaultDynamicFleet, sim::kDefaultFillFleet));
+  cmd->add_option("--mode", opts->mode,
+                  "dynamic: arrivals and departures at the trace's times; a pod that does not "
+                  "fit is rejected, not queued. fill: add tasks in order, none leaving, until the "
+                  "fleet refuses one (report the unallocated share then), and go on to the end")
+      ->check(CLI::IsMember({"dynamic", "fill"}))
+      ->capture_default_str();
+  cmd->add_option("--policy", opts->policies,
+                  "Comma-separated policies to compare: best-fit, first-fit, count-only "
+                  "(count-only is added when missing: the others are read against it)")
+      ->capture_default_str();
+  cmd->add_option("--seed", opts->seed,
+                  "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
+                  "the order of pods arriving in the same second; the same seed, the same result")
+      ->capture_default_str();
+  cmd->add_flag("--json", opts->json,
+                "Print one JSON object on stdout with a 'policies' array (name, placed, rejected, "
+                "device_hours, unallocated_share, fragmentation, ...)");
+  cmd->add_option("--report", opts->report,
+                  "Also write a self-contained HTML page (inline SVG charts: allocation over time "
+                  "per policy, device maps of a few nodes) to this file");
+  return opts;
 }
-int RunSimulate(const SimulateOptions&, const std::string&) { return 0; }
+
+namespace {
+
+int Fail(const SimulateOptions& opts, const std::string& message) {
+  if (opts.json) {
+    fmt::print("{{\"error\":{}}}\n", JsonQuote(message));
+  } else {
+    fmt::print(stderr, "error: {}\n", message);
+  }
+  return kExitUsage;
+}
+
+Result<std::vector<topology::Policy>> ParsePolicies(std::string_view text) {
+  std::vector<topology::Policy> policies;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    std::string_view name = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name.empty()) continue;
+    auto policy = topology::ParsePolicy(name);
+    if (!policy.ok()) return Error{"--policy: " + policy.error()};
+    if (std::find(policies.begin(), policies.end(), *policy) == policies.end()) {
+      policies.push_back(*policy);
+    }
+  }
+  // The topology-blind reference is what the other columns are read against.
+  if (std::find(policies.begin(), policies.end(), topology::Policy::kCountOnly) == policies.end()) {
+    policies.push_back(topology::Policy::kCountOnly);
+  }
+  return policies;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{fmt::format("cannot read trace file {}", path)};
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Error{fmt::format("error reading trace file {}", path)};
+  return text.str();
+}
+
+// A one-line bar on stderr, redrawn when the percentage changes.
+class ProgressBar {
+ public:
+  void Update(std::string_view policy, int64_t done, int64_t total) {
+    const int percent = total == 0 ? 100 : static_cast<int>(100 * done / total);
+    if (percent == last_percent_) return;
+    last_percent_ = percent;
+    constexpr int kWidth = 30;
+    const int filled = percent * kWidth / 100;
+    fmt::print(stderr, "\r[{:#<{}}{:<{}}] {:3}% {:<10}", "", filled, "", kWidth - filled, percent,
+               policy);
+    std::fflush(stderr);
+  }
+  void Clear() {
+    if (last_percent_ >= 0) fmt::print(stderr, "\r\033[K");
+  }
+
+ private:
+  int last_percent_ = -1;
+};
+
+}  // namespace
+
+int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
+  auto catalog = LoadCatalog(catalog_path);
+  if (!catalog.ok()) return Fail(opts, catalog.error());
+  const sim::Mode mode = opts.mode == "fill" ? sim::Mode::kFill : sim::Mode::kDynamic;
+  const std::string fleet_spec =
+      opts.fleet.empty() ? std::string(sim::DefaultFleet(mode)) : opts.fleet;
+  auto fleet = sim::ParseFleet(fleet_spec, *catalog.value());
+  if (!fleet.ok()) return Fail(opts, "--fleet: " + fleet.error());
+  auto policies = ParsePolicies(opts.policies);
+  if (!policies.ok()) return Fail(opts, policies.error());
+
+  auto text = ReadFile(opts.trace);
+  if (!text.ok()) return Fail(opts, text.error());
+  auto trace = sim::ParseTrace(text.value(), opts.trace);
+  if (!trace.ok()) return Fail(opts, trace.error());
+
+  sim::Options options;
+  options.mode = mode;
+  options.fleet = fleet.value();
+  options.policies = policies.value();
+  options.seed = opts.seed;
+  options.record_report_data = !opts.report.empty();
+  ProgressBar bar;
+  // Only a person at a terminal wants the bar; pipes and JSON consumers get clean output.
+  if (!opts.json && isatty(STDERR_FILENO) == 1) {
+    options.progress = [&bar](std::string_view policy, int64_t done, int64_t total) {
+      bar.Update(policy, done, total);
+    };
+  }
+  auto result = sim::Simulate(*catalog.value(), trace.value(), options);
+  bar.Clear();
+  if (!result.ok()) {
+    return Fail(opts, fmt::format("{} ({})", result.error(), opts.trace));
+  }
+
+  if (opts.json) {
+    // stdout carries only the JSON; the skipped rows are said on stderr as well.
+    for (const auto& warning : result->warnings) fmt::print(stderr, "warning: {}\n", warning);
+    if (result->bad_rows > 0) {
+      fmt::print(stderr, "warning: {} bad rows skipped in all\n", result->bad_rows);
+    }
+    fmt::print("{}", sim::FormatJson(result.value(), opts.trace));
+  } else {
+    fmt::print("{}", sim::FormatTable(result.value(), opts.trace));
+  }
+
+  if (!opts.report.empty()) {
+    std::ofstream out(opts.report, std::ios::binary | std::ios::trunc);
+    out << sim::FormatHtml(result.value(), opts.trace);
+    out.close();
+    if (!out) {
+      fmt::print(stderr, "error: cannot write report {}\n", opts.report);
+      return kExitUsage;
+    }
+    fmt::print(stderr, "report written to {}\n", opts.report);
+  }
+  return kExitOk;
+}
+
 }  // namespace toposched::cli

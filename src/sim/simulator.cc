@@ -1,1 +1,616 @@
-// placeholder, replaced by the simulator
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "tracker/tracker.h"
+
+namespace toposched::sim {
+namespace {
+
+using topology::NodeShape;
+using topology::NodeUsage;
+using topology::Policy;
+using topology::Request;
+using topology::Unit;
+
+// The simulated bind always succeeds at once, so the reservation only needs to outlive the
+// decision; any positive window works.
+constexpr int64_t kBindWindowNs = 30'000'000'000;
+constexpr int64_t kNsPerSecond = 1'000'000'000;
+// How often (in steps) the progress callback is told.
+constexpr int64_t kProgressEvery = 512;
+// Nodes drawn in the report's device maps: at most this many of each type, and in all.
+constexpr int kMapNodesPerType = 2;
+constexpr int kMapNodesTotal = 8;
+
+// One GPU task to replay, with the pod the scheduler sees for it.
+struct Job {
+  int task = 0;  // index in the trace
+  Request request;
+  int64_t creation_ns = 0;
+  int64_t deletion_ns = 0;
+  tracker::PodSpec pod;
+};
+
+// The simulator's cached view of one node, refreshed from the tracker after every change there.
+struct NodeView {
+  std::string name;
+  NodeShape shape;
+  int64_t allocated_units = 0;  // used cores x (units_per_device / cores_per_device)
+  int free_devices = 0;         // devices with no core in use
+  int largest_free_set = 0;     // the largest device count a legal free set still has
+  NodeUsage usage;
+  std::vector<int> core_owner;  // kept only for the report
+};
+
+struct FleetNode {
+  std::string name;
+  NodeShape shape;
+};
+
+// The largest N for which a request of N devices would be granted on this node now, asking the
+// allocator itself (legality differs by rule, so the answer is not monotone in N).
+int LargestFreeSet(const NodeShape& shape, const NodeUsage& usage, Policy policy, int free) {
+  for (int n = std::min(free, shape.devices); n >= 1; --n) {
+    const Request request{Unit::kDevice, n};
+    // Skips counts the rules never allow, without formatting a refusal for each.
+    if (policy != Policy::kCountOnly && !topology::CheckRequestShape(shape, request).empty()) {
+      continue;
+    }
+    if (topology::Allocate(shape, usage, request, policy).ok()) return n;
+  }
+  return 0;
+}
+
+std::string RequestLabel(const Request& request) {
+  return fmt::format("{} {}", request.count, topology::UnitName(request.unit, request.count));
+}
+
+// One policy's fleet: a tracker with every node, and the scheduler's node choice on top of it.
+class PolicyRun {
+ public:
+  PolicyRun(const topology::Catalog& catalog, Policy policy, const std::vector<FleetNode>& fleet,
+            size_t jobs, bool keep_owners)
+      : tracker_(catalog, policy), policy_(policy), keep_owners_(keep_owners) {
+    names_.reserve(fleet.size());
+    nodes_.reserve(fleet.size());
+    for (const auto& node : fleet) {
+      // The fleet's types were checked before; an error here would be a bug, and Fit names it.
+      (void)tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc});
+      names_.push_back(node.name);
+      NodeView view;
+      view.name = node.name;
+      view.shape = node.shape;
+      if (keep_owners_) view.core_owner.assign(static_cast<size_t>(node.shape.cores), -1);
+      nodes_.push_back(std::move(view));
+      total_devices_ += node.shape.devices;
+      units_per_device_ = std::lcm(units_per_device_, int64_t{node.shape.cores_per_device});
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) Refresh(i);
+    placed_on_.assign(jobs, -1);
+    unresolvable_.assign(nodes_.size(), false);
+  }
+
+  // Places the job or says why not. Errors only if the tracker contradicts itself.
+  Result<std::optional<RejectReason>> Place(size_t job_index, const Job& job, int64_t now_ns) {
+    const int node = ChooseNode(job.pod);
+    if (node < 0) return std::optional<RejectReason>(Classify(job.request));
+    const std::string& name = names_[static_cast<size_t>(node)];
+    auto reserved = tracker_.Reserve(job.pod, name, now_ns + kBindWindowNs);
+    if (!reserved.ok()) {
+      return Error{
+          fmt::format("internal error: the tracker refused {} on {} after Fit accepted "
+                      "it: {}",
+                      job.pod.name, name, reserved.error())};
+    }
+    if (auto committed = tracker_.Commit(job.pod.uid); !committed.ok()) {
+      return Error{
+          fmt::format("internal error: commit of {} failed: {}", job.pod.name, committed.error())};
+    }
+    placed_on_[job_index] = node;
+    if (keep_owners_) SetOwner(static_cast<size_t>(node), reserved.value(), job.task);
+    Refresh(static_cast<size_t>(node));
+    return std::optional<RejectReason>();
+  }
+
+  // The pod left: give its ids back. Pods that were never placed have nothing to give.
+  void Remove(size_t job_index, const Job& job) {
+    const int node = placed_on_[job_index];
+    if (node < 0) return;
+    if (keep_owners_) {
+      if (auto hold = tracker_.Find(job.pod.uid)) {
+        SetOwner(static_cast<size_t>(node), hold->allocation, -1);
+      }
+    }
+    tracker_.Forget(job.pod.uid);
+    placed_on_[job_index] = -1;
+    Refresh(static_cast<size_t>(node));
+  }
+
+  // Device-equivalents: a core counts as 1/cores_per_device of its device.
+  double allocated_devices() const {
+    return static_cast<double>(allocated_units_) / static_cast<double>(units_per_device_);
+  }
+  double unallocated_share() const {
+    return total_devices_ == 0 ? 0.0 : 1.0 - allocated_devices() / total_devices_;
+  }
+  double allocated_share() const { return 1.0 - unallocated_share(); }
+  // 1 - (sum of each node's largest legal free set) / (free devices); nullopt when none is free.
+  std::optional<double> fragmentation() const {
+    if (free_devices_ == 0) return std::nullopt;
+    return 1.0 - static_cast<double>(largest_sets_) / free_devices_;
+  }
+
+  // The current owners of the nodes the report draws.
+  std::vector<DeviceMap> DeviceMaps() const {
+    std::vector<DeviceMap> maps;
+    std::map<std::string, int, std::less<>> per_type;
+    for (const auto& node : nodes_) {
+      if (static_cast<int>(maps.size()) >= kMapNodesTotal) break;
+      if (per_type[node.shape.type->name]++ >= kMapNodesPerType) continue;
+      maps.push_back({node.name, node.shape.type->name, node.shape.devices,
+                      node.shape.cores_per_device, node.core_owner});
+    }
+    return maps;
+  }
+
+ private:
+  // The scheduler's part: which node. best-fit scores every node and takes the highest (the
+  // first in fleet order on a tie); first-fit and count-only take the first node that fits.
+  int ChooseNode(const tracker::PodSpec& pod) {
+    if (policy_ == Policy::kBestFit) {
+      const std::vector<tracker::FitResult> fits = tracker_.FitAll(pod, names_);
+      int best = -1;
+      int best_score = 0;
+      for (size_t i = 0; i < fits.size(); ++i) {
+        unresolvable_[i] = fits[i].unresolvable;
+        if (fits[i].fits && (best < 0 || fits[i].score > best_score)) {
+          best = static_cast<int>(i);
+          best_score = fits[i].score;
+        }
+      }
+      return best;
+    }
+    for (size_t i = 0; i < names_.size(); ++i) {
+      const tracker::FitResult fit = tracker_.Fit(pod, names_[i]);
+      if (fit.fits) return static_cast<int>(i);
+      unresolvable_[i] = fit.unresolvable;
+    }
+    return -1;
+  }
+
+  // REQUIRES: no node fits, and unresolvable_ was filled in by ChooseNode for every node.
+  RejectReason Classify(const Request& request) const {
+    bool any_resolvable = false;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (unresolvable_[i]) continue;
+      any_resolvable = true;
+      // Enough free units, counted without topology, means topology is what said no.
+      const NodeView& node = nodes_[i];
+      if (topology::Allocate(node.shape, node.usage, request, Policy::kCountOnly).ok()) {
+        return RejectReason::kNoLegalSet;
+      }
+    }
+    return any_resolvable ? RejectReason::kNoRoom : RejectReason::kNeverLegal;
+  }
+
+  void Refresh(size_t i) {
+    NodeView& node = nodes_[i];
+    allocated_units_ -= node.allocated_units;
+    free_devices_ -= node.free_devices;
+    largest_sets_ -= node.largest_free_set;
+    if (auto snapshot = tracker_.Snapshot(node.name)) node.usage = snapshot->usage;
+    node.allocated_units =
+        node.usage.used_core_count() * (units_per_device_ / node.shape.cores_per_device);
+    node.free_devices = std::popcount(node.shape.AllDevices() & ~node.usage.busy_devices());
+    node.largest_free_set = LargestFreeSet(node.shape, node.usage, policy_, node.free_devices);
+    allocated_units_ += node.allocated_units;
+    free_devices_ += node.free_devices;
+    largest_sets_ += node.largest_free_set;
+  }
+
+  void SetOwner(size_t node_index, const tracker::PodAllocation& allocation, int owner) {
+    NodeView& node = nodes_[node_index];
+    const int cpd = node.shape.cores_per_device;
+    for (const auto& container : allocation.containers) {
+      for (int id : container.placement.ids) {
+        const bool device = container.placement.unit == Unit::kDevice;
+        const int first = device ? id * cpd : id;
+        const int last = device ? first + cpd : id + 1;
+        for (int c = first; c < last; ++c) node.core_owner[static_cast<size_t>(c)] = owner;
+      }
+    }
+  }
+
+  tracker::Tracker tracker_;
+  const Policy policy_;
+  const bool keep_owners_;
+  std::vector<std::string> names_;
+  std::vector<NodeView> nodes_;
+  std::vector<int> placed_on_;      // per job: node index, -1 when not placed
+  std::vector<bool> unresolvable_;  // per node, for the last ChooseNode that found none
+  int total_devices_ = 0;
+  // Fleet totals, kept in step with nodes_ by Refresh. Allocation is counted in integer units
+  // (1/units_per_device_ of a device, a multiple of every node's core size) so sums never drift.
+  int64_t units_per_device_ = 1;
+  int64_t allocated_units_ = 0;
+  int free_devices_ = 0;
+  int largest_sets_ = 0;
+};
+
+// Reports progress every kProgressEvery steps and at the end.
+class Progress {
+ public:
+  Progress(const Options& options, int64_t total) : options_(options), total_(total) {}
+  void Step(Policy policy) {
+    ++done_;
+    if (options_.progress && (done_ % kProgressEvery == 0 || done_ == total_)) {
+      options_.progress(topology::PolicyName(policy), done_, total_);
+    }
+  }
+
+ private:
+  const Options& options_;
+  const int64_t total_;
+  int64_t done_ = 0;
+};
+
+void CountRejection(PolicyResult& out, const Job& job, RejectReason reason) {
+  ++out.rejected;
+  ++out.rejected_by_reason[static_cast<int>(reason)];
+  ++out.rejected_by_request[RequestLabel(job.request)];
+}
+
+void RecordEnd(PolicyResult& out, const PolicyRun& run) {
+  out.devices_allocated_at_end = run.allocated_devices();
+  out.unallocated_share_at_end = run.unallocated_share();
+  out.fragmentation_at_end = run.fragmentation().value_or(0.0);
+}
+
+// Departures come before arrivals at the same instant (the freed ids are usable at once), except
+// that a pod living zero seconds leaves after it arrives.
+enum EventPhase { kDeparture = 0, kArrival = 1, kInstantDeparture = 2 };
+
+struct Event {
+  int64_t t = 0;
+  int phase = kArrival;
+  uint64_t tiebreak = 0;  // from the seed: reorders pods arriving in the same instant
+  size_t job = 0;
+};
+
+std::vector<Event> BuildEvents(const std::vector<Job>& jobs, uint64_t seed) {
+  std::vector<Event> events;
+  events.reserve(jobs.size() * 2);
+  std::mt19937_64 rng(seed);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = jobs[j];
+    events.push_back({job.creation_ns, kArrival, seed == 0 ? 0 : rng(), j});
+    const int leave = job.deletion_ns == job.creation_ns ? kInstantDeparture : kDeparture;
+    events.push_back({job.deletion_ns, leave, 0, j});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return std::tie(a.t, a.phase, a.tiebreak, a.job) < std::tie(b.t, b.phase, b.tiebreak, b.job);
+  });
+  return events;
+}
+
+Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
+                                const std::vector<FleetNode>& fleet, const std::vector<Job>& jobs,
+                                const std::vector<Event>& events, const Options& options,
+                                Progress& progress) {
+  PolicyResult out;
+  out.policy = policy;
+  const bool record = options.record_report_data;
+  PolicyRun run(catalog, policy, fleet, jobs.size(), record);
+  const int64_t start = events.empty() ? 0 : events.front().t;
+  int64_t now = start;
+  double device_seconds = 0;
+  double unallocated_seconds = 0;  // share x seconds
+  double fragmentation_seconds = 0;
+  double seconds_with_free = 0;
+  double refused_share_sum = 0;
+  int refused = 0;
+  for (const Event& event : events) {
+    if (event.t > now) {
+      const double dt = static_cast<double>(event.t - now) / kNsPerSecond;
+      device_seconds += run.allocated_devices() * dt;
+      unallocated_seconds += run.unallocated_share() * dt;
+      if (const std::optional<double> f = run.fragmentation()) {
+        fragmentation_seconds += *f * dt;
+        seconds_with_free += dt;
+      }
+      now = event.t;
+    }
+    const Job& job = jobs[event.job];
+    if (event.phase == kArrival) {
+      auto outcome = run.Place(event.job, job, now);
+      if (!outcome.ok()) return Error{outcome.error()};
+      if (const std::optional<RejectReason> reason = outcome.value()) {
+        CountRejection(out, job, *reason);
+        if (*reason != RejectReason::kNeverLegal) {
+          refused_share_sum += run.unallocated_share();
+          ++refused;
+        }
+      } else {
+        ++out.placed;
+      }
+    } else {
+      run.Remove(event.job, job);
+    }
+    const double x = static_cast<double>(now - start) / kNsPerSecond;
+    const double share = run.allocated_share();
+    if (share > out.peak_allocated_share) {
+      out.peak_allocated_share = share;
+      out.peak_at_s = x;
+      if (record) out.device_maps = run.DeviceMaps();
+    }
+    if (record) out.timeline.push_back({x, share, out.rejected});
+    progress.Step(policy);
+  }
+  const double span = static_cast<double>(now - start) / kNsPerSecond;
+  out.device_hours = device_seconds / 3600.0;
+  out.avg_unallocated_share = span > 0 ? unallocated_seconds / span : run.unallocated_share();
+  out.avg_fragmentation = seconds_with_free > 0 ? fragmentation_seconds / seconds_with_free : 0.0;
+  out.unallocated_when_refused = refused > 0 ? refused_share_sum / refused : 0.0;
+  if (record) {
+    out.device_maps_moment = fmt::format("at peak allocation ({:.1f}%, day {:.2f} of the replay)",
+                                         100.0 * out.peak_allocated_share, out.peak_at_s / 86400.0);
+  }
+  RecordEnd(out, run);
+  return out;
+}
+
+// Tasks in order (shuffled for a nonzero seed), none leaving, until the fleet refuses; then on
+// to the end, counting.
+Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
+                             const std::vector<FleetNode>& fleet, const std::vector<Job>& jobs,
+                             const std::vector<size_t>& order, const Options& options,
+                             Progress& progress) {
+  PolicyResult out;
+  out.policy = policy;
+  const bool record = options.record_report_data;
+  PolicyRun run(catalog, policy, fleet, jobs.size(), record);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t j = order[k];
+    const Job& job = jobs[j];
+    auto outcome = run.Place(j, job, /*now_ns=*/0);
+    if (!outcome.ok()) return Error{outcome.error()};
+    if (const std::optional<RejectReason> reason = outcome.value()) {
+      CountRejection(out, job, *reason);
+      if (*reason != RejectReason::kNeverLegal && !out.failed) {
+        out.failed = true;
+        out.first_failure_task = job.task;
+        out.first_failure_request = RequestLabel(job.request);
+        out.placed_before_first_failure = out.placed;
+        out.devices_allocated_at_first_failure = run.allocated_devices();
+        out.unallocated_share_at_first_failure = run.unallocated_share();
+        out.fragmentation_at_first_failure = run.fragmentation().value_or(0.0);
+        if (record) {
+          out.device_maps = run.DeviceMaps();
+          out.device_maps_moment =
+              fmt::format("when the first pod failed ({}, task {} in the order tried)",
+                          jobs[j].pod.name, k + 1);
+        }
+      }
+    } else {
+      ++out.placed;
+    }
+    const double share = run.allocated_share();
+    out.peak_allocated_share = std::max(out.peak_allocated_share, share);
+    if (record) out.timeline.push_back({static_cast<double>(k + 1), share, out.rejected});
+    progress.Step(policy);
+  }
+  if (!out.failed) {
+    // Nothing failed: the fill never reached the fleet's limit; report the end instead.
+    out.placed_before_first_failure = out.placed;
+    out.devices_allocated_at_first_failure = run.allocated_devices();
+    out.unallocated_share_at_first_failure = run.unallocated_share();
+    out.fragmentation_at_first_failure = run.fragmentation().value_or(0.0);
+    if (record) {
+      out.device_maps = run.DeviceMaps();
+      out.device_maps_moment = "at the end (no pod failed)";
+    }
+  }
+  RecordEnd(out, run);
+  return out;
+}
+
+// Fisher-Yates with the generator's raw output, so the order depends only on the seed (the
+// standard distributions may differ between library implementations).
+std::vector<size_t> FillOrder(size_t jobs, uint64_t seed) {
+  std::vector<size_t> order(jobs);
+  for (size_t i = 0; i < jobs; ++i) order[i] = i;
+  if (seed == 0) return order;
+  std::mt19937_64 rng(seed);
+  for (size_t i = jobs; i > 1; --i) {
+    const size_t pick = static_cast<size_t>(rng() % i);
+    std::swap(order[i - 1], order[pick]);
+  }
+  return order;
+}
+
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::string_view ModeName(Mode mode) { return mode == Mode::kDynamic ? "dynamic" : "fill"; }
+
+std::string_view DefaultFleet(Mode mode) {
+  return mode == Mode::kDynamic ? kDefaultDynamicFleet : kDefaultFillFleet;
+}
+
+std::string_view RejectReasonKey(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kNoRoom:
+      return "no_room";
+    case RejectReason::kNoLegalSet:
+      return "no_legal_set";
+    case RejectReason::kNeverLegal:
+      return "never_legal";
+  }
+  return "?";
+}
+
+std::string_view RejectReasonLabel(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kNoRoom:
+      return "no room on eligible nodes";
+    case RejectReason::kNoLegalSet:
+      return "no legal set free";
+    case RejectReason::kNeverLegal:
+      return "count never legal";
+  }
+  return "?";
+}
+
+Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog) {
+  std::vector<NodeGroup> fleet;
+  constexpr int kMaxNodesPerGroup = 100'000;
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', pos), spec.size());
+    const std::string_view entry = TrimSpaces(spec.substr(pos, comma - pos));
+    pos = comma + 1;
+    if (entry.empty()) continue;
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) {
+      return Error{fmt::format("fleet entry '{}' must be TYPE=COUNT, e.g. trn1.32xlarge=4", entry)};
+    }
+    const std::string_view type = TrimSpaces(entry.substr(0, eq));
+    const std::string_view count_text = TrimSpaces(entry.substr(eq + 1));
+    if (type.empty()) return Error{fmt::format("fleet entry '{}' names no instance type", entry)};
+    if (catalog.Find(type) == nullptr) return Error{topology::Catalog::UnknownTypeMessage(type)};
+    int count = 0;
+    const auto [end, ec] =
+        std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
+    if (ec != std::errc{} || end != count_text.data() + count_text.size() || count < 1 ||
+        count > kMaxNodesPerGroup) {
+      return Error{fmt::format("fleet entry '{}': the count must be a number from 1 to {}", entry,
+                               kMaxNodesPerGroup)};
+    }
+    fleet.push_back({std::string(type), count});
+  }
+  if (fleet.empty()) {
+    return Error{"the fleet is empty: give TYPE=COUNT pairs, e.g. trn1.32xlarge=4,inf2.48xlarge=2"};
+  }
+  return fleet;
+}
+
+std::string FormatFleet(const std::vector<NodeGroup>& fleet) {
+  std::string out;
+  for (const auto& group : fleet) {
+    if (!out.empty()) out += ',';
+    out += fmt::format("{}={}", group.instance_type, group.count);
+  }
+  return out;
+}
+
+Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
+                           const Options& options) {
+  if (options.policies.empty()) return Error{"no policy to simulate"};
+  if (options.fleet.empty()) return Error{"the fleet is empty"};
+  if (options.mode == Mode::kDynamic && !trace.has_time_columns) {
+    return Error{
+        "this trace has no creation_time and deletion_time columns, so there is nothing to "
+        "replay in time; use fill mode (--mode fill), which adds its tasks in order until the "
+        "fleet is full"};
+  }
+
+  SimResult result;
+  result.mode = options.mode;
+  result.seed = options.seed;
+  result.fleet = options.fleet;
+  std::vector<FleetNode> fleet;
+  std::map<std::string, int, std::less<>> per_type;
+  for (const auto& group : options.fleet) {
+    const topology::InstanceType* type = catalog.Find(group.instance_type);
+    if (type == nullptr) return Error{topology::Catalog::UnknownTypeMessage(group.instance_type)};
+    if (group.count < 1) {
+      return Error{fmt::format("fleet: {} needs a count of at least 1", group.instance_type)};
+    }
+    auto shape = NodeShape::Make(*type);
+    if (!shape.ok()) return Error{shape.error()};
+    if (shape->devices < 1 || shape->cores_per_device < 1) {
+      return Error{fmt::format("{} has no devices or cores to place pods on", type->name)};
+    }
+    for (int k = 0; k < group.count; ++k) {
+      const int index = per_type[type->name]++;
+      fleet.push_back({fmt::format("{}-{}", type->name, index), shape.value()});
+      result.total_devices += shape->devices;
+    }
+  }
+  result.nodes = static_cast<int>(fleet.size());
+
+  result.rows = static_cast<int>(trace.tasks.size()) + trace.bad_rows;
+  result.bad_rows = trace.bad_rows;
+  result.warnings = trace.warnings;
+  result.task_names.reserve(trace.tasks.size());
+  std::vector<Job> jobs;
+  jobs.reserve(trace.tasks.size());
+  for (size_t i = 0; i < trace.tasks.size(); ++i) {
+    const Task& task = trace.tasks[i];
+    result.task_names.push_back(task.name);
+    const std::optional<Request> request = NeuronRequest(task);
+    if (!request) {
+      ++result.cpu_only_skipped;
+      continue;
+    }
+    if (options.mode == Mode::kDynamic && !task.has_times) {
+      ++result.bad_rows;
+      if (static_cast<int>(result.warnings.size()) < kMaxWarnings) {
+        result.warnings.push_back(fmt::format("{}:{}: skipped in dynamic mode: {}",
+                                              trace.source_name, task.line, task.time_problem));
+      }
+      continue;
+    }
+    Job job;
+    job.task = static_cast<int>(i);
+    job.request = *request;
+    job.creation_ns = task.creation_ns;
+    job.deletion_ns = task.deletion_ns;
+    job.pod.uid = fmt::format("task-{}", i);
+    job.pod.name = task.name;
+    job.pod.containers.push_back({"main", *request, false});
+    (request->unit == Unit::kDevice ? result.device_requests : result.core_requests)++;
+    jobs.push_back(std::move(job));
+  }
+  result.gpu_tasks = static_cast<int>(jobs.size());
+
+  std::vector<Event> events;
+  std::vector<size_t> order;
+  int64_t steps = 0;
+  if (options.mode == Mode::kDynamic) {
+    events = BuildEvents(jobs, options.seed);
+    if (!events.empty()) {
+      result.span_s = static_cast<double>(events.back().t - events.front().t) / kNsPerSecond;
+    }
+    steps = static_cast<int64_t>(events.size());
+  } else {
+    order = FillOrder(jobs.size(), options.seed);
+    steps = static_cast<int64_t>(order.size());
+  }
+  Progress progress(options, steps * static_cast<int64_t>(options.policies.size()));
+  for (Policy policy : options.policies) {
+    Result<PolicyResult> run =
+        options.mode == Mode::kDynamic
+            ? RunDynamic(catalog, policy, fleet, jobs, events, options, progress)
+            : RunFill(catalog, policy, fleet, jobs, order, options, progress);
+    if (!run.ok()) return Error{run.error()};
+    result.policies.push_back(std::move(run).value());
+  }
+  return result;
+}
+
+}  // namespace toposched::sim

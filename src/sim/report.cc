@@ -1,0 +1,545 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "base/json_escape.h"
+
+namespace toposched::sim {
+namespace {
+
+using topology::PolicyName;
+
+// One line of the comparison table: a label and a cell per policy.
+struct Row {
+  std::string label;
+  std::vector<std::string> cells;
+  bool indent = false;
+};
+
+std::string Grouped(long long n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string GroupedFixed(double value, int decimals) {
+  if (value < 0) return "-" + GroupedFixed(-value, decimals);
+  const double scale = std::pow(10.0, decimals);
+  const long long scaled = std::llround(value * scale);
+  const long long whole = scaled / static_cast<long long>(scale);
+  const long long frac = std::llabs(scaled % static_cast<long long>(scale));
+  if (decimals == 0) return Grouped(whole);
+  return fmt::format("{}.{:0{}}", Grouped(whole), frac, decimals);
+}
+
+std::string Percent(double share) { return fmt::format("{:.1f}%", 100.0 * share); }
+
+int Reason(const PolicyResult& p, RejectReason reason) {
+  return p.rejected_by_reason[static_cast<int>(reason)];
+}
+
+int Refusals(const PolicyResult& p) {
+  return Reason(p, RejectReason::kNoRoom) + Reason(p, RejectReason::kNoLegalSet);
+}
+
+template <typename Fn>
+Row MakeRow(const SimResult& result, std::string label, Fn&& cell, bool indent = false) {
+  Row row{std::move(label), {}, indent};
+  for (const auto& p : result.policies) row.cells.push_back(cell(p));
+  return row;
+}
+
+std::vector<Row> TableRows(const SimResult& r) {
+  std::vector<Row> rows;
+  rows.push_back(
+      MakeRow(r, "pods placed", [](const PolicyResult& p) { return Grouped(p.placed); }));
+  rows.push_back(
+      MakeRow(r, "pods rejected", [](const PolicyResult& p) { return Grouped(p.rejected); }));
+  for (RejectReason reason :
+       {RejectReason::kNoRoom, RejectReason::kNoLegalSet, RejectReason::kNeverLegal}) {
+    rows.push_back(MakeRow(
+        r, std::string(RejectReasonLabel(reason)),
+        [reason](const PolicyResult& p) { return Grouped(Reason(p, reason)); }, true));
+  }
+  if (r.mode == Mode::kDynamic) {
+    rows.push_back(MakeRow(r, "device-hours allocated",
+                           [](const PolicyResult& p) { return GroupedFixed(p.device_hours, 1); }));
+    rows.push_back(MakeRow(r, "unallocated share, time-weighted",
+                           [](const PolicyResult& p) { return Percent(p.avg_unallocated_share); }));
+    rows.push_back(MakeRow(r, "unallocated share when refusing", [](const PolicyResult& p) {
+      return Refusals(p) == 0 ? std::string("-") : Percent(p.unallocated_when_refused);
+    }));
+    rows.push_back(MakeRow(r, "fragmentation, time-weighted",
+                           [](const PolicyResult& p) { return Percent(p.avg_fragmentation); }));
+    rows.push_back(MakeRow(r, "peak allocated share",
+                           [](const PolicyResult& p) { return Percent(p.peak_allocated_share); }));
+  } else {
+    rows.push_back(MakeRow(r, "placed before the first failure", [](const PolicyResult& p) {
+      return p.failed ? Grouped(p.placed_before_first_failure) : std::string("none failed");
+    }));
+    rows.push_back(MakeRow(r, "the first pod to fail asked for", [](const PolicyResult& p) {
+      return p.failed ? p.first_failure_request : std::string("-");
+    }));
+    rows.push_back(MakeRow(r, "unallocated share at first failure", [](const PolicyResult& p) {
+      return p.failed ? Percent(p.unallocated_share_at_first_failure) : std::string("-");
+    }));
+    rows.push_back(MakeRow(r, "devices allocated at first failure", [](const PolicyResult& p) {
+      return p.failed ? GroupedFixed(p.devices_allocated_at_first_failure, 2) : std::string("-");
+    }));
+    rows.push_back(MakeRow(r, "fragmentation at first failure", [](const PolicyResult& p) {
+      return p.failed ? Percent(p.fragmentation_at_first_failure) : std::string("-");
+    }));
+    rows.push_back(MakeRow(r, "devices allocated at end (count)", [](const PolicyResult& p) {
+      return GroupedFixed(p.devices_allocated_at_end, 2);
+    }));
+    rows.push_back(MakeRow(r, "unallocated share at end", [](const PolicyResult& p) {
+      return Percent(p.unallocated_share_at_end);
+    }));
+  }
+  return rows;
+}
+
+std::vector<std::string> HeaderLines(const SimResult& r, std::string_view trace_name) {
+  std::vector<std::string> lines;
+  lines.push_back(
+      fmt::format("toposched simulate: {} mode, trace {}", ModeName(r.mode), trace_name));
+  lines.push_back(fmt::format(
+      "  trace: {} rows: {} GPU tasks replayed ({} ask for devices, {} for "
+      "cores),",
+      Grouped(r.rows), Grouped(r.gpu_tasks), Grouped(r.device_requests), Grouped(r.core_requests)));
+  lines.push_back(fmt::format("         {} CPU-only tasks skipped, {} bad rows skipped",
+                              Grouped(r.cpu_only_skipped), Grouped(r.bad_rows)));
+  lines.push_back(fmt::format("  fleet: {} nodes, {} devices: {}", r.nodes, r.total_devices,
+                              FormatFleet(r.fleet)));
+  const std::string order =
+      r.seed == 0 ? "trace order"
+                  : (r.mode == Mode::kFill ? "tasks shuffled" : "same-second arrivals shuffled");
+  if (r.mode == Mode::kDynamic) {
+    lines.push_back(fmt::format("  time:  {:.1f} days of virtual time; seed {} ({})",
+                                r.span_s / 86400.0, r.seed, order));
+  } else {
+    lines.push_back(fmt::format("  order: seed {} ({}); no pod leaves", r.seed, order));
+  }
+  return lines;
+}
+
+// The few lines under the table that say how to read it. (Each text starts with a newline so
+// that its lines line up in the source; it is dropped.)
+constexpr std::string_view kNotesCommon = R"(
+How to read it: each column is the same pods on the same fleet; only the policy differs.
+count-only ignores topology (any free units will do), so it never refuses a pod for topology:
+its gap to best-fit is what the topology rules cost. It bounds each decision, not the whole run:
+accepting a big pod that topology refuses can crowd out several small ones later, so compare
+allocated devices as well as pods. 'no legal set free': a node that could take the pod had
+enough free devices or cores, but not as a set the Neuron runtime accepts (consecutive ids on
+inf, aligned rows on trn): that is fragmentation. 'no room on eligible nodes': too few free
+units on every node whose type could take it. 'count never legal': no type in the fleet can.
+)";
+constexpr std::string_view kNotesDynamic = R"(
+A rejected pod is dropped, not queued. Shares are of all devices, a core counting as its part
+of a device; time-weighted ones cover the whole replay, quiet stretches included.
+)";
+constexpr std::string_view kNotesFill = R"(
+First failure: the first pod refused for lack of room; the share of devices still unallocated
+then is FGD's (ATC'23) waste measure, lower is better. No time passes: devices are counted.
+)";
+constexpr std::string_view kNotesFragmentation = R"(
+Fragmentation: 1 - (sum over nodes of the largest legal device set still free) / (free devices);
+0% = no waste. Definitions, the GPU-to-Neuron mapping and the fleet: docs/simulator.md.
+)";
+
+std::string ReadingNotes(const SimResult& r) {
+  std::string notes(kNotesCommon.substr(1));
+  notes += (r.mode == Mode::kDynamic ? kNotesDynamic : kNotesFill).substr(1);
+  notes += kNotesFragmentation.substr(1);
+  return notes;
+}
+
+std::string JsonNumber(double value, int decimals) {
+  if (!std::isfinite(value)) return "null";
+  return fmt::format("{:.{}f}", value, decimals);
+}
+
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string_view PolicyColour(topology::Policy policy) {
+  switch (policy) {
+    case topology::Policy::kBestFit:
+      return "#1b9e77";
+    case topology::Policy::kFirstFit:
+      return "#d95f02";
+    case topology::Policy::kCountOnly:
+      return "#7570b3";
+  }
+  return "#444";
+}
+
+// A round step for about `target` ticks over `range`.
+double NiceStep(double range, int target) {
+  if (range <= 0) return 1;
+  const double raw = range / target;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (raw <= m * magnitude) return m * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+// Where the charts end: the whole replay in dynamic mode. In fill mode the fleet stays full once
+// it is full, so the charts stop a little after the last change in allocation and keep the
+// filling readable.
+double ChartEnd(const SimResult& r) {
+  double end = 0;
+  double last_change = 0;
+  for (const auto& p : r.policies) {
+    if (p.timeline.empty()) continue;
+    end = std::max(end, p.timeline.back().x);
+    for (size_t i = 1; i < p.timeline.size(); ++i) {
+      if (p.timeline[i].allocated_share != p.timeline[i - 1].allocated_share) {
+        last_change = std::max(last_change, p.timeline[i].x);
+      }
+    }
+  }
+  if (r.mode == Mode::kFill) end = std::min(end, std::ceil(last_change * 1.25) + 10);
+  return end > 0 ? end : 1;
+}
+
+// One line per policy over time (or tasks tried), of `value` (a share when `percent`). Each line
+// keeps the highest value in each pixel column, so short peaks stay visible.
+std::string LineChart(const SimResult& r, bool percent, double (*value)(const UtilizationPoint&)) {
+  constexpr int kWidth = 900;
+  constexpr int kHeight = 280;
+  constexpr int kLeft = 56;
+  constexpr int kRight = 16;
+  constexpr int kTop = 14;
+  constexpr int kBottom = 42;
+  constexpr int kPlotWidth = kWidth - kLeft - kRight;
+  constexpr int kPlotHeight = kHeight - kTop - kBottom;
+  const bool dynamic = r.mode == Mode::kDynamic;
+  const double unit = dynamic ? 86400.0 : 1.0;  // days, or tasks
+  const double x_max = ChartEnd(r) / unit;
+  double y_max = percent ? 1.0 : 0.0;  // counts: up to the highest one shown
+  for (const auto& p : r.policies) {
+    for (const auto& point : p.timeline) {
+      if (point.x / unit > x_max) break;
+      y_max = std::max(y_max, value(point));
+    }
+  }
+  if (y_max <= 0) y_max = 1;
+  auto px = [&](double x) { return kLeft + x / x_max * kPlotWidth; };
+  auto py = [&](double y) { return kTop + (1.0 - y / y_max) * kPlotHeight; };
+
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n",
+      kWidth, kHeight, kWidth, kHeight);
+  const double y_step = percent ? 0.25 : NiceStep(y_max, 5);
+  for (double y = 0; y <= y_max + 1e-9; y += y_step) {
+    const std::string label = percent ? fmt::format("{:g}%", 100 * y) : fmt::format("{:g}", y);
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
+        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"11\">{}</text>\n",
+        kLeft, py(y), kLeft + kPlotWidth, py(y), kLeft - 6, py(y) + 4, label);
+  }
+  const double x_step = NiceStep(x_max, 8);
+  for (double x = 0; x <= x_max + 1e-9; x += x_step) {
+    svg += fmt::format(
+        "<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#999\"/>"
+        "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{:g}</text>\n",
+        px(x), kTop + kPlotHeight, px(x), kTop + kPlotHeight + 5, px(x), kTop + kPlotHeight + 18,
+        x);
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\">{}</text>\n",
+                     kLeft + kPlotWidth / 2, kHeight - 6,
+                     dynamic ? "days of virtual time" : "tasks tried (in order)");
+  for (const auto& p : r.policies) {
+    if (p.timeline.empty()) continue;
+    std::vector<double> column(kPlotWidth + 1, -1.0);
+    for (const auto& point : p.timeline) {
+      if (point.x / unit > x_max) break;
+      const auto c = static_cast<size_t>(
+          std::clamp(static_cast<int>(point.x / unit / x_max * kPlotWidth), 0, kPlotWidth));
+      column[c] = std::max(column[c], value(point));
+    }
+    std::string points;
+    double last = 0;
+    for (int c = 0; c <= kPlotWidth; ++c) {
+      double y = column[static_cast<size_t>(c)];
+      if (y < 0) y = last;  // a step function: no event, no change
+      last = y;
+      points += fmt::format("{} {:.1f} ", kLeft + c, py(y));
+    }
+    svg += fmt::format(
+        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.4\" points=\"{}\">"
+        "<title>{}</title></polyline>\n",
+        PolicyColour(p.policy), points, PolicyName(p.policy));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string Legend(const SimResult& r) {
+  std::string out = "<p class=\"legend\">";
+  for (const auto& p : r.policies) {
+    out += fmt::format("<span><i style=\"background:{}\"></i>{}</span> ", PolicyColour(p.policy),
+                       PolicyName(p.policy));
+  }
+  return out + "</p>\n";
+}
+
+std::string OwnerColour(int owner) {
+  if (owner < 0) return "#eeeeee";
+  // Golden-angle hues: neighbouring pods get clearly different colours.
+  const int hue = static_cast<int>(std::fmod(owner * 137.508, 360.0));
+  return fmt::format("hsl({},62%,{}%)", hue, 48 + owner % 3 * 8);
+}
+
+std::string DeviceMapSvg(const std::vector<DeviceMap>& maps,
+                         const std::vector<std::string>& task_names) {
+  constexpr int kLabel = 170;
+  constexpr int kBox = 34;
+  constexpr int kGap = 4;
+  constexpr int kRowHeight = kBox + 14;
+  int widest = 1;
+  for (const auto& m : maps) widest = std::max(widest, m.devices);
+  const int width = kLabel + widest * (kBox + kGap);
+  const int height = static_cast<int>(maps.size()) * kRowHeight + 4;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n",
+      width, height, width, height);
+  auto owner_name = [&](int owner) {
+    if (owner < 0) return std::string("free");
+    const auto index = static_cast<size_t>(owner);
+    return HtmlEscape(index < task_names.size() ? task_names[index] : std::to_string(owner));
+  };
+  for (size_t row = 0; row < maps.size(); ++row) {
+    const DeviceMap& m = maps[row];
+    const int y = static_cast<int>(row) * kRowHeight + 4;
+    svg += fmt::format("<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>\n", y + kBox / 2 + 4,
+                       HtmlEscape(m.node));
+    const double core_width = static_cast<double>(kBox) / std::max(m.cores_per_device, 1);
+    for (int d = 0; d < m.devices; ++d) {
+      const int x = kLabel + d * (kBox + kGap);
+      for (int k = 0; k < m.cores_per_device; ++k) {
+        const size_t core = static_cast<size_t>(d * m.cores_per_device + k);
+        const int owner = core < m.core_owner.size() ? m.core_owner[core] : -1;
+        svg += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\">"
+            "<title>device {} core {}: {}</title></rect>\n",
+            x + k * core_width, y, core_width, kBox, OwnerColour(owner), d, core,
+            owner_name(owner));
+      }
+      svg += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#555\"/>"
+          "<text x=\"{}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{}</text>\n",
+          x, y, kBox, kBox, x + kBox / 2, y + kBox + 10, d);
+    }
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace
+
+std::string FormatTable(const SimResult& result, std::string_view trace_name) {
+  std::string out;
+  for (const auto& line : HeaderLines(result, trace_name)) out += line + "\n";
+  for (const auto& warning : result.warnings) out += "  warning: " + warning + "\n";
+  if (result.bad_rows > static_cast<int>(result.warnings.size())) {
+    out += fmt::format("  ({} more bad rows not shown)\n",
+                       result.bad_rows - static_cast<int>(result.warnings.size()));
+  }
+  out += "\n";
+  const std::vector<Row> rows = TableRows(result);
+  size_t label_width = 0;
+  for (const auto& row : rows) label_width = std::max(label_width, row.label.size() + 2);
+  size_t cell_width = 10;
+  for (const auto& p : result.policies)
+    cell_width = std::max(cell_width, PolicyName(p.policy).size());
+  for (const auto& row : rows) {
+    for (const auto& cell : row.cells) cell_width = std::max(cell_width, cell.size());
+  }
+  out += fmt::format("{:<{}}", "", label_width);
+  for (const auto& p : result.policies)
+    out += fmt::format("  {:>{}}", PolicyName(p.policy), cell_width);
+  out += "\n";
+  for (const auto& row : rows) {
+    out += fmt::format("{:<{}}", (row.indent ? "  " : "") + row.label, label_width);
+    for (const auto& cell : row.cells) out += fmt::format("  {:>{}}", cell, cell_width);
+    out += "\n";
+  }
+  out += "\n" + ReadingNotes(result);
+  return out;
+}
+
+std::string FormatJson(const SimResult& r, std::string_view trace_name) {
+  const bool dynamic = r.mode == Mode::kDynamic;
+  std::string out = "{";
+  out += fmt::format("\"mode\":{},\"trace\":{},\"seed\":{}", JsonQuote(ModeName(r.mode)),
+                     JsonQuote(trace_name), r.seed);
+  out += ",\"fleet\":[";
+  for (size_t i = 0; i < r.fleet.size(); ++i) {
+    out += fmt::format("{}{{\"instance_type\":{},\"count\":{}}}", i == 0 ? "" : ",",
+                       JsonQuote(r.fleet[i].instance_type), r.fleet[i].count);
+  }
+  out += fmt::format(
+      "],\"nodes\":{},\"total_devices\":{},\"rows\":{},\"gpu_tasks\":{},\"device_requests\":{},"
+      "\"core_requests\":{},\"cpu_only_skipped\":{},\"bad_rows\":{},\"warnings\":[",
+      r.nodes, r.total_devices, r.rows, r.gpu_tasks, r.device_requests, r.core_requests,
+      r.cpu_only_skipped, r.bad_rows);
+  for (size_t i = 0; i < r.warnings.size(); ++i) {
+    out += (i == 0 ? "" : ",") + JsonQuote(r.warnings[i]);
+  }
+  out += "]";
+  if (dynamic) out += fmt::format(",\"span_hours\":{}", JsonNumber(r.span_s / 3600.0, 3));
+  out += fmt::format(",\"unallocated_share_meaning\":{}",
+                     JsonQuote(dynamic ? "time-weighted average over the replay"
+                                       : "share of devices unallocated when the first pod failed "
+                                         "for lack of room (at the end if none failed)"));
+  out += ",\"policies\":[";
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    const PolicyResult& p = r.policies[i];
+    out += fmt::format("{}{{\"name\":{},\"placed\":{},\"rejected\":{},\"rejected_by_reason\":{{",
+                       i == 0 ? "" : ",", JsonQuote(PolicyName(p.policy)), p.placed, p.rejected);
+    for (int k = 0; k < kRejectReasons; ++k) {
+      out += fmt::format("{}{}:{}", k == 0 ? "" : ",",
+                         JsonQuote(RejectReasonKey(static_cast<RejectReason>(k))),
+                         p.rejected_by_reason[k]);
+    }
+    out += "},\"rejected_by_request\":{";
+    bool first = true;
+    for (const auto& [label, count] : p.rejected_by_request) {
+      out += fmt::format("{}{}:{}", first ? "" : ",", JsonQuote(label), count);
+      first = false;
+    }
+    out += "}";
+    if (dynamic) {
+      out += fmt::format(
+          ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"
+          "\"fragmentation\":{},\"peak_allocated_share\":{},\"peak_at_hours\":{}",
+          JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6),
+          Refusals(p) == 0 ? "null" : JsonNumber(p.unallocated_when_refused, 6),
+          JsonNumber(p.avg_fragmentation, 6), JsonNumber(p.peak_allocated_share, 6),
+          JsonNumber(p.peak_at_s / 3600.0, 3));
+    } else {
+      out += fmt::format(
+          ",\"device_hours\":null,\"unallocated_share\":{},\"fragmentation\":{},\"failed\":{},"
+          "\"first_failure_task\":{},\"first_failure_request\":{},"
+          "\"placed_before_first_failure\":{},"
+          "\"devices_allocated_at_first_failure\":{},\"devices_allocated\":{},"
+          "\"unallocated_share_at_end\":{},\"fragmentation_at_end\":{}",
+          JsonNumber(p.unallocated_share_at_first_failure, 6),
+          JsonNumber(p.fragmentation_at_first_failure, 6), p.failed ? "true" : "false",
+          p.first_failure_task >= 0 &&
+                  static_cast<size_t>(p.first_failure_task) < r.task_names.size()
+              ? JsonQuote(r.task_names[static_cast<size_t>(p.first_failure_task)])
+              : std::string("null"),
+          p.failed ? JsonQuote(p.first_failure_request) : std::string("null"),
+          p.placed_before_first_failure, JsonNumber(p.devices_allocated_at_first_failure, 3),
+          JsonNumber(p.devices_allocated_at_end, 3), JsonNumber(p.unallocated_share_at_end, 6),
+          JsonNumber(p.fragmentation_at_end, 6));
+    }
+    out += "}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+      "<title>toposched simulate</title>\n<style>\n"
+      "body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}\n"
+      "table{border-collapse:collapse;margin:12px 0}\n"
+      "td,th{padding:3px 12px;border-bottom:1px solid #ddd;text-align:right}\n"
+      "td:first-child,th:first-child{text-align:left}\n"
+      "td.indent{padding-left:28px}\n"
+      ".legend span{margin-right:18px}\n"
+      ".legend i{display:inline-block;width:14px;height:4px;margin:0 6px 3px 0}\n"
+      ".scroll{overflow-x:auto}\npre{white-space:pre-wrap}\n"
+      "</style></head><body>\n<h1>toposched simulate</h1>\n<pre>";
+  for (const auto& line : HeaderLines(r, trace_name)) out += HtmlEscape(line) + "\n";
+  for (const auto& warning : r.warnings) out += "  warning: " + HtmlEscape(warning) + "\n";
+  out += "</pre>\n<table><tr><th></th>";
+  for (const auto& p : r.policies) out += fmt::format("<th>{}</th>", PolicyName(p.policy));
+  out += "</tr>\n";
+  for (const auto& row : TableRows(r)) {
+    out += fmt::format("<tr><td{}>{}</td>", row.indent ? " class=\"indent\"" : "",
+                       HtmlEscape(row.label));
+    for (const auto& cell : row.cells) out += "<td>" + HtmlEscape(cell) + "</td>";
+    out += "</tr>\n";
+  }
+  out += "</table>\n<p>" + HtmlEscape(ReadingNotes(r)) + "</p>\n";
+
+  out += fmt::format("<h2>Allocated share of the fleet's devices, {}</h2>\n",
+                     r.mode == Mode::kDynamic ? "over virtual time" : "as tasks are added");
+  out += Legend(r);
+  out += "<div class=\"scroll\">" +
+         LineChart(r, true, [](const UtilizationPoint& p) { return p.allocated_share; }) +
+         "</div>\n";
+  out +=
+      "<p>Each line keeps the highest value within each pixel column, so short peaks show; "
+      "where lines overlap, the last policy drawn is on top.";
+  if (r.mode == Mode::kFill) {
+    out +=
+        " The charts stop a little after the fleet's allocation last changed: from there on it "
+        "stays full and only the rejections grow.";
+  }
+  out += "</p>\n";
+  out += "<h2>Pods rejected so far</h2>\n" + Legend(r);
+  out += "<div class=\"scroll\">" +
+         LineChart(r, false,
+                   [](const UtilizationPoint& p) { return static_cast<double>(p.rejected); }) +
+         "</div>\n";
+
+  out +=
+      "<h2>Device maps</h2>\n<p>A box per device, split into its cores; each pod has its own "
+      "colour (hover for its name), grey is free. Up to two nodes of each type.</p>\n";
+  for (const auto& p : r.policies) {
+    out += fmt::format("<h3 style=\"color:{}\">{}, {}</h3>\n", PolicyColour(p.policy),
+                       PolicyName(p.policy), HtmlEscape(p.device_maps_moment));
+    if (p.device_maps.empty()) {
+      out += "<p>(no device map recorded)</p>\n";
+      continue;
+    }
+    out += "<div class=\"scroll\">" + DeviceMapSvg(p.device_maps, r.task_names) + "</div>\n";
+  }
+  out += "</body></html>\n";
+  return out;
+}
+
+}  // namespace toposched::sim

@@ -1,0 +1,154 @@
+// The trace-driven simulator: replays a task trace onto a fleet of nodes, once per policy, through
+// the production tracker (Reserve + Commit on arrival, Forget on departure) and so the production
+// allocator. It only chooses the node for each pod, as kube-scheduler would; the ids on the node
+// are always the tracker's choice.
+//
+// Time is virtual (the trace's creation and deletion times); nothing here reads a clock or a file.
+// Deterministic: the same trace, options and seed give the same result. Not thread-safe; one
+// Simulate call builds and owns its trackers.
+#ifndef TOPOSCHED_SIM_SIMULATOR_H_
+#define TOPOSCHED_SIM_SIMULATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "sim/trace.h"
+#include "topology/allocator.h"
+#include "topology/catalog.h"
+
+namespace toposched::sim {
+
+// `count` nodes of one instance type, named "<type>-<k>".
+struct NodeGroup {
+  std::string instance_type;
+  int count = 0;
+};
+
+// Parses "trn1.32xlarge=40,inf2.48xlarge=20". The order is the fleet order (first-fit and ties
+// take the first node in it). Unknown types are an error naming the type and how to add it.
+Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog);
+std::string FormatFleet(const std::vector<NodeGroup>& fleet);
+
+enum class Mode {
+  kDynamic,  // arrivals and departures at the trace's times; a pod that does not fit is rejected
+  kFill,     // tasks in order, none leave: fill the fleet until it refuses, then keep counting
+};
+std::string_view ModeName(Mode mode);
+
+// The default fleets (docs/simulator.md says why these sizes). Dynamic: one node of each Neuron
+// type that takes multi-device requests, 50 devices, below the default trace's peak demand so
+// that the busiest hours saturate it. Fill: ten times that, so the first failure comes after
+// hundreds of placements rather than a few dozen.
+inline constexpr std::string_view kDefaultDynamicFleet =
+    "inf2.48xlarge=1,inf2.24xlarge=1,trn1.32xlarge=1,trn2.48xlarge=1";
+inline constexpr std::string_view kDefaultFillFleet =
+    "inf2.48xlarge=10,inf2.24xlarge=10,trn1.32xlarge=10,trn2.48xlarge=10";
+std::string_view DefaultFleet(Mode mode);
+
+struct Options {
+  Mode mode = Mode::kDynamic;
+  std::vector<NodeGroup> fleet;
+  std::vector<topology::Policy> policies;  // run side by side, in this order
+  // 0 keeps trace order. Otherwise fill mode shuffles the tasks and dynamic mode shuffles pods
+  // that arrive in the same second, deterministically for the seed.
+  uint64_t seed = 0;
+  // Keep the utilization timeline and device maps the HTML report draws.
+  bool record_report_data = false;
+  // Called now and then with the policy being run and the work done so far (of `total`).
+  std::function<void(std::string_view policy, int64_t done, int64_t total)> progress;
+};
+
+// Why a pod found no node.
+// "Eligible" nodes are those whose type could ever grant the request.
+enum class RejectReason {
+  kNoRoom,      // no eligible node has that many free units, even counted without topology
+  kNoLegalSet,  // an eligible node has that many free units, but not as a legal set
+  kNeverLegal,  // no node is eligible: no type in the fleet can ever grant that count
+};
+inline constexpr int kRejectReasons = 3;
+std::string_view RejectReasonKey(RejectReason reason);    // "no_room", ...
+std::string_view RejectReasonLabel(RejectReason reason);  // "no room on eligible nodes", ...
+
+// One sample of the fleet's state: at a virtual time (dynamic, seconds from the start) or after a
+// number of tasks tried (fill).
+struct UtilizationPoint {
+  double x = 0;
+  double allocated_share = 0;
+  int rejected = 0;  // pods rejected so far
+};
+
+// Which pod holds each core of one node at one moment.
+struct DeviceMap {
+  std::string node;
+  std::string instance_type;
+  int devices = 0;
+  int cores_per_device = 0;
+  std::vector<int> core_owner;  // per core: the task's index in the trace, -1 when free
+};
+
+struct PolicyResult {
+  topology::Policy policy = topology::Policy::kBestFit;
+  int placed = 0;
+  int rejected = 0;
+  int rejected_by_reason[kRejectReasons] = {};
+  std::map<std::string, int> rejected_by_request;  // "2 devices" -> count
+
+  // Dynamic mode.
+  double device_hours = 0;              // allocated device-hours; a core is 1/cores_per_device
+  double avg_unallocated_share = 0;     // time-weighted over the replay
+  double unallocated_when_refused = 0;  // mean unallocated share at refusals for lack of room
+  double avg_fragmentation = 0;         // time-weighted, while any device is free
+  double peak_allocated_share = 0;
+  double peak_at_s = 0;  // seconds from the start
+
+  // Fill mode. "First failure" is the first refusal for lack of room (not a never-legal count).
+  bool failed = false;
+  int placed_before_first_failure = 0;
+  int first_failure_task = -1;        // index in the trace
+  std::string first_failure_request;  // e.g. "2 devices"
+  double devices_allocated_at_first_failure = 0;
+  double unallocated_share_at_first_failure = 0;
+  double fragmentation_at_first_failure = 0;
+
+  // Both modes, at the end of the run (dynamic: after the last departure, so usually zero).
+  double devices_allocated_at_end = 0;
+  double unallocated_share_at_end = 0;
+  double fragmentation_at_end = 0;
+
+  // With record_report_data.
+  std::vector<UtilizationPoint> timeline;
+  std::vector<DeviceMap> device_maps;  // at peak (dynamic) or first failure (fill)
+  std::string device_maps_moment;      // words saying when they were taken
+};
+
+struct SimResult {
+  Mode mode = Mode::kDynamic;
+  uint64_t seed = 0;
+  std::vector<NodeGroup> fleet;
+  int nodes = 0;
+  int total_devices = 0;
+  int rows = 0;                         // rows read, good and bad
+  int gpu_tasks = 0;                    // tasks replayed
+  int device_requests = 0;              // of which whole devices
+  int core_requests = 0;                // of which cores
+  int cpu_only_skipped = 0;             // num_gpu 0: nothing for the accelerator scheduler to do
+  int bad_rows = 0;                     // skipped: unreadable, or (dynamic) unusable times
+  std::vector<std::string> warnings;    // the first few bad rows
+  double span_s = 0;                    // dynamic: first arrival to last departure
+  std::vector<std::string> task_names;  // by trace index, for the report's legends
+  std::vector<PolicyResult> policies;
+};
+
+// Runs the trace once per policy. Errors (nothing run) on an empty or unknown fleet, no policies,
+// or dynamic mode on a trace without time columns.
+Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
+                           const Options& options);
+
+}  // namespace toposched::sim
+
+#endif  // TOPOSCHED_SIM_SIMULATOR_H_
