@@ -147,7 +147,14 @@ Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const
   if (static_cast<int>(free.size()) < req.count) {
     return Refuse(fmt::format("only {} of {} cores are free", free.size(), shape.cores));
   }
+  // Cores on devices already in use first: taking them keeps untouched devices whole for device
+  // requests, which is what an ideal topology-blind packer would do too.
+  const DeviceMask busy = usage.busy_devices();
+  std::stable_partition(free.begin(), free.end(), [&](int c) {
+    return (busy >> (c / shape.cores_per_device) & 1) != 0;
+  });
   free.resize(static_cast<size_t>(req.count));
+  std::sort(free.begin(), free.end());
   Placement p{Unit::kCore, free, 0};
   for (int c : free) p.devices |= DeviceMask{1} << (c / shape.cores_per_device);
   return Accept(p, FitScore(1.0, UsedCoresAfter(shape, usage, p), shape.cores));
