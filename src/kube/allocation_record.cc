@@ -1,0 +1,188 @@
+#include "kube/allocation_record.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "base/json_escape.h"
+#include "kube/json_reader.h"
+
+namespace toposched::kube {
+namespace {
+
+using json::Path;
+namespace ondemand = simdjson::ondemand;
+
+// Device and core ids are small (64 devices x 8 cores at most today); anything far above that
+// is a corrupt record, not a bigger machine.
+constexpr int64_t kMaxId = 65535;
+
+// Like json::ReadString, but null and other non-strings are errors: the record is ours, so a
+// missing value means it was damaged.
+Status ReadRequiredString(ondemand::value& value, const Path& path, std::string& out) {
+  ondemand::json_type type;
+  Status status = json::TypeOf(value, path, type);
+  if (!status.ok()) return status;
+  if (type != ondemand::json_type::string) return json::ErrorAt(path, "expected a string");
+  return json::ReadString(value, path, out);
+}
+
+Status ReadIds(ondemand::value& value, const Path& path, std::vector<int>& ids) {
+  ondemand::array array;
+  bool present = false;
+  Status status = json::OpenArray(value, path, array, present);
+  if (!status.ok()) return status;
+  if (!present) return json::ErrorAt(path, "expected an array");
+  return json::ForEachElement(array, path,
+                              [&](size_t, ondemand::value& element, const Path& at) -> Status {
+                                ondemand::json_type type;
+                                Status typed = json::TypeOf(element, at, type);
+                                if (!typed.ok()) return typed;
+                                if (type != ondemand::json_type::number)
+                                  return json::ErrorAt(at, "expected an integer id");
+                                int64_t id = 0;
+                                if (element.get_int64().get(id) != simdjson::SUCCESS) {
+                                  return json::ErrorAt(at, "expected an integer id");
+                                }
+                                if (id < 0 || id > kMaxId)
+                                  return json::ErrorAt(at, "id out of range");
+                                if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+                                  return json::ErrorAt(at, "duplicate id " + std::to_string(id));
+                                }
+                                ids.push_back(static_cast<int>(id));
+                                return OkStatus();
+                              });
+}
+
+Status ReadContainer(ondemand::value& value, const Path& path, ContainerIds& out) {
+  ondemand::object object;
+  bool present = false;
+  Status status = json::OpenObject(value, path, object, present);
+  if (!status.ok()) return status;
+  if (!present) return json::ErrorAt(path, "expected an object");
+  bool has_name = false;
+  bool has_resource = false;
+  bool has_ids = false;
+  status = json::ForEachField(
+      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "name") {
+          has_name = true;
+          return ReadRequiredString(field, at, out.container);
+        }
+        if (key == "resource") {
+          has_resource = true;
+          return ReadRequiredString(field, at, out.resource);
+        }
+        if (key == "ids") {
+          has_ids = true;
+          out.ids.clear();
+          return ReadIds(field, at, out.ids);
+        }
+        return OkStatus();
+      });
+  if (!status.ok()) return status;
+  if (!has_name) return json::ErrorAt(path, "missing \"name\"");
+  if (!has_resource) return json::ErrorAt(path, "missing \"resource\"");
+  if (!has_ids) return json::ErrorAt(path, "missing \"ids\"");
+  return OkStatus();
+}
+
+}  // namespace
+
+std::string AllocationRecordJson(const AllocationRecord& record) {
+  std::string out = "{\"node\":" + JsonQuote(record.node) +
+                    ",\"instanceType\":" + JsonQuote(record.instance_type) + ",\"containers\":[";
+  for (size_t i = 0; i < record.containers.size(); ++i) {
+    const ContainerIds& container = record.containers[i];
+    if (i > 0) out += ',';
+    out += "{\"name\":" + JsonQuote(container.container) +
+           ",\"resource\":" + JsonQuote(container.resource) + ",\"ids\":[";
+    for (size_t j = 0; j < container.ids.size(); ++j) {
+      if (j > 0) out += ',';
+      out += std::to_string(container.ids[j]);
+    }
+    out += "]}";
+  }
+  out += "]}";
+  return out;
+}
+
+std::map<std::string, std::string> AllocationAnnotations(const AllocationRecord& record,
+                                                         int64_t alloc_time_ns) {
+  std::string ids;
+  for (const ContainerIds& container : record.containers) {
+    for (int id : container.ids) {
+      if (!ids.empty()) ids += ',';
+      ids += std::to_string(id);
+    }
+  }
+  std::map<std::string, std::string> annotations;
+  annotations.emplace(kAnnotationNeuronIds, std::move(ids));
+  annotations.emplace(kAnnotationAllocated, "false");
+  annotations.emplace(kAnnotationAllocTime, std::to_string(alloc_time_ns));
+  annotations.emplace(kAnnotationRecord, AllocationRecordJson(record));
+  return annotations;
+}
+
+Result<AllocationRecord> ParseAllocationRecord(std::string_view text) {
+  AllocationRecord record;
+  bool has_node = false;
+  bool has_containers = false;
+  const simdjson::padded_string padded(text);
+  Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+    const Path path;
+    ondemand::object object;
+    bool present = false;
+    Status open = json::OpenObject(root, path, object, present);
+    if (!open.ok()) return open;
+    if (!present) return json::ErrorAt(path, "expected an object");
+    return json::ForEachField(
+        object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+          if (key == "node") {
+            has_node = true;
+            return ReadRequiredString(field, at, record.node);
+          }
+          if (key == "instanceType") return ReadRequiredString(field, at, record.instance_type);
+          if (key != "containers") return OkStatus();
+          has_containers = true;
+          record.containers.clear();
+          ondemand::array array;
+          bool has_array = false;
+          Status opened = json::OpenArray(field, at, array, has_array);
+          if (!opened.ok()) return opened;
+          if (!has_array) return json::ErrorAt(at, "expected an array");
+          return json::ForEachElement(
+              array, at, [&](size_t, ondemand::value& element, const Path& element_at) {
+                ContainerIds container;
+                Status read = ReadContainer(element, element_at, container);
+                if (read.ok()) record.containers.push_back(std::move(container));
+                return read;
+              });
+        });
+  });
+  if (!status.ok()) return Error{"allocation record: " + status.error()};
+  if (!has_node) return Error{"allocation record: missing \"node\""};
+  if (!has_containers) return Error{"allocation record: missing \"containers\""};
+  return record;
+}
+
+Result<int64_t> ParseAllocTime(std::string_view text) {
+  if (text.empty()) return Error{"allocation time: empty"};
+  if (text.size() > 19) return Error{"allocation time: out of range"};
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return Error{"allocation time: expected decimal digits"};
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return Error{"allocation time: out of range"};
+  }
+  return static_cast<int64_t>(value);
+}
+
+}  // namespace toposched::kube

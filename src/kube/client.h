@@ -1,0 +1,112 @@
+// A small Kubernetes API client over libcurl (HTTP/1.1, TLS, bearer token or client certificate),
+// and the pod writes toposched makes: Binding with annotations, annotation merge-patch, Events.
+#ifndef TOPOSCHED_KUBE_CLIENT_H_
+#define TOPOSCHED_KUBE_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "kube/kubeconfig.h"
+#include "kube/objects.h"
+
+namespace toposched::kube {
+
+struct HttpResponse {
+  long status = 0;  // NOLINT(google-runtime-int): libcurl's type for the status
+  std::string body;
+};
+
+// Thread-safe: any number of threads may call it at once. Each call borrows a connection from a
+// small pool (HTTP keep-alive), so back-to-back requests skip the TCP and TLS handshakes.
+//
+// A non-2xx answer is not an error here: the caller gets the status and decides. Errors are
+// transport failures (connect, TLS, timeout), carrying curl's message.
+class ApiClient {
+ public:
+  static Result<std::unique_ptr<ApiClient>> Create(ClientConfig config);
+  static Result<std::unique_ptr<ApiClient>> FromKubeconfig(const std::string& path);
+  static Result<std::unique_ptr<ApiClient>> InCluster(const InClusterOptions& options = {});
+  // Flag, then $KUBECONFIG, then in-cluster, then ~/.kube/config (see ConfigFromEnvironment).
+  static Result<std::unique_ptr<ApiClient>> FromEnvironment(const std::string& kubeconfig_flag);
+
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // `path` starts with '/' and may carry a query ("/api/v1/pods?limit=500").
+  Result<HttpResponse> Get(std::string_view path);
+  Result<HttpResponse> Post(std::string_view path, std::string_view body,
+                            std::string_view content_type = "application/json");
+  Result<HttpResponse> Patch(std::string_view path, std::string_view body,
+                             std::string_view content_type = "application/merge-patch+json");
+
+  // Streams a watch response line by line (the '\n' is not included; empty lines are skipped).
+  // Returns the HTTP status once the server ends the stream, on_line returns false, `stop`
+  // becomes true (noticed within ~50 ms) or `max_duration` (if non-zero) passes. For a non-2xx
+  // status no line is delivered. Only transport failures are errors.
+  Result<long> Watch(std::string_view path,  // NOLINT(google-runtime-int)
+                     const std::function<bool(std::string_view line)>& on_line,
+                     const std::atomic<bool>& stop,
+                     std::chrono::milliseconds max_duration = std::chrono::milliseconds(0));
+
+  const ClientConfig& config() const { return config_; }
+
+ private:
+  struct Connection;
+  struct Request;
+
+  explicit ApiClient(ClientConfig config);
+  Result<HttpResponse> Send(const Request& request);
+  Result<HttpResponse> SendOnce(const Request& request, const std::string& token);
+  // The bearer token to send; re-reads the token file when the reload period has passed or
+  // `force_reload` (after a 401). Empty when there is none.
+  std::string Token(bool force_reload);
+  std::unique_ptr<Connection> Acquire();
+  void Release(std::unique_ptr<Connection> connection);
+
+  const ClientConfig config_;
+  std::string url_base_;    // scheme://host:port/prefix, with tls_server_name as the host if set
+  std::string connect_to_;  // CURLOPT_CONNECT_TO entry when tls_server_name is set
+
+  std::mutex token_mutex_;
+  std::string token_;
+  std::chrono::steady_clock::time_point token_read_at_;
+
+  std::mutex pool_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+// Percent-encodes one path segment or query value (names are DNS labels, but be safe).
+std::string EscapeUrlComponent(std::string_view text);
+
+// The message of a Kubernetes Status object in `body`, else the start of the body itself.
+std::string StatusMessage(std::string_view body);
+
+// POST /api/v1/namespaces/NS/pods/NAME/binding. The Binding's metadata carries the pod's uid as a
+// precondition (a re-created pod of the same name is never bound) and `annotations`, which the
+// API server merges into the pod's in the same write. 409 (already bound, or uid mismatch), 404
+// and other statuses become errors that include the server's message.
+Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
+               std::string_view node, const std::map<std::string, std::string>& annotations);
+
+// JSON merge-patch of metadata.annotations: a value sets the key, nullopt deletes it, and keys not
+// named are left alone.
+Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_view name,
+                           const std::map<std::string, std::optional<std::string>>& annotations);
+
+// Creates a core/v1 Event about `pod` in its namespace. `type` is "Normal" or "Warning".
+Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
+                    std::string_view reason, std::string_view message, std::string_view component);
+
+}  // namespace toposched::kube
+
+#endif  // TOPOSCHED_KUBE_CLIENT_H_

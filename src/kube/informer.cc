@@ -1,0 +1,316 @@
+#include "kube/informer.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "kube/decode.h"
+
+namespace toposched::kube {
+namespace {
+
+// A list whose continue token keeps expiring is restarted this many times before the informer
+// backs off and tries again later.
+constexpr int kMaxListRestarts = 3;
+// A watch that ends sooner than this without any event counts as a failure, so a server or proxy
+// that closes watches at once does not make the informer spin.
+constexpr auto kMinHealthyWatch = std::chrono::seconds(1);
+
+Result<ObjectList<Pod>> DecodeList(const simdjson::padded_string& json, const Pod*) {
+  return DecodePodList(json);
+}
+Result<ObjectList<Node>> DecodeList(const simdjson::padded_string& json, const Node*) {
+  return DecodeNodeList(json);
+}
+Result<WatchEvent<Pod>> DecodeEvent(const simdjson::padded_string& json, const Pod*) {
+  return DecodePodWatchEvent(json);
+}
+Result<WatchEvent<Node>> DecodeEvent(const simdjson::padded_string& json, const Node*) {
+  return DecodeNodeWatchEvent(json);
+}
+
+std::string_view KindName(const Pod*) { return "pods"; }
+std::string_view KindName(const Node*) { return "nodes"; }
+
+// Keeps log lines short when a watch line is huge or binary junk.
+std::string Excerpt(std::string_view text) {
+  constexpr size_t kMax = 160;
+  std::string out(text.substr(0, kMax));
+  if (text.size() > kMax) out += "...";
+  return out;
+}
+
+uint64_t NextRandom(uint64_t& state) {
+  // splitmix64: plenty for jitter, and no shared state between informers.
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+template <typename T>
+Informer<T>::Informer(ApiClient& client, std::string collection_path, InformerHandlers<T> handlers,
+                      InformerOptions options)
+    : client_(client),
+      collection_path_(std::move(collection_path)),
+      handlers_(std::move(handlers)),
+      options_(std::move(options)),
+      random_state_(
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+          reinterpret_cast<uintptr_t>(this)) {}
+
+template <typename T>
+Informer<T>::~Informer() {
+  Stop();
+}
+
+template <typename T>
+void Informer<T>::Start() {
+  if (thread_.joinable()) return;
+  stop_.store(false);
+  thread_ = std::thread([this] { Run(); });
+}
+
+template <typename T>
+void Informer<T>::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+template <typename T>
+bool Informer<T>::WaitForSync(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, timeout, [this] { return synced_.load() || stop_.load(); });
+  return synced_.load();
+}
+
+template <typename T>
+InformerCounters Informer<T>::counters() const {
+  InformerCounters counters;
+  counters.lists = lists_.load();
+  counters.relists = counters.lists > 0 ? counters.lists - 1 : 0;
+  counters.watches = watches_.load();
+  counters.watch_restarts = counters.watches > 0 ? counters.watches - 1 : 0;
+  counters.events = events_.load();
+  counters.decode_errors = decode_errors_.load();
+  counters.request_errors = request_errors_.load();
+  return counters;
+}
+
+template <typename T>
+void Informer<T>::Sleep(std::chrono::milliseconds duration) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, duration, [this] { return stop_.load(); });
+}
+
+template <typename T>
+std::chrono::milliseconds Informer<T>::NextBackoff() {
+  backoff_ =
+      backoff_.count() == 0 ? options_.min_backoff : std::min(backoff_ * 2, options_.max_backoff);
+  // Up to +25% jitter so that many clients do not retry in lockstep.
+  const auto jitter_range = static_cast<uint64_t>(backoff_.count() / 4 + 1);
+  return backoff_ + std::chrono::milliseconds(NextRandom(random_state_) % jitter_range);
+}
+
+template <typename T>
+std::string Informer<T>::Selectors() const {
+  std::string query;
+  if (!options_.field_selector.empty()) {
+    query += "&fieldSelector=" + EscapeUrlComponent(options_.field_selector);
+  }
+  if (!options_.label_selector.empty()) {
+    query += "&labelSelector=" + EscapeUrlComponent(options_.label_selector);
+  }
+  return query;
+}
+
+template <typename T>
+void Informer<T>::Run() {
+  const std::string_view kind = KindName(static_cast<const T*>(nullptr));
+  bool need_list = true;
+  std::string resource_version;
+  while (!stop_.load()) {
+    if (need_list) {
+      Result<std::string> listed = ListAll();
+      if (stop_.load()) break;
+      if (!listed.ok()) {
+        const auto wait = NextBackoff();
+        spdlog::warn("informer {}: list failed, retrying in {} ms: {}", kind, wait.count(),
+                     listed.error());
+        Sleep(wait);
+        continue;
+      }
+      resource_version = std::move(*listed);
+      need_list = false;
+      backoff_ = std::chrono::milliseconds(0);
+    }
+    switch (WatchFrom(resource_version)) {
+      case WatchEnd::kClosed:
+        break;  // resume at once from the last resourceVersion
+      case WatchEnd::kGone:
+        spdlog::info("informer {}: resourceVersion {} is too old, listing again", kind,
+                     resource_version);
+        need_list = true;
+        break;
+      case WatchEnd::kFailed:
+        Sleep(NextBackoff());
+        break;
+    }
+  }
+}
+
+template <typename T>
+Result<std::string> Informer<T>::ListAll() {
+  const T* tag = nullptr;
+  std::vector<T> all;
+  std::string continue_token;
+  std::string resource_version;
+  int restarts = 0;
+  while (!stop_.load()) {
+    std::string path =
+        fmt::format("{}?limit={}{}", collection_path_, options_.page_size, Selectors());
+    if (!continue_token.empty()) path += "&continue=" + EscapeUrlComponent(continue_token);
+    Result<HttpResponse> response = client_.Get(path);
+    if (!response.ok()) {
+      request_errors_.fetch_add(1);
+      return Error{response.error()};
+    }
+    if (response->status == 410 && !continue_token.empty() && restarts < kMaxListRestarts) {
+      // The continue token expired between pages: the snapshot is gone, start over.
+      ++restarts;
+      all.clear();
+      continue_token.clear();
+      continue;
+    }
+    if (response->status != 200) {
+      request_errors_.fetch_add(1);
+      return Error{fmt::format("GET {}: HTTP {}: {}", path, response->status,
+                               StatusMessage(response->body))};
+    }
+    Result<ObjectList<T>> page = DecodeList(simdjson::padded_string(response->body), tag);
+    if (!page.ok()) {
+      decode_errors_.fetch_add(1);
+      return Error{fmt::format("GET {}: {}", path, page.error())};
+    }
+    if (all.empty()) {
+      all = std::move(page->items);
+    } else {
+      std::move(page->items.begin(), page->items.end(), std::back_inserter(all));
+    }
+    resource_version = std::move(page->resource_version);
+    if (page->continue_token.empty()) break;
+    continue_token = std::move(page->continue_token);
+  }
+  if (stop_.load()) return Error{"stopped"};
+  if (handlers_.on_replace) handlers_.on_replace(all);
+  lists_.fetch_add(1);
+  if (!synced_.load()) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      synced_.store(true);
+    }
+    wake_.notify_all();
+  }
+  return resource_version;
+}
+
+template <typename T>
+typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_version) {
+  const T* tag = nullptr;
+  const std::string_view kind = KindName(tag);
+  const auto timeout =
+      options_.watch_timeout +
+      std::chrono::seconds(NextRandom(random_state_) % static_cast<uint64_t>(std::max<int64_t>(
+                                                           1, options_.watch_timeout.count())));
+  const std::string path = fmt::format(
+      "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}{}",
+      collection_path_, EscapeUrlComponent(resource_version), timeout.count(), Selectors());
+  watches_.fetch_add(1);
+
+  bool gone = false;
+  bool error_event = false;
+  uint64_t handled = 0;
+  simdjson::padded_string padded;
+  auto on_line = [&](std::string_view line) {
+    padded = simdjson::padded_string(line);
+    Result<WatchEvent<T>> event = DecodeEvent(padded, tag);
+    if (!event.ok()) {
+      decode_errors_.fetch_add(1);
+      spdlog::warn("informer {}: skipping an event that does not decode: {} (event: {})", kind,
+                   event.error(), Excerpt(line));
+      return true;
+    }
+    events_.fetch_add(1);
+    ++handled;
+    switch (event->type) {
+      case WatchEventType::kAdded:
+      case WatchEventType::kModified:
+        if (!event->resource_version.empty()) resource_version = event->resource_version;
+        if (handlers_.on_upsert) handlers_.on_upsert(event->object);
+        return true;
+      case WatchEventType::kDeleted:
+        if (!event->resource_version.empty()) resource_version = event->resource_version;
+        if (handlers_.on_delete) handlers_.on_delete(event->object);
+        return true;
+      case WatchEventType::kBookmark:
+        if (!event->resource_version.empty()) resource_version = event->resource_version;
+        return true;
+      case WatchEventType::kError:
+        if (event->error_code == 410) {
+          gone = true;
+        } else {
+          error_event = true;
+          spdlog::warn("informer {}: watch error {}: {}", kind, event->error_code,
+                       event->error_message);
+        }
+        return false;
+    }
+    return true;
+  };
+
+  const auto started = std::chrono::steady_clock::now();
+  Result<long> status =  // NOLINT(google-runtime-int)
+      client_.Watch(path, on_line, stop_, timeout + std::chrono::seconds(30));
+  if (!status.ok()) {
+    if (stop_.load()) return WatchEnd::kClosed;
+    request_errors_.fetch_add(1);
+    spdlog::warn("informer {}: watch failed: {}", kind, status.error());
+    return WatchEnd::kFailed;
+  }
+  if (stop_.load()) return WatchEnd::kClosed;
+  if (*status == 410 || gone) return WatchEnd::kGone;
+  if (*status != 200 || error_event) {
+    if (*status != 200) {
+      request_errors_.fetch_add(1);
+      spdlog::warn("informer {}: watch answered HTTP {}", kind, *status);
+    }
+    return WatchEnd::kFailed;
+  }
+  if (handled == 0 && std::chrono::steady_clock::now() - started < kMinHealthyWatch &&
+      !stop_.load()) {
+    return WatchEnd::kFailed;
+  }
+  backoff_ = std::chrono::milliseconds(0);
+  return WatchEnd::kClosed;
+}
+
+template class Informer<Pod>;
+template class Informer<Node>;
+
+}  // namespace toposched::kube

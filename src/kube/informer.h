@@ -1,0 +1,121 @@
+// List-then-watch informers for pods and nodes, on their own thread.
+//
+// The informer lists the collection (paginated), hands the whole set to on_replace, then watches
+// from the list's resourceVersion with bookmarks, calling on_upsert / on_delete per event. When
+// the server ends a watch it resumes from the last resourceVersion seen; when history is gone
+// (410, as an HTTP status or an ERROR event) it lists again and calls on_replace; other failures
+// reconnect after a capped exponential backoff. Events that fail to decode are logged, counted
+// and skipped. Handlers run on the informer's thread, one at a time.
+#ifndef TOPOSCHED_KUBE_INFORMER_H_
+#define TOPOSCHED_KUBE_INFORMER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube/client.h"
+#include "kube/objects.h"
+
+namespace toposched::kube {
+
+struct InformerOptions {
+  std::string field_selector;  // e.g. "spec.nodeName=node-1" for a device plugin
+  std::string label_selector;
+  int page_size = 500;
+  // The server ends each watch after a random time in [t, 2t), which spreads reconnections of
+  // many clients; the client gives up 30 s after that if the server did not.
+  std::chrono::seconds watch_timeout{std::chrono::minutes(5)};
+  std::chrono::milliseconds min_backoff{200};
+  std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};
+};
+
+template <typename T>
+struct InformerHandlers {
+  std::function<void(const std::vector<T>& all)> on_replace;  // after every (re)list
+  std::function<void(const T& object)> on_upsert;             // ADDED, MODIFIED
+  std::function<void(const T& object)> on_delete;             // DELETED
+};
+
+// A snapshot of the informer's counters, for metrics.
+struct InformerCounters {
+  uint64_t lists = 0;           // completed lists, the first one included
+  uint64_t relists = 0;         // completed lists after the first (410 Gone, ...)
+  uint64_t watches = 0;         // watch requests opened
+  uint64_t watch_restarts = 0;  // watch requests after the first
+  uint64_t events = 0;          // watch events handled (bookmarks included)
+  uint64_t decode_errors = 0;   // list pages or events that failed to decode
+  uint64_t request_errors = 0;  // transport failures and unexpected HTTP statuses
+};
+
+template <typename T>
+class Informer {
+ public:
+  // `collection_path` is the API path of the collection, e.g. "/api/v1/pods". The client must
+  // outlive the informer.
+  Informer(ApiClient& client, std::string collection_path, InformerHandlers<T> handlers,
+           InformerOptions options = {});
+  ~Informer();
+  Informer(const Informer&) = delete;
+  Informer& operator=(const Informer&) = delete;
+
+  // Starts the thread; does nothing if it is running.
+  void Start();
+  // Ends the current request promptly (within ~50 ms) and joins the thread.
+  void Stop();
+
+  // True once the first list has been delivered to on_replace.
+  bool Synced() const { return synced_.load(); }
+  // Waits until Synced() or the timeout passes; returns Synced().
+  bool WaitForSync(std::chrono::milliseconds timeout);
+  InformerCounters counters() const;
+
+ private:
+  enum class WatchEnd { kClosed, kGone, kFailed };
+
+  void Run();
+  // Lists every page and calls on_replace; returns the list's resourceVersion.
+  Result<std::string> ListAll();
+  WatchEnd WatchFrom(std::string& resource_version);
+  std::string Selectors() const;
+  // Sleeps unless Stop() is called first.
+  void Sleep(std::chrono::milliseconds duration);
+  std::chrono::milliseconds NextBackoff();
+
+  ApiClient& client_;
+  const std::string collection_path_;
+  const InformerHandlers<T> handlers_;
+  const InformerOptions options_;
+
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> synced_{false};
+  std::mutex mutex_;  // guards the waits below
+  std::condition_variable wake_;
+  std::chrono::milliseconds backoff_{0};
+  uint64_t random_state_;
+
+  std::atomic<uint64_t> lists_{0};
+  std::atomic<uint64_t> watches_{0};
+  std::atomic<uint64_t> events_{0};
+  std::atomic<uint64_t> decode_errors_{0};
+  std::atomic<uint64_t> request_errors_{0};
+};
+
+extern template class Informer<Pod>;
+extern template class Informer<Node>;
+
+using PodInformer = Informer<Pod>;
+using NodeInformer = Informer<Node>;
+
+inline constexpr const char* kPodsPath = "/api/v1/pods";
+inline constexpr const char* kNodesPath = "/api/v1/nodes";
+
+}  // namespace toposched::kube
+
+#endif  // TOPOSCHED_KUBE_INFORMER_H_

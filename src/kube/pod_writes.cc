@@ -1,0 +1,170 @@
+// The writes toposched makes to pods: Binding, annotation merge-patch, Events (see client.h).
+#include <simdjson.h>
+
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "base/json_escape.h"
+#include "kube/client.h"
+#include "kube/json_reader.h"
+
+namespace toposched::kube {
+namespace {
+
+namespace ondemand = simdjson::ondemand;
+
+// The API server rejects longer event messages in events.k8s.io/v1; stay under it everywhere.
+constexpr size_t kMaxEventMessage = 1024;
+
+std::string PodPath(std::string_view ns, std::string_view name) {
+  return "/api/v1/namespaces/" + EscapeUrlComponent(ns) + "/pods/" + EscapeUrlComponent(name);
+}
+
+std::string AnnotationsJson(const std::map<std::string, std::string>& annotations) {
+  std::string out = "{";
+  for (const auto& [key, value] : annotations) {
+    if (out.size() > 1) out += ',';
+    out += JsonQuote(key);
+    out += ':';
+    out += JsonQuote(value);
+  }
+  out += '}';
+  return out;
+}
+
+std::string Rfc3339Now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+// Cuts at a UTF-8 character boundary so the JSON stays valid text.
+std::string_view TruncateUtf8(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
+Status HttpFailure(std::string_view what, const HttpResponse& response) {
+  std::string kind;
+  if (response.status == 409) {
+    kind = "conflict ";
+  } else if (response.status == 404) {
+    kind = "not found ";
+  } else if (response.status == 401 || response.status == 403) {
+    kind = "not allowed ";
+  }
+  return Error{fmt::format("{}: {}(HTTP {}): {}", what, kind, response.status,
+                           StatusMessage(response.body))};
+}
+
+}  // namespace
+
+std::string StatusMessage(std::string_view body) {
+  std::string message;
+  const simdjson::padded_string padded(body);
+  Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+    const json::Path path;
+    ondemand::object object;
+    bool present = false;
+    Status open = json::OpenObject(root, path, object, present);
+    if (!open.ok() || !present) return open;
+    return json::ForEachField(
+        object, path,
+        [&](std::string_view key, ondemand::value& field, const json::Path& at) -> Status {
+          if (key == "message") return json::ReadString(field, at, message);
+          return OkStatus();
+        });
+  });
+  if (status.ok() && !message.empty()) return message;
+  constexpr size_t kMaxShown = 200;
+  std::string shown(TruncateUtf8(body, kMaxShown));
+  if (shown.size() < body.size()) shown += "...";
+  return shown.empty() ? "(empty body)" : shown;
+}
+
+Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
+               std::string_view node, const std::map<std::string, std::string>& annotations) {
+  std::string metadata = "{\"name\":" + JsonQuote(name) + ",\"namespace\":" + JsonQuote(ns);
+  // The uid is a precondition: the server refuses the binding if the pod was re-created.
+  if (!uid.empty()) metadata += ",\"uid\":" + JsonQuote(uid);
+  if (!annotations.empty()) metadata += ",\"annotations\":" + AnnotationsJson(annotations);
+  metadata += '}';
+  const std::string body =
+      "{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":" + metadata +
+      ",\"target\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":" + JsonQuote(node) + "}}";
+  const std::string what = fmt::format("binding pod {}/{} to node {}", ns, name, node);
+  Result<HttpResponse> response = client.Post(PodPath(ns, name) + "/binding", body);
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(what, *response);
+}
+
+Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_view name,
+                           const std::map<std::string, std::optional<std::string>>& annotations) {
+  std::string patch = "{\"metadata\":{\"annotations\":{";
+  bool first = true;
+  for (const auto& [key, value] : annotations) {
+    if (!first) patch += ',';
+    first = false;
+    patch += JsonQuote(key);
+    patch += ':';
+    patch += value.has_value() ? JsonQuote(*value) : "null";
+  }
+  patch += "}}}";
+  const std::string what = fmt::format("patching annotations of pod {}/{}", ns, name);
+  Result<HttpResponse> response =
+      client.Patch(PodPath(ns, name), patch, "application/merge-patch+json");
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(what, *response);
+}
+
+Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
+                    std::string_view reason, std::string_view message, std::string_view component) {
+  if (type != "Normal" && type != "Warning") {
+    return Error{fmt::format("event type must be Normal or Warning, not \"{}\"", type)};
+  }
+  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // client-go names events <object>.<hex nanoseconds> so repeated events do not collide.
+  const std::string event_name = fmt::format("{}.{:x}", pod.name, static_cast<uint64_t>(now_ns));
+  const std::string timestamp = Rfc3339Now();
+  std::string involved =
+      "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"namespace\":" + JsonQuote(pod.ns) +
+      ",\"name\":" + JsonQuote(pod.name);
+  if (!pod.uid.empty()) involved += ",\"uid\":" + JsonQuote(pod.uid);
+  if (!pod.resource_version.empty()) {
+    involved += ",\"resourceVersion\":" + JsonQuote(pod.resource_version);
+  }
+  involved += '}';
+  const std::string body =
+      "{\"apiVersion\":\"v1\",\"kind\":\"Event\",\"metadata\":{\"name\":" + JsonQuote(event_name) +
+      ",\"namespace\":" + JsonQuote(pod.ns) + "},\"involvedObject\":" + involved +
+      ",\"reason\":" + JsonQuote(reason) +
+      ",\"message\":" + JsonQuote(TruncateUtf8(message, kMaxEventMessage)) +
+      ",\"type\":" + JsonQuote(type) + ",\"source\":{\"component\":" + JsonQuote(component) +
+      "},\"reportingComponent\":" + JsonQuote(component) +
+      ",\"firstTimestamp\":" + JsonQuote(timestamp) + ",\"lastTimestamp\":" + JsonQuote(timestamp) +
+      ",\"count\":1}";
+  const std::string what = fmt::format("posting event {} for pod {}/{}", reason, pod.ns, pod.name);
+  Result<HttpResponse> response =
+      client.Post("/api/v1/namespaces/" + EscapeUrlComponent(pod.ns) + "/events", body);
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(what, *response);
+}
+
+}  // namespace toposched::kube

@@ -1,0 +1,359 @@
+// List-then-watch informers against the loopback fake API server (kube/informer.h).
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kube/client.h"
+#include "kube/informer.h"
+#include "support/fake_apiserver.h"
+
+namespace toposched::kube {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using toposched::testing::FailureRule;
+using toposched::testing::FakeApiServer;
+using toposched::testing::Kind;
+using toposched::testing::ReadSourceFile;
+using toposched::testing::RecordedRequest;
+using toposched::testing::TooOldMode;
+
+std::string PodJson(const std::string& name, const std::string& node = "") {
+  return R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"uid-)" + name +
+         R"("},"spec":{"nodeName":")" + node + R"("}})";
+}
+
+// Polls `condition` every few milliseconds for at most `timeout`.
+bool Eventually(const std::function<bool()>& condition,
+                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return condition();
+}
+
+// Mirrors what the informer reports into a map, like a consumer's cache would.
+template <typename T>
+class Recorder {
+ public:
+  InformerHandlers<T> Handlers() {
+    InformerHandlers<T> handlers;
+    handlers.on_replace = [this](const std::vector<T>& all) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      objects_.clear();
+      for (const T& object : all) objects_[object.name] = object;
+      ++replaces_;
+    };
+    handlers.on_upsert = [this](const T& object) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      objects_[object.name] = object;
+      ++upserts_;
+    };
+    handlers.on_delete = [this](const T& object) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      objects_.erase(object.name);
+      ++deletes_;
+    };
+    return handlers;
+  }
+  std::vector<std::string> Names() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> names;
+    for (const auto& [name, object] : objects_) names.push_back(name);
+    return names;
+  }
+  bool Has(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return objects_.count(name) > 0;
+  }
+  T Get(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return objects_.at(name);
+  }
+  int replaces() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return replaces_;
+  }
+  int upserts() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return upserts_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, T> objects_;
+  int replaces_ = 0;
+  int upserts_ = 0;
+  int deletes_ = 0;
+};
+
+std::unique_ptr<ApiClient> ClientFor(const FakeApiServer& server) {
+  ClientConfig config;
+  config.server = server.url();
+  config.ca_pem = server.ca_pem();
+  config.token = "test-token";
+  config.request_timeout = std::chrono::seconds(5);
+  Result<std::unique_ptr<ApiClient>> client = ApiClient::Create(config);
+  EXPECT_TRUE(client.ok()) << client.error();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+InformerOptions FastOptions() {
+  InformerOptions options;
+  options.min_backoff = std::chrono::milliseconds(20);
+  options.max_backoff = std::chrono::milliseconds(200);
+  return options;
+}
+
+std::string QueryParam(const std::string& query, const std::string& name) {
+  const std::string key = name + "=";
+  size_t at = query.find(key);
+  while (at != std::string::npos && at != 0 && query[at - 1] != '&') at = query.find(key, at + 1);
+  if (at == std::string::npos) return {};
+  const size_t end = query.find('&', at);
+  return query.substr(at + key.size(), end == std::string::npos ? end : end - at - key.size());
+}
+
+TEST(KubeInformerTest, ListsInPagesThenWatchesUpsertsDeletesAndBookmarks) {
+  FakeApiServer server;
+  for (int i = 0; i < 7; ++i) server.UpsertPod(PodJson("p" + std::to_string(i)));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerOptions options = FastOptions();
+  options.page_size = 3;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), options);
+  EXPECT_FALSE(informer.Synced());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_EQ(recorder.Names().size(), 7u);
+  EXPECT_EQ(recorder.replaces(), 1);
+  const auto lists = server.RequestsMatching("GET", "/api/v1/pods");
+  ASSERT_GE(lists.size(), 3u);
+  EXPECT_EQ(QueryParam(lists[0].query, "limit"), "3");
+  EXPECT_EQ(QueryParam(lists[0].query, "continue"), "");
+  EXPECT_NE(QueryParam(lists[1].query, "continue"), "");
+  EXPECT_NE(QueryParam(lists[2].query, "continue"), "");
+
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.UpsertPod(PodJson("new", "node-1"));
+  server.DeletePod("ml", "p0");
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("new") && !recorder.Has("p0"); }));
+  EXPECT_EQ(recorder.Get("new").node_name, "node-1");
+
+  // A bookmark moves the resume point even though no object changed for this watch.
+  server.UpsertNode(R"({"metadata":{"name":"unrelated"}})");
+  const int64_t bookmark = server.resource_version();
+  server.SendBookmark(Kind::kPod);
+  ASSERT_TRUE(Eventually([&] { return informer.counters().events >= 3; }));
+  server.EndWatches(Kind::kPod);
+  ASSERT_TRUE(Eventually([&] { return server.watches_started(Kind::kPod) >= 2; }));
+  const auto watches = server.RequestsMatching("GET", "/api/v1/pods");
+  const RecordedRequest& resumed = watches.back();
+  EXPECT_EQ(QueryParam(resumed.query, "watch"), "1");
+  EXPECT_EQ(QueryParam(resumed.query, "allowWatchBookmarks"), "true");
+  EXPECT_EQ(QueryParam(resumed.query, "resourceVersion"), std::to_string(bookmark));
+  EXPECT_NE(QueryParam(resumed.query, "timeoutSeconds"), "");
+
+  const InformerCounters counters = informer.counters();
+  EXPECT_EQ(counters.lists, 1u);
+  EXPECT_EQ(counters.relists, 0u);
+  EXPECT_GE(counters.watch_restarts, 1u);
+  EXPECT_EQ(counters.decode_errors, 0u);
+  informer.Stop();
+}
+
+TEST(KubeInformerTest, RelistsOnHttp410) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+
+  server.set_too_old_mode(TooOldMode::kHttp410);
+  server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
+  server.UpsertPod(PodJson("b"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("b"); }));
+  server.EndWatches(Kind::kPod);
+  ASSERT_TRUE(Eventually([&] { return recorder.replaces() == 2; }));
+  EXPECT_THAT(recorder.Names(), ElementsAre("a", "b"));
+  EXPECT_EQ(informer.counters().relists, 1u);
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+}
+
+TEST(KubeInformerTest, RelistsOnErrorEvent410AndSeesChangesMadeMeanwhile) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerOptions options = FastOptions();
+  // Long enough that the history can be compacted while the informer waits to reconnect.
+  options.min_backoff = std::chrono::milliseconds(400);
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+
+  server.set_too_old_mode(TooOldMode::kErrorEvent);
+  server.DropWatchConnections(Kind::kPod);
+  ASSERT_TRUE(Eventually([&] { return server.open_watches(Kind::kPod) == 0; }));
+  // While it is away, a pod comes and goes, and the history it would resume from is compacted.
+  server.DeletePod("ml", "a");
+  server.UpsertPod(PodJson("c"));
+  server.CompactHistory();
+  ASSERT_TRUE(Eventually([&] { return recorder.replaces() == 2; }));
+  EXPECT_THAT(recorder.Names(), ElementsAre("c"));
+  const InformerCounters counters = informer.counters();
+  EXPECT_EQ(counters.relists, 1u);
+  EXPECT_GE(counters.request_errors, 1u);  // the dropped connection
+}
+
+TEST(KubeInformerTest, ResumesAfterADroppedConnectionWithoutRelisting) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerOptions options = FastOptions();
+  options.min_backoff = std::chrono::milliseconds(300);
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.DropWatchConnections(Kind::kPod);
+  ASSERT_TRUE(Eventually([&] { return server.open_watches(Kind::kPod) == 0; }));
+  server.UpsertPod(PodJson("during-outage"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("during-outage"); }));
+  server.UpsertPod(PodJson("after"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("after"); }));
+  EXPECT_EQ(recorder.replaces(), 1);
+  EXPECT_EQ(informer.counters().relists, 0u);
+  EXPECT_GE(informer.counters().watch_restarts, 1u);
+}
+
+TEST(KubeInformerTest, BadEventsAreCountedAndSkipped) {
+  FakeApiServer server;
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.SendRawWatchLine(Kind::kPod, "{not json");
+  server.SendRawWatchLine(Kind::kPod, R"({"type":"ADDED","object":{"spec":{"containers":"x"}}})");
+  server.SendRawWatchLine(Kind::kPod, R"({"type":"TELEPORTED","object":{}})");
+  server.UpsertPod(PodJson("fine"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("fine"); }));
+  EXPECT_EQ(informer.counters().decode_errors, 3u);
+  EXPECT_EQ(recorder.upserts(), 1);
+  EXPECT_EQ(server.open_watches(Kind::kPod), 1);  // the same watch kept going
+}
+
+TEST(KubeInformerTest, FieldSelectorLimitsListAndWatch) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("mine", "node-a"));
+  server.UpsertPod(PodJson("theirs", "node-b"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerOptions options = FastOptions();
+  options.field_selector = "spec.nodeName=node-a";
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_THAT(recorder.Names(), ElementsAre("mine"));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.UpsertPod(PodJson("theirs-2", "node-b"));
+  server.UpsertPod(PodJson("mine-2", "node-a"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("mine-2"); }));
+  EXPECT_THAT(recorder.Names(), ElementsAre("mine", "mine-2"));
+  for (const auto& request : server.RequestsMatching("GET", "/api/v1/pods")) {
+    EXPECT_THAT(request.query, HasSubstr("fieldSelector=spec.nodeName%3Dnode-a"));
+  }
+}
+
+TEST(KubeInformerTest, ListFailuresBackOffAndRetry) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  server.InjectFailure(FailureRule{"GET", "/api/v1/pods", 500, std::chrono::milliseconds(0), 2});
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_THAT(recorder.Names(), ElementsAre("a"));
+  EXPECT_EQ(informer.counters().request_errors, 2u);
+  EXPECT_EQ(informer.counters().lists, 1u);
+}
+
+TEST(KubeInformerTest, StopIsPromptWhileWatchingAndWhileBackingOff) {
+  FakeApiServer server;
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Node> recorder;
+  NodeInformer informer(*client, kNodesPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kNode, 1));
+  auto start = std::chrono::steady_clock::now();
+  informer.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+
+  // A list that keeps failing: the informer sleeps between tries, and Stop cuts the sleep.
+  server.InjectFailure(FailureRule{"GET", "/api/v1/nodes", 503, std::chrono::milliseconds(0), -1});
+  InformerOptions slow = FastOptions();
+  slow.min_backoff = std::chrono::seconds(10);
+  slow.max_backoff = std::chrono::seconds(10);
+  NodeInformer failing(*client, kNodesPath, recorder.Handlers(), slow);
+  failing.Start();
+  ASSERT_TRUE(Eventually([&] { return failing.counters().request_errors >= 1; }));
+  start = std::chrono::steady_clock::now();
+  failing.Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_FALSE(failing.Synced());
+}
+
+TEST(KubeInformerTest, NodeInformerDecodesRealNodes) {
+  FakeApiServer server;
+  server.UpsertNode(ReadSourceFile("test/support/testdata/eks_trn1_node.json"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Node> recorder;
+  NodeInformer informer(*client, kNodesPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  const Node node = recorder.Get("ip-10-0-12-34.us-west-2.compute.internal");
+  EXPECT_EQ(node.instance_type, "trn1.32xlarge");
+  EXPECT_EQ(node.allocatable.at("aws.amazon.com/neuron"), 16);
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kNode, 1));
+  server.UpsertNode(
+      R"({"metadata":{"name":"inf2","labels":)"
+      R"({"node.kubernetes.io/instance-type":"inf2.48xlarge"}},)"
+      R"("status":{"allocatable":{"aws.amazon.com/neuron":"12"}}})");
+  ASSERT_TRUE(Eventually([&] { return recorder.Has("inf2"); }));
+  EXPECT_EQ(recorder.Get("inf2").instance_type, "inf2.48xlarge");
+  server.DeleteNode("inf2");
+  ASSERT_TRUE(Eventually([&] { return !recorder.Has("inf2"); }));
+}
+
+}  // namespace
+}  // namespace toposched::kube

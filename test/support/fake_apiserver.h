@@ -1,0 +1,146 @@
+// An in-process fake kube-apiserver for tests: HTTPS (Boost.Beast + Asio SSL) on 127.0.0.1 with an
+// ephemeral port and a CA made at start-up, bearer-token or client-certificate auth, and the few
+// API calls toposched makes: list and watch pods and nodes, get one, bind a pod, merge-patch a
+// pod, create events. Tests drive it: add and change objects (watchers get the events), send
+// bookmarks, expire history (410), end or drop watch connections, inject failures and delays, and
+// read back every request it got.
+//
+// One io thread serves every connection; the destructor stops it. Only loopback is used.
+#ifndef TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
+#define TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace toposched::testing {
+
+enum class Kind { kPod, kNode };
+
+// How a watch from an expired resourceVersion is refused.
+enum class TooOldMode {
+  kHttp410,     // the watch request itself answers 410 Gone
+  kErrorEvent,  // 200, then one ERROR event carrying a Status with code 410
+};
+
+struct RecordedRequest {
+  std::string method;
+  std::string target;  // path and query, as sent
+  std::string path;
+  std::string query;
+  std::string authorization;
+  std::string content_type;
+  std::string body;
+};
+
+// The next `times` requests matching `method` (empty: any) and `path_prefix` wait `delay`, then
+// answer `status` with a Status body (status 0: handled normally after the delay).
+struct FailureRule {
+  std::string method;
+  std::string path_prefix;
+  int status = 500;
+  std::chrono::milliseconds delay{0};
+  int times = 1;  // negative: forever
+};
+
+struct KubeconfigOptions {
+  bool embed_ca = true;  // certificate-authority-data; else certificate-authority: ca_file
+  std::string ca_file;   // used when !embed_ca
+  bool use_token = true;
+  std::string token;            // empty: the server's token
+  bool use_token_file = false;  // tokenFile: token_file instead of token
+  std::string token_file;
+  bool client_certificate = false;  // client-certificate-data + client-key-data
+  std::string tls_server_name;
+  bool exec_user = false;  // an exec plugin user (unsupported by the client)
+};
+
+class FakeApiServer {
+ public:
+  struct Options {
+    std::string token = "test-token";
+  };
+
+  FakeApiServer();
+  explicit FakeApiServer(Options options);
+  ~FakeApiServer();
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+
+  int port() const;
+  std::string url() const;  // https://127.0.0.1:PORT
+  const std::string& ca_pem() const;
+  const std::string& client_cert_pem() const;
+  const std::string& client_key_pem() const;
+  void set_token(std::string token);
+
+  // Objects are the API's JSON. Upserts assign the next resourceVersion and send ADDED or
+  // MODIFIED to matching watches; deletes send DELETED. Return the new resourceVersion.
+  int64_t UpsertPod(std::string_view json);
+  int64_t UpsertNode(std::string_view json);
+  int64_t DeletePod(std::string_view ns, std::string_view name);
+  int64_t DeleteNode(std::string_view name);
+  std::optional<std::string> GetPodJson(std::string_view ns, std::string_view name) const;
+  int64_t resource_version() const;
+
+  // Sends a BOOKMARK at the current resourceVersion to every open watch of `kind`.
+  void SendBookmark(Kind kind);
+  // Sends `line` as-is (a malformed event, say) to every open watch of `kind`.
+  void SendRawWatchLine(Kind kind, std::string line);
+  // Forgets the event history: a watch from an older resourceVersion is too old.
+  void CompactHistory();
+  void set_too_old_mode(TooOldMode mode);
+  // The next `count` watches of `kind` are refused as too old, whatever their resourceVersion.
+  void RejectNextWatchesAsTooOld(Kind kind, int count);
+  // Ends every open watch of `kind` cleanly (final chunk), as the server does at timeoutSeconds.
+  void EndWatches(Kind kind);
+  // Closes the connections of every open watch of `kind` abruptly, mid-stream.
+  void DropWatchConnections(Kind kind);
+
+  int open_watches(Kind kind) const;
+  int watches_started(Kind kind) const;  // watch requests answered with a stream
+  // Polls until open_watches(kind) >= count; false on timeout.
+  bool WaitForOpenWatches(Kind kind, int count,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+  int connections_accepted() const;
+
+  void InjectFailure(FailureRule rule);
+
+  std::vector<RecordedRequest> requests() const;
+  std::vector<RecordedRequest> RequestsMatching(std::string_view method,
+                                                std::string_view path_prefix) const;
+
+  // Writes a kubeconfig pointing at this server (context "fake") and returns `path`.
+  std::string WriteKubeconfig(const std::string& path, const KubeconfigOptions& options = {}) const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Writes `content` to path()/name and returns the full path.
+  std::string WriteFile(const std::string& name, std::string_view content) const;
+
+ private:
+  std::string path_;
+};
+
+// Reads a file of the source tree (relative to its root), aborting if it is missing.
+std::string ReadSourceFile(const std::string& relative_path);
+
+}  // namespace toposched::testing
+
+#endif  // TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
