@@ -36,19 +36,19 @@
 namespace toposched::testing {
 
 // A fresh directory under /tmp (short, for unix-socket paths), removed with its contents.
-class TempDir {
+class ShortTempDir {
  public:
-  TempDir() {
+  ShortTempDir() {
     char pattern[] = "/tmp/tsdp.XXXXXX";
     const char* made = ::mkdtemp(pattern);
     path_ = made == nullptr ? std::string() : std::string(made);
   }
-  ~TempDir() {
+  ~ShortTempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
+  ShortTempDir(const ShortTempDir&) = delete;
+  ShortTempDir& operator=(const ShortTempDir&) = delete;
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
 

@@ -24,7 +24,7 @@ using testing::FakePodSource;
 using ::testing::HasSubstr;
 using testing::MakePod;
 using testing::RecordAnnotations;
-using testing::TempDir;
+using testing::ShortTempDir;
 using testing::WaitFor;
 using namespace std::chrono_literals;
 
@@ -82,7 +82,7 @@ class DevicePluginServerTest : public ::testing::Test {
     kubelet_ = std::make_unique<FakeKubelet>(host_.kubelet());
   }
 
-  TempDir dir_;
+  ShortTempDir dir_;
   FakeHost host_{dir_.path()};
   std::unique_ptr<FakeKubelet> kubelet_;
   FakePodSource pods_;
@@ -110,7 +110,7 @@ TEST_F(DevicePluginServerTest, RegistersBothResourcesAndStreamsDevices) {
 
 TEST_F(DevicePluginServerTest, Trn2CoreCountFollowsLnc) {
   for (int lnc : {1, 2}) {
-    TempDir dir;
+    ShortTempDir dir;
     FakeHost host{dir.path()};
     host.Install("trn2.48xlarge", lnc);
     FakeKubelet kubelet(host.kubelet());

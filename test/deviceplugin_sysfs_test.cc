@@ -16,7 +16,7 @@ namespace {
 using ::testing::ElementsAre;
 using testing::FakeHost;
 using ::testing::HasSubstr;
-using testing::TempDir;
+using testing::ShortTempDir;
 using testing::WriteFile;
 
 HostPaths PathsFor(const FakeHost& host) {
@@ -70,7 +70,7 @@ TEST(DevicePluginSysfsTest, ProductNameAndDeviceNames) {
 }
 
 TEST(DevicePluginSysfsTest, NoDriverSaysSoPlainly) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   auto inventory = Discover(PathsFor(host));
   ASSERT_FALSE(inventory.ok());
@@ -83,7 +83,7 @@ TEST(DevicePluginSysfsTest, NoDriverSaysSoPlainly) {
 }
 
 TEST(DevicePluginSysfsTest, Inf2Ring) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("inf2.48xlarge");
   auto inventory = Discover(PathsFor(host));
@@ -103,7 +103,7 @@ TEST(DevicePluginSysfsTest, Inf2Ring) {
 }
 
 TEST(DevicePluginSysfsTest, Trn1Torus) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn1.32xlarge");
   auto inventory = Discover(PathsFor(host));
@@ -118,7 +118,7 @@ TEST(DevicePluginSysfsTest, Trn1Torus) {
 
 TEST(DevicePluginSysfsTest, Trn2DividesPhysicalCoresByLnc) {
   for (int lnc : {1, 2}) {
-    TempDir dir;
+    ShortTempDir dir;
     FakeHost host{dir.path()};
     host.Install("trn2.48xlarge", lnc);
     auto inventory = Discover(PathsFor(host));
@@ -135,7 +135,7 @@ TEST(DevicePluginSysfsTest, Trn2DividesPhysicalCoresByLnc) {
 }
 
 TEST(DevicePluginSysfsTest, Trn2WithoutLncFileUsesDefault) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn2.48xlarge");
   auto inventory = Discover(PathsFor(host));
@@ -148,7 +148,7 @@ TEST(DevicePluginSysfsTest, Trn2WithoutLncFileUsesDefault) {
 }
 
 TEST(DevicePluginSysfsTest, BadLncFileIsAWarningNotAFailure) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn2.48xlarge");
   WriteFile(host.opt() + "/neuron/logical_nc_config", "NEURON_LOGICAL_NC_CONFIG=7\n");
@@ -160,7 +160,7 @@ TEST(DevicePluginSysfsTest, BadLncFileIsAWarningNotAFailure) {
 }
 
 TEST(DevicePluginSysfsTest, MismatchWithCatalogIsNotedWithBothSides) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn1.32xlarge");
   WriteFile(host.sys() + "/class/neuron_device/neuron5/connected_devices", "1, 4\n");
@@ -177,7 +177,7 @@ TEST(DevicePluginSysfsTest, MismatchWithCatalogIsNotedWithBothSides) {
 }
 
 TEST(DevicePluginSysfsTest, UnknownTypeUsesSysfsAdjacency) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.InstallDevices("inf9.huge", 4, 2, {{1}, {0, 2}, {1, 3}, {2}});
   auto inventory = Discover(PathsFor(host));
@@ -192,7 +192,7 @@ TEST(DevicePluginSysfsTest, UnknownTypeUsesSysfsAdjacency) {
 }
 
 TEST(DevicePluginSysfsTest, UnknownAllToAllTypeAllowsAnySet) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.InstallDevices("trn3.48xlarge", 4, 8, {{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}});
   WriteFile(host.opt() + "/neuron/logical_nc_config", "NEURON_LOGICAL_NC_CONFIG=2\n");
@@ -205,7 +205,7 @@ TEST(DevicePluginSysfsTest, UnknownAllToAllTypeAllowsAnySet) {
 }
 
 TEST(DevicePluginSysfsTest, GarbageInSysfsIsReportedNotFatal) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("inf2.48xlarge");
   WriteFile(host.sys() + "/class/neuron_device/neuron3/core_count", "\xff\xfe");
@@ -227,7 +227,7 @@ TEST(DevicePluginSysfsTest, GarbageInSysfsIsReportedNotFatal) {
 }
 
 TEST(DevicePluginSysfsTest, HealthFollowsDevNodeAndCoreCount) {
-  TempDir dir;
+  ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("inf2.48xlarge");
   const HostPaths paths = PathsFor(host);
