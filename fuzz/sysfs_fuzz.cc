@@ -10,6 +10,7 @@
 
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/device_ids.h"
+#include "deviceplugin/manager.h"
 #include "deviceplugin/sysfs.h"
 #include "kube/allocation_record.h"
 #include "topology/allocator.h"
