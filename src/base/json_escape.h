@@ -9,19 +9,27 @@
 
 namespace toposched {
 
-// Returns `s` as a quoted JSON string.
-inline std::string JsonQuote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
+// Appends `s` to `out` as a quoted JSON string.
+inline void AppendJsonQuoted(std::string& out, std::string_view s) {
   out += '"';
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -33,6 +41,13 @@ inline std::string JsonQuote(std::string_view s) {
     }
   }
   out += '"';
+}
+
+// Returns `s` as a quoted JSON string.
+inline std::string JsonQuote(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  AppendJsonQuoted(out, s);
   return out;
 }
 

@@ -1,16 +1,263 @@
-// Placeholder until the extender part lands: the subcommand exists and says so.
+// `toposched extender`: the kube-scheduler extender (filter, prioritize, bind, preempt) over
+// HTTP(S), fed by list+watch of nodes and pods, or by a node file in offline mode.
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "extender/api_writer.h"
+#include "extender/http_server.h"
+#include "extender/metrics.h"
+#include "extender/offline.h"
+#include "extender/router.h"
+#include "extender/service.h"
+#include "kube/client.h"
+#include "kube/informer.h"
 
 namespace toposched::cli {
-struct ExtenderOptions {};
+
+struct ExtenderOptions {
+  std::string listen = "0.0.0.0:12345";
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  std::string kubeconfig;
+  std::string offline_nodes;
+  std::vector<std::string> device_resources = {"aws.amazon.com/neuron",
+                                               "aws.amazon.com/neurondevice"};
+  std::vector<std::string> core_resources = {"aws.amazon.com/neuroncore"};
+  std::string policy = "best-fit";
+  double reservation_timeout_s = 30;
+  size_t body_limit_mib = 256;
+  int threads = 2;
+  int bind_threads = 8;
+  std::string log_level = "info";
+};
+
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
-  app.add_subcommand("extender", "(not built yet)");
-  return std::make_shared<ExtenderOptions>();
+  auto o = std::make_shared<ExtenderOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "extender",
+      "Serve kube-scheduler's extender API: POST /filter, /prioritize, /bind, /preempt; GET "
+      "/healthz, /readyz, /metrics.\nOnline it lists and watches nodes and pods through the API "
+      "server; with --offline-nodes it serves nodes from a file and binds in memory.");
+  cmd->add_option("--listen", o->listen, "Address and port to serve on (HOST:PORT)")
+      ->capture_default_str();
+  cmd->add_option("--tls-cert-file", o->tls_cert_file, "Serve HTTPS with this certificate (PEM)");
+  cmd->add_option("--tls-key-file", o->tls_key_file, "Private key for --tls-cert-file (PEM)");
+  cmd->add_option("--tls-client-ca-file", o->tls_client_ca_file,
+                  "Require client certificates signed by this CA (PEM)");
+  cmd->add_option("--kubeconfig", o->kubeconfig,
+                  "kubeconfig to reach the API server (default: $KUBECONFIG, in-cluster, "
+                  "~/.kube/config)");
+  cmd->add_option("--offline-nodes", o->offline_nodes,
+                  "Serve against the nodes in this file (a NodeList, JSON or YAML) and bind in "
+                  "memory; no API server is used")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--device-resource", o->device_resources,
+                  "Extended resource(s) counted in whole devices (repeatable)")
+      ->capture_default_str();
+  cmd->add_option("--core-resource", o->core_resources,
+                  "Extended resource(s) counted in cores (repeatable)")
+      ->capture_default_str();
+  cmd->add_option("--policy", o->policy,
+                  "best-fit (keep large free blocks whole) or first-fit (lowest ids, as AWS)")
+      ->capture_default_str();
+  cmd->add_option("--reservation-timeout", o->reservation_timeout_s,
+                  "Seconds a bind may hold ids before they are released if it never completes")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-limit", o->body_limit_mib,
+                  "Largest request body accepted, in MiB (413 above)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", o->threads, "HTTP server threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  return o;
 }
-int RunExtender(const ExtenderOptions&, const std::string&) {
-  fmt::print(stderr, "toposched extender is not built yet\n");
-  return kExitUsage;
+
+namespace {
+
+int64_t SteadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
+
+int64_t WallNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return Error{"--listen must be HOST:PORT, e.g. 127.0.0.1:12345"};
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    size_t used = 0;
+    port = std::stoi(listen.substr(colon + 1), &used);
+    if (used != listen.size() - colon - 1) port = -1;
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) return Error{fmt::format("--listen: bad port in '{}'", listen)};
+  if (host.empty()) host = "0.0.0.0";
+  return std::pair{host, static_cast<uint16_t>(port)};
+}
+
+// Blocks until SIGINT or SIGTERM.
+int WaitForSignal(const sigset_t& signals) {
+  int signal = 0;
+  sigwait(&signals, &signal);
+  return signal;
+}
+
+}  // namespace
+
+int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
+  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  auto catalog = LoadCatalog(catalog_path);
+  if (!catalog.ok()) {
+    spdlog::error("{}", catalog.error());
+    return kExitUsage;
+  }
+  auto policy = topology::ParsePolicy(o.policy);
+  if (!policy.ok() || *policy == topology::Policy::kCountOnly) {
+    spdlog::error("--policy: use best-fit or first-fit");
+    return kExitUsage;
+  }
+  auto listen = SplitListen(o.listen);
+  if (!listen.ok()) {
+    spdlog::error("{}", listen.error());
+    return kExitUsage;
+  }
+
+  // Signals are taken by sigwait in this thread only; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  extender::ExtenderOptions service_options;
+  service_options.resources.device = o.device_resources;
+  service_options.resources.core = o.core_resources;
+  service_options.policy = *policy;
+  service_options.reservation_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.reservation_timeout_s * 1000));
+
+  extender::Metrics metrics;
+  std::unique_ptr<kube::ApiClient> client;
+  std::unique_ptr<extender::ClusterWriter> writer;
+  if (!o.offline_nodes.empty()) {
+    writer = std::make_unique<extender::OfflineClusterWriter>();
+  } else {
+    auto made = kube::ApiClient::FromEnvironment(o.kubeconfig);
+    if (!made.ok()) {
+      spdlog::error("cannot reach the API server: {} (or use --offline-nodes FILE)", made.error());
+      return kExitUsage;
+    }
+    client = std::move(made).value();
+    writer = std::make_unique<extender::ApiClusterWriter>(*client);
+  }
+  extender::ExtenderService service(**catalog, service_options, *writer, metrics, SteadyNs, WallNs);
+
+  std::unique_ptr<kube::Informer<kube::Node>> node_informer;
+  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
+  if (!o.offline_nodes.empty()) {
+    std::ifstream in(o.offline_nodes);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto nodes = extender::ParseNodeFile(text.str(), o.offline_nodes);
+    if (!nodes.ok()) {
+      spdlog::error("{}", nodes.error());
+      return kExitUsage;
+    }
+    service.ReplaceNodes(*nodes);
+    service.ReplacePods({});
+    spdlog::info("offline mode: {} nodes from {}; binds are kept in memory", nodes->size(),
+                 o.offline_nodes);
+  } else {
+    node_informer = std::make_unique<kube::Informer<kube::Node>>(
+        *client, "/api/v1/nodes",
+        kube::InformerHandlers<kube::Node>{
+            [&](const std::vector<kube::Node>& all) { service.ReplaceNodes(all); },
+            [&](const kube::Node& n) { service.UpsertNode(n); },
+            [&](const kube::Node& n) { service.DeleteNode(n); }});
+    node_informer->Start();
+    // Pods are placed on nodes: the first rebuild waits until the nodes are known.
+    if (!node_informer->WaitForSync(std::chrono::seconds(60))) {
+      spdlog::warn("nodes not listed after 60 s; still trying (readyz stays 503 until then)");
+    }
+    pod_informer = std::make_unique<kube::Informer<kube::Pod>>(
+        *client, "/api/v1/pods",
+        kube::InformerHandlers<kube::Pod>{
+            [&](const std::vector<kube::Pod>& all) { service.ReplacePods(all); },
+            [&](const kube::Pod& p) { service.UpsertPod(p); },
+            [&](const kube::Pod& p) { service.DeletePod(p); }});
+    pod_informer->Start();
+  }
+
+  extender::Router router(service, metrics, o.bind_threads);
+  extender::HttpServerOptions http;
+  http.address = listen->first;
+  http.port = listen->second;
+  http.threads = o.threads;
+  http.body_limit = o.body_limit_mib << 20;
+  http.tls_cert_file = o.tls_cert_file;
+  http.tls_key_file = o.tls_key_file;
+  http.tls_client_ca_file = o.tls_client_ca_file;
+  auto server = extender::HttpServer::Start(http, router.AsHandler());
+  if (!server.ok()) {
+    spdlog::error("{}", server.error());
+    return kExitUsage;
+  }
+  spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
+               http.tls_cert_file.empty() ? "HTTP" : "HTTPS", http.address, (*server)->port(),
+               o.policy, fmt::join(o.device_resources, ","), fmt::join(o.core_resources, ","));
+
+  std::atomic<bool> stop{false};
+  uint64_t last_errors = 0;
+  std::thread housekeeping([&] {
+    while (!stop) {
+      service.ExpireReservations();
+      const bool ready = service.Ready();
+      metrics.SetReady(ready);
+      if (pod_informer) {
+        // Healthy while the informers' requests succeed; a down API server makes them fail.
+        const uint64_t errors =
+            pod_informer->counters().request_errors + node_informer->counters().request_errors;
+        service.SetApiHealthy(errors == last_errors);
+        last_errors = errors;
+      }
+      for (int i = 0; i < 10 && !stop; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
+  const int signal = WaitForSignal(signals);
+  spdlog::info("signal {} received: shutting down", signal);
+  stop = true;
+  housekeeping.join();
+  (*server)->Stop();
+  if (pod_informer) pod_informer->Stop();
+  if (node_informer) node_informer->Stop();
+  return kExitOk;
+}
+
 }  // namespace toposched::cli

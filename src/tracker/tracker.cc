@@ -35,6 +35,22 @@ std::string ContainerLabel(const ContainerRequest& c) {
 // set lies inside them, or else takes more.
 FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod, Policy policy) {
   FitResult result;
+  // Most pods have one container asking: answer without the bookkeeping below (filter asks this
+  // for thousands of nodes per call).
+  if (pod.containers.size() == 1 && !pod.containers[0].init &&
+      pod.containers[0].request.count != 0) {
+    const ContainerRequest& c = pod.containers[0];
+    Decision d = topology::Allocate(shape, usage, c.request, policy);
+    if (!d.ok()) {
+      result.reason = std::move(d.reason);
+      result.unresolvable = d.unresolvable;
+      return result;
+    }
+    result.fits = true;
+    result.score = d.score;
+    result.allocation.containers.push_back({c.name, std::move(d.placement)});
+    return result;
+  }
   std::vector<const ContainerRequest*> apps;
   std::vector<const ContainerRequest*> inits;
   for (const auto& c : pod.containers) {
@@ -48,8 +64,8 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
   int weight = 0;
   auto fail = [&](const ContainerRequest& c, const Decision& d) {
     FitResult r;
-    r.reason = pod.containers.size() > 1 ? fmt::format("{}: {}", ContainerLabel(c), d.reason)
-                                         : d.reason;
+    r.reason =
+        pod.containers.size() > 1 ? fmt::format("{}: {}", ContainerLabel(c), d.reason) : d.reason;
     r.unresolvable = d.unresolvable;
     return r;
   };
@@ -202,21 +218,28 @@ FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
   return FitLocked(pod, *entry, entry->usage);
 }
 
-std::vector<FitResult> Tracker::FitAll(const PodSpec& pod, std::span<const std::string> nodes) const {
+std::vector<FitResult> Tracker::FitAll(const PodSpec& pod,
+                                       std::span<const std::string> nodes) const {
   std::vector<FitResult> out;
   out.reserve(nodes.size());
+  ForEachFit(pod, nodes, [&](size_t, FitResult&& r) { out.push_back(std::move(r)); });
+  return out;
+}
+
+void Tracker::ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
+                         const std::function<void(size_t, FitResult&&)>& fn) const {
   std::shared_lock lock(mu_);
-  for (const auto& name : nodes) {
-    const NodeEntry* entry = FindNode(name);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeEntry* entry = FindNode(nodes[i]);
     if (entry == nullptr) {
       FitResult r;
-      r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", name);
-      out.push_back(std::move(r));
+      r.reason =
+          fmt::format("node {} is not known to toposched (not yet synced, or deleted)", nodes[i]);
+      fn(i, std::move(r));
       continue;
     }
-    out.push_back(FitLocked(pod, *entry, entry->usage));
+    fn(i, FitLocked(pod, *entry, entry->usage));
   }
-  return out;
 }
 
 NodeUsage Tracker::UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const {
@@ -245,7 +268,8 @@ FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
 }
 
 Result<std::vector<std::string>> Tracker::FewestVictims(
-    const PodSpec& pod, const std::string& node, std::span<const std::string> candidate_uids) const {
+    const PodSpec& pod, const std::string& node,
+    std::span<const std::string> candidate_uids) const {
   std::shared_lock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) return Error{fmt::format("node {} is not known to toposched", node)};
@@ -264,8 +288,8 @@ Result<std::vector<std::string>> Tracker::FewestVictims(
   if (FitLocked(pod, *entry, entry->usage).fits) return std::vector<std::string>{};
   FitResult all_gone = FitLocked(pod, *entry, UsageWithout(*entry, candidates));
   if (!all_gone.fits) {
-    return Error{fmt::format("even without all {} offered victims: {}", candidates.size(),
-                             all_gone.reason)};
+    return Error{
+        fmt::format("even without all {} offered victims: {}", candidates.size(), all_gone.reason)};
   }
 
   // Container by container (largest first), choose the legal set that needs the fewest new
@@ -411,16 +435,18 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
                                        int64_t deadline_ns) {
   std::unique_lock lock(mu_);
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
-    return Error{fmt::format("pod {} already holds ids on node {}", pod.name,
-                             it->second.allocation.node)};
+    return Error{
+        fmt::format("pod {} already holds ids on node {}", pod.name, it->second.allocation.node)};
   }
   auto nit = nodes_.find(node);
   if (nit == nodes_.end()) {
-    return Error{fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
+    return Error{
+        fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
   }
   NodeEntry& entry = nit->second;
   FitResult fit = FitLocked(pod, entry, entry.usage);
-  if (!fit.fits) return Error{fmt::format("pod {} does not fit on {}: {}", pod.name, node, fit.reason)};
+  if (!fit.fits)
+    return Error{fmt::format("pod {} does not fit on {}: {}", pod.name, node, fit.reason)};
   if (!TakeLocked(entry, fit.allocation)) {
     return Error{"internal error: a fitting allocation overlapped held ids"};
   }

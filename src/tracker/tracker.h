@@ -11,6 +11,7 @@
 #define TOPOSCHED_TRACKER_TRACKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <shared_mutex>
 #include <span>
@@ -128,6 +129,10 @@ class Tracker {
   FitResult Fit(const PodSpec& pod, const std::string& node) const;
   // Fit for many nodes under one lock, in the order given.
   std::vector<FitResult> FitAll(const PodSpec& pod, std::span<const std::string> nodes) const;
+  // The same, handing each result to `fn(index, result)` instead of collecting them. `fn` runs
+  // under the tracker's shared lock: it must not call the tracker.
+  void ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
+                  const std::function<void(size_t, FitResult&&)>& fn) const;
   // Would it fit if these pods were gone? Changes nothing.
   FitResult FitWithout(const PodSpec& pod, const std::string& node,
                        std::span<const std::string> gone_uids) const;
@@ -171,7 +176,7 @@ class Tracker {
     std::optional<topology::NodeShape> shape;  // empty when the instance type is unknown
     std::string error;                         // why shape is empty
     topology::NodeUsage usage;
-    std::vector<std::string> pods;             // uids holding ids here
+    std::vector<std::string> pods;  // uids holding ids here
   };
 
   FitResult FitLocked(const PodSpec& pod, const NodeEntry& node,

@@ -1,0 +1,166 @@
+// The extender's hot paths, measured in-process (decode + logic + encode, no sockets), and its
+// memory with a large cluster. Run from a release build:
+//   ./build/bench/extender_bench --benchmark_repetitions=3
+// Each filter benchmark reports p50/p99 of single calls as counters. docs/benchmarks.md has the
+// numbers and what limits them.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <spdlog/spdlog.h>
+
+#include "extender/offline.h"
+#include "extender/protocol.h"
+#include "extender/service.h"
+#include "extender_fixtures.h"
+#include "kube/allocation_record.h"
+#include "kube/decode.h"
+
+namespace {
+
+using namespace toposched;
+using namespace toposched::extender;
+
+constexpr int kNodes = 5000;
+
+std::vector<std::string> NodeNames() {
+  std::vector<std::string> names;
+  for (int i = 0; i < kNodes; ++i)
+    names.push_back("ip-10-0-" + std::to_string(i) + ".ec2.internal");
+  return names;
+}
+
+// A service holding 5,000 trn1.32xlarge nodes, each about half full with 1- and 4-device pods.
+struct Cluster {
+  Cluster()
+      : service(
+            topology::Catalog::Embedded(), ExtenderOptions{}, writer, metrics,
+            [] { return int64_t{0}; }, [] { return int64_t{1}; }) {
+    spdlog::set_level(spdlog::level::warn);
+    names = NodeNames();
+    std::vector<kube::Node> nodes;
+    for (const auto& n : names) {
+      kube::Node node;
+      node.name = n;
+      node.instance_type = "trn1.32xlarge";
+      node.allocatable["aws.amazon.com/neuron"] = 16;
+      nodes.push_back(node);
+    }
+    service.ReplaceNodes(nodes);
+    std::mt19937 rng(7);
+    std::vector<kube::Pod> pods;
+    int uid = 0;
+    for (const auto& n : names) {
+      int next = 0;
+      while (next < 8) {
+        const int count = std::uniform_int_distribution<int>(0, 1)(rng) ? 4 : 1;
+        if (count == 4 && next % 4 != 0) {
+          ++next;
+          continue;
+        }
+        kube::Pod pod;
+        pod.ns = "default";
+        pod.name = "pod-" + std::to_string(uid);
+        pod.uid = "uid-" + std::to_string(uid++);
+        pod.node_name = n;
+        pod.phase = "Running";
+        kube::Container c;
+        c.name = "main";
+        c.requests["aws.amazon.com/neuron"] = count;
+        pod.containers.push_back(c);
+        kube::AllocationRecord record{n, "trn1.32xlarge", {{"main", "aws.amazon.com/neuron", {}}}};
+        for (int k = 0; k < count; ++k) record.containers[0].ids.push_back(next + k);
+        for (auto& [k, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
+        pods.push_back(std::move(pod));
+        next += count;
+      }
+    }
+    service.ReplacePods(pods);
+  }
+  OfflineClusterWriter writer;
+  Metrics metrics;
+  ExtenderService service;
+  std::vector<std::string> names;
+};
+
+Cluster& SharedCluster() {
+  static Cluster cluster;
+  return cluster;
+}
+
+void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
+  std::sort(ms.begin(), ms.end());
+  if (ms.empty()) return;
+  state.counters["p50_ms"] = ms[ms.size() / 2];
+  state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+}
+
+void RunFilter(benchmark::State& state, const simdjson::padded_string& body) {
+  Cluster& cluster = SharedCluster();
+  std::vector<double> ms;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    auto args = DecodeExtenderArgs(body);
+    if (!args.ok()) {
+      state.SkipWithError(args.error().c_str());
+      return;
+    }
+    std::string reply = cluster.service.Filter(*args);
+    benchmark::DoNotOptimize(reply);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(body.size()));
+  ReportPercentiles(state, ms);
+}
+
+// Filter with 5,000 node names (nodeCacheCapable: true): target p99 <= 2 ms.
+void BM_FilterNames5000(benchmark::State& state) {
+  const auto& names = SharedCluster().names;
+  const simdjson::padded_string body(
+      testing::NamesArgs(testing::PodJson("p", "uid-bench", "aws.amazon.com/neuron", 4), names));
+  RunFilter(state, body);
+}
+BENCHMARK(BM_FilterNames5000)->Unit(benchmark::kMillisecond)->Iterations(300);
+
+// Filter with 5,000 full EKS-like Node objects (~20 MB, nodeCacheCapable: false): p99 <= 25 ms.
+void BM_FilterNodes5000(benchmark::State& state) {
+  const auto& names = SharedCluster().names;
+  std::vector<std::string> nodes;
+  for (const auto& n : names) nodes.push_back(testing::EksNodeJson(n, "trn1.32xlarge", 16, 32));
+  const simdjson::padded_string body(
+      testing::NodesArgs(testing::PodJson("p", "uid-bench", "aws.amazon.com/neuron", 4), nodes));
+  state.counters["body_MB"] = static_cast<double>(body.size()) / 1e6;
+  RunFilter(state, body);
+}
+BENCHMARK(BM_FilterNodes5000)->Unit(benchmark::kMillisecond)->Iterations(60);
+
+long RssKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// Resident memory holding 5,000 nodes and 100,000 pods (target <= 300 MB), built through the
+// same ReplacePods path a start-up takes.
+void BM_MemoryWith100kPods(benchmark::State& state) {
+  for (auto _ : state) {
+    const long before = RssKiB();
+    auto cluster = std::make_unique<Cluster>();
+    state.counters["pods"] = static_cast<double>(cluster->service.tracker().Stats().committed);
+    state.counters["rss_MB"] = static_cast<double>(RssKiB()) / 1024.0;
+    state.counters["rss_growth_MB"] = static_cast<double>(RssKiB() - before) / 1024.0;
+  }
+}
+BENCHMARK(BM_MemoryWith100kPods)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,26 @@
+#include "extender/api_writer.h"
+
+#include <spdlog/spdlog.h>
+
+namespace toposched::extender {
+
+Status ApiClusterWriter::Bind(const std::string& ns, const std::string& name,
+                              const std::string& uid, const std::string& node,
+                              const std::map<std::string, std::string>& annotations) {
+  return kube::BindPod(client_, ns, name, uid, node, annotations);
+}
+
+void ApiClusterWriter::Event(const std::string& ns, const std::string& name, const std::string& uid,
+                             std::string_view type, std::string_view reason,
+                             std::string_view message) {
+  kube::Pod pod;
+  pod.ns = ns;
+  pod.name = name;
+  pod.uid = uid;
+  if (auto s = kube::PostPodEvent(client_, pod, type, reason, message, "toposched-extender");
+      !s.ok()) {
+    spdlog::warn("could not post event on pod {}/{}: {}", ns, name, s.error());
+  }
+}
+
+}  // namespace toposched::extender

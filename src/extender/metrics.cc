@@ -1,0 +1,76 @@
+#include "extender/metrics.h"
+
+#include <sstream>
+
+#include <prometheus/text_serializer.h>
+
+namespace toposched::extender {
+
+namespace {
+// From 50 us to 5 s: filter answers in well under a millisecond, bind waits on the API server.
+const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0};
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  requests_ = &prometheus::BuildCounter()
+                   .Name("toposched_extender_requests_total")
+                   .Help("HTTP requests served, by verb and status code")
+                   .Register(*registry_);
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("toposched_extender_request_duration_seconds")
+                  .Help("Time to answer a request, by verb")
+                  .Register(*registry_);
+  allocations_ = &prometheus::BuildCounter()
+                      .Name("toposched_allocations_total")
+                      .Help("Containers given ids at bind, by resource")
+                      .Register(*registry_);
+  reservations_ = &prometheus::BuildGauge()
+                       .Name("toposched_reservations_outstanding")
+                       .Help("Ids reserved by a bind in flight, not yet committed")
+                       .Register(*registry_)
+                       .Add({});
+  rebuild_conflicts_ = &prometheus::BuildCounter()
+                            .Name("toposched_rebuild_conflicts_total")
+                            .Help("Pods whose recorded ids conflicted with another pod's")
+                            .Register(*registry_)
+                            .Add({});
+  api_errors_ = &prometheus::BuildCounter()
+                     .Name("toposched_api_errors_total")
+                     .Help("Failed calls to the Kubernetes API server, by operation")
+                     .Register(*registry_);
+  ready_ = &prometheus::BuildGauge()
+                .Name("toposched_ready")
+                .Help("1 once the first full sync and rebuild are done")
+                .Register(*registry_)
+                .Add({});
+}
+
+void Metrics::ObserveRequest(std::string_view verb, int http_status, double seconds) {
+  const std::string v(verb);
+  requests_->Add({{"verb", v}, {"code", std::to_string(http_status)}}).Increment();
+  latency_->Add({{"verb", v}}, kLatencyBuckets).Observe(seconds);
+}
+
+void Metrics::CountAllocation(std::string_view resource) {
+  allocations_->Add({{"resource", std::string(resource)}}).Increment();
+}
+
+void Metrics::SetOutstandingReservations(int count) { reservations_->Set(count); }
+
+void Metrics::CountRebuildConflicts(int count) { rebuild_conflicts_->Increment(count); }
+
+void Metrics::CountApiError(std::string_view operation) {
+  api_errors_->Add({{"operation", std::string(operation)}}).Increment();
+}
+
+void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
+
+std::string Metrics::Serialize() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace toposched::extender

@@ -1,0 +1,48 @@
+// The extender's Prometheus metrics, served as text on GET /metrics. Thread-safe.
+#ifndef TOPOSCHED_EXTENDER_METRICS_H_
+#define TOPOSCHED_EXTENDER_METRICS_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace toposched::extender {
+
+class Metrics {
+ public:
+  Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // One served request: verb is filter, prioritize, bind, preempt (or another path).
+  void ObserveRequest(std::string_view verb, int http_status, double seconds);
+  void CountAllocation(std::string_view resource);
+  void SetOutstandingReservations(int count);
+  void CountRebuildConflicts(int count);
+  void CountApiError(std::string_view operation);
+  void SetReady(bool ready);
+
+  // The Prometheus text exposition of every metric.
+  std::string Serialize() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+  prometheus::Family<prometheus::Counter>* allocations_;
+  prometheus::Gauge* reservations_;
+  prometheus::Counter* rebuild_conflicts_;
+  prometheus::Family<prometheus::Counter>* api_errors_;
+  prometheus::Gauge* ready_;
+};
+
+}  // namespace toposched::extender
+
+#endif  // TOPOSCHED_EXTENDER_METRICS_H_

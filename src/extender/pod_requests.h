@@ -1,0 +1,42 @@
+// Turning a Pod's container requests for our resources into the tracker's PodSpec.
+#ifndef TOPOSCHED_EXTENDER_POD_REQUESTS_H_
+#define TOPOSCHED_EXTENDER_POD_REQUESTS_H_
+
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "kube/objects.h"
+#include "tracker/tracker.h"
+
+namespace toposched::extender {
+
+// The extended-resource names toposched manages.
+struct ResourceNames {
+  std::vector<std::string> device = {"aws.amazon.com/neuron", "aws.amazon.com/neurondevice"};
+  std::vector<std::string> core = {"aws.amazon.com/neuroncore"};
+
+  bool Manages(std::string_view name) const;
+};
+
+// A pod's requests plus, for each ContainerRequest, the resource name it came from (so the
+// recorded allocation names the resource the pod really asked for).
+struct PodRequests {
+  tracker::PodSpec spec;
+  std::vector<std::string> resource_of;  // parallel to spec.containers
+  std::string ns;
+  std::string name;
+  std::string node_name;
+
+  // The resource name for a placed container (matched by container name and unit).
+  std::string ResourceFor(const std::string& container, topology::Unit unit) const;
+};
+
+// Reads requests (or limits, when a container sets only limits, as Kubernetes defaults them) of
+// every managed resource. Device-resource aliases add up. Sidecars (init containers with
+// restartPolicy Always) count as app containers. Errors on a count that does not fit an int.
+Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names);
+
+}  // namespace toposched::extender
+
+#endif  // TOPOSCHED_EXTENDER_POD_REQUESTS_H_

@@ -1,0 +1,95 @@
+#include "extender/router.h"
+
+#include <chrono>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "base/json_escape.h"
+#include "extender/protocol.h"
+
+namespace toposched::extender {
+
+struct Router::BindPool {
+  explicit BindPool(int threads) : pool(static_cast<size_t>(std::max(1, threads))) {}
+  ~BindPool() { pool.join(); }
+  boost::asio::thread_pool pool;
+};
+
+Router::Router(ExtenderService& service, Metrics& metrics, int bind_threads)
+    : service_(service), metrics_(metrics), bind_pool_(std::make_unique<BindPool>(bind_threads)) {}
+
+Router::~Router() = default;
+
+namespace {
+
+std::string_view LastSegment(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  while (!target.empty() && target.back() == '/') target.remove_suffix(1);
+  const auto slash = target.rfind('/');
+  return slash == std::string_view::npos ? target : target.substr(slash + 1);
+}
+
+HttpResponse BadRequest(std::string_view verb, const std::string& error) {
+  spdlog::warn("{}: malformed request: {}", verb, error);
+  return {400, "application/json",
+          fmt::format("{{\"Error\":{}}}",
+                      JsonQuote(fmt::format("malformed {} request: {}", verb, error)))};
+}
+
+}  // namespace
+
+void Router::Handle(HttpRequest&& request, Responder respond) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string verb(LastSegment(request.target));
+  auto finish = [this, start, verb, respond](HttpResponse response) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    metrics_.ObserveRequest(verb, response.status, seconds);
+    respond(std::move(response));
+  };
+  const simdjson::padded_string_view body(request.body.data(), request.body.size(),
+                                          request.body.capacity());
+
+  if (request.method == "GET") {
+    if (verb == "healthz") return finish({200, "text/plain", "ok\n"});
+    if (verb == "readyz") {
+      if (!service_.Ready()) return finish({503, "text/plain", "not ready: first sync not done\n"});
+      if (!service_.ApiHealthy()) {
+        return finish({503, "text/plain", "not ready: the API server is unreachable\n"});
+      }
+      return finish({200, "text/plain", "ok\n"});
+    }
+    if (verb == "metrics") return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
+    return finish({404, "text/plain", "not found\n"});
+  }
+  if (request.method != "POST") {
+    return finish({405, "text/plain", "use POST for extender verbs, GET for health and metrics\n"});
+  }
+  if (verb == "filter" || verb == "prioritize") {
+    auto args = DecodeExtenderArgs(body);
+    if (!args.ok()) return finish(BadRequest(verb, args.error()));
+    return finish({200, "application/json",
+                   verb == "filter" ? service_.Filter(*args) : service_.Prioritize(*args)});
+  }
+  if (verb == "preempt") {
+    auto args = DecodePreemptionArgs(body);
+    if (!args.ok()) return finish(BadRequest(verb, args.error()));
+    return finish({200, "application/json", service_.Preempt(*args)});
+  }
+  if (verb == "bind") {
+    auto args = DecodeBindingArgs(body);
+    if (!args.ok()) return finish(BadRequest(verb, args.error()));
+    boost::asio::post(bind_pool_->pool, [this, args = std::move(args).value(), finish]() {
+      finish({200, "application/json", service_.Bind(args)});
+    });
+    return;
+  }
+  return finish(
+      {404, "text/plain",
+       fmt::format("unknown verb '{}': use filter, prioritize, bind or preempt\n", verb)});
+}
+
+}  // namespace toposched::extender

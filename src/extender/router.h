@@ -1,0 +1,37 @@
+// Maps HTTP requests to the extender's verbs: POST .../filter, .../prioritize, .../bind,
+// .../preempt (the last path segment names the verb, so any urlPrefix path works), GET /healthz,
+// /readyz and /metrics. Binds run on their own thread pool so that a slow API server never holds
+// up filter and prioritize.
+#ifndef TOPOSCHED_EXTENDER_ROUTER_H_
+#define TOPOSCHED_EXTENDER_ROUTER_H_
+
+#include <memory>
+
+#include "extender/http_server.h"
+#include "extender/metrics.h"
+#include "extender/service.h"
+
+namespace toposched::extender {
+
+class Router {
+ public:
+  Router(ExtenderService& service, Metrics& metrics, int bind_threads);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  void Handle(HttpRequest&& request, Responder respond);
+  HttpHandler AsHandler() {
+    return [this](HttpRequest&& r, Responder respond) { Handle(std::move(r), std::move(respond)); };
+  }
+
+ private:
+  struct BindPool;
+  ExtenderService& service_;
+  Metrics& metrics_;
+  std::unique_ptr<BindPool> bind_pool_;
+};
+
+}  // namespace toposched::extender
+
+#endif  // TOPOSCHED_EXTENDER_ROUTER_H_

@@ -1,0 +1,398 @@
+#include "extender/service.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "kube/allocation_record.h"
+
+namespace toposched::extender {
+namespace {
+
+using topology::Unit;
+
+// The LNC a Trn2 node runs at, read off the core count its device plugin advertises.
+int LncFromAllocatable(const topology::InstanceType& type, const kube::Node& node,
+                       const ResourceNames& names) {
+  if (!type.has_lnc) return 0;
+  for (const auto& resource : names.core) {
+    auto it = node.allocatable.find(resource);
+    if (it == node.allocatable.end()) continue;
+    for (int lnc : type.lnc.allowed) {
+      if (it->second == int64_t{type.devices} * (type.lnc.physical_cores_per_device / lnc)) {
+        return lnc;
+      }
+    }
+  }
+  return type.lnc.default_lnc;
+}
+
+}  // namespace
+
+ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptions options,
+                                 ClusterWriter& writer, Metrics& metrics, Clock steady_ns,
+                                 Clock wall_ns)
+    : catalog_(catalog),
+      options_(std::move(options)),
+      writer_(writer),
+      metrics_(metrics),
+      steady_ns_(std::move(steady_ns)),
+      wall_ns_(std::move(wall_ns)),
+      tracker_(catalog, options_.policy) {}
+
+void ExtenderService::LearnNode(const kube::Node& node) {
+  NodeFacts facts;
+  facts.instance_type = node.instance_type;
+  if (const auto* type = catalog_.Find(node.instance_type)) {
+    facts.lnc = LncFromAllocatable(*type, node, options_.resources);
+    auto shape = topology::NodeShape::Make(*type, facts.lnc);
+    if (shape.ok()) facts.cores_per_device = shape->cores_per_device;
+    for (const auto& resource : options_.resources.device) {
+      auto it = node.allocatable.find(resource);
+      if (it != node.allocatable.end() && it->second < type->devices) {
+        // kube-scheduler's own count check against allocatable still applies; say why it bites.
+        spdlog::warn(
+            "node {} ({}) advertises {} of {} {}: some devices are unhealthy or not "
+            "registered yet",
+            node.name, node.instance_type, it->second, type->devices, resource);
+      }
+    }
+  }
+  {
+    std::unique_lock lock(mu_);
+    auto it = nodes_.find(node.name);
+    if (it != nodes_.end() && it->second.instance_type == facts.instance_type &&
+        it->second.lnc == facts.lnc) {
+      return;
+    }
+    nodes_[node.name] = facts;
+  }
+  if (node.instance_type.empty()) {
+    spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
+                  node.name);
+  }
+  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc}); !s.ok()) {
+    spdlog::warn("{}", s.error());
+  }
+}
+
+void ExtenderService::RememberPod(PodRequests requests) {
+  std::unique_lock lock(mu_);
+  pods_[requests.spec.uid] = std::move(requests);
+}
+
+std::string ExtenderService::Filter(const ExtenderArgs& args) {
+  FilterResult result;
+  result.node_names_form = args.node_names.has_value();
+  const std::vector<std::string>& names = args.CandidateNames();
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok()) {
+    for (const auto& n : names) result.failed_unresolvable[n] = requests.error();
+    return EncodeFilterResult(result);
+  }
+  if (!requests->spec.AsksForAnything()) {
+    result.passed.assign(names.begin(), names.end());  // not ours: every node passes untouched
+    return EncodeFilterResult(result);
+  }
+  result.passed.reserve(names.size());
+  if (args.nodes) {
+    for (const auto& node : *args.nodes) LearnNode(node);
+  }
+  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+    if (fit.fits) {
+      result.passed.push_back(names[i]);
+    } else if (fit.unresolvable) {
+      result.failed_unresolvable[names[i]] = std::move(fit.reason);
+    } else {
+      result.failed[names[i]] = std::move(fit.reason);
+    }
+  });
+  RememberPod(std::move(requests).value());
+  return EncodeFilterResult(result);
+}
+
+std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
+  const std::vector<std::string>& names = args.CandidateNames();
+  std::vector<HostPriority> priorities;
+  priorities.reserve(names.size());
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) {
+    for (const auto& n : names) priorities.push_back({n, 0});
+    return EncodeHostPriorityList(priorities);
+  }
+  if (args.nodes) {
+    for (const auto& node : *args.nodes) LearnNode(node);
+  }
+  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+    priorities.push_back({names[i], fit.fits ? fit.score : 0});
+  });
+  return EncodeHostPriorityList(priorities);
+}
+
+std::string ExtenderService::Bind(const BindingArgs& args) {
+  const std::string key = args.pod_namespace + "/" + args.pod_name;
+  PodRequests requests;
+  {
+    std::shared_lock lock(mu_);
+    auto it = pods_.find(args.pod_uid);
+    if (it == pods_.end()) {
+      return EncodeBindingResult(fmt::format(
+          "pod {} (uid {}) is not known to toposched: it was neither seen by the pod watch nor "
+          "passed through filter; it will be retried",
+          key, args.pod_uid));
+    }
+    requests = it->second;
+  }
+  if (!requests.node_name.empty()) {
+    return EncodeBindingResult(
+        fmt::format("pod {} is already bound to node {}", key, requests.node_name));
+  }
+  if (!requests.spec.AsksForAnything()) {
+    // Managed pods with zero counts: bind without ids.
+    if (auto s = writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, {});
+        !s.ok()) {
+      metrics_.CountApiError("bind");
+      return EncodeBindingResult(s.error());
+    }
+    return EncodeBindingResult("");
+  }
+  const int64_t deadline =
+      steady_ns_() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.reservation_timeout).count();
+  auto reserved = tracker_.Reserve(requests.spec, args.node, deadline);
+  if (!reserved.ok()) {
+    spdlog::info("bind {} to {} refused: {}", key, args.node, reserved.error());
+    return EncodeBindingResult(reserved.error());
+  }
+  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+
+  kube::AllocationRecord record;
+  record.node = args.node;
+  {
+    std::shared_lock lock(mu_);
+    if (auto it = nodes_.find(args.node); it != nodes_.end()) {
+      record.instance_type = it->second.instance_type;
+    }
+  }
+  for (const auto& c : reserved->containers) {
+    record.containers.push_back(
+        {c.container, requests.ResourceFor(c.container, c.placement.unit), c.placement.ids});
+  }
+  const auto annotations = kube::AllocationAnnotations(record, wall_ns_());
+  auto status =
+      writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
+  if (!status.ok()) {
+    (void)tracker_.Rollback(args.pod_uid);
+    metrics_.CountApiError("bind");
+    metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+    spdlog::warn("bind {} to {} failed, ids released: {}", key, args.node, status.error());
+    return EncodeBindingResult(status.error());
+  }
+  (void)tracker_.Commit(args.pod_uid);
+  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+  for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
+  {
+    std::unique_lock lock(mu_);
+    if (auto it = pods_.find(args.pod_uid); it != pods_.end()) it->second.node_name = args.node;
+  }
+  spdlog::info("bound {} to {}: {}", key, args.node,
+               annotations.at(std::string(kube::kAnnotationNeuronIds)));
+  return EncodeBindingResult("");
+}
+
+std::string ExtenderService::Preempt(const PreemptionArgs& args) {
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) {
+    return EncodePreemptionResult(args.node_victims);  // not ours to judge
+  }
+  std::map<std::string, Victims> out;
+  for (const auto& [node, victims] : args.node_victims) {
+    // Victims holding none of our ids were chosen for other resources (cpu, memory): keep them.
+    // Among those holding ids, keep only the fewest that free a legal set.
+    std::vector<std::string> holders;
+    std::vector<std::string> others;
+    for (const auto& uid : victims.pod_uids) {
+      auto hold = tracker_.Find(uid);
+      (hold && hold->allocation.node == node ? holders : others).push_back(uid);
+    }
+    auto fewest = tracker_.FewestVictims(requests->spec, node, holders);
+    if (!fewest.ok()) {
+      spdlog::debug("preempt {}: dropping node {}: {}", requests->spec.name, node, fewest.error());
+      continue;
+    }
+    Victims kept{std::move(others), victims.num_pdb_violations};
+    kept.pod_uids.insert(kept.pod_uids.end(), fewest->begin(), fewest->end());
+    out[node] = std::move(kept);
+  }
+  return EncodePreemptionResult(out);
+}
+
+void ExtenderService::ExpireReservations() {
+  const auto expired = tracker_.ExpireReservations(steady_ns_());
+  for (const auto& uid : expired) {
+    spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
+  }
+  if (!expired.empty()) metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+}
+
+void ExtenderService::ReplaceNodes(const std::vector<kube::Node>& nodes) {
+  std::vector<std::string> gone;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [name, facts] : nodes_) {
+      if (std::none_of(nodes.begin(), nodes.end(),
+                       [&](const kube::Node& n) { return n.name == name; })) {
+        gone.push_back(name);
+      }
+    }
+  }
+  for (const auto& name : gone) {
+    kube::Node node;
+    node.name = name;
+    DeleteNode(node);
+  }
+  for (const auto& node : nodes) LearnNode(node);
+  nodes_synced_ = true;
+}
+
+void ExtenderService::UpsertNode(const kube::Node& node) { LearnNode(node); }
+
+void ExtenderService::DeleteNode(const kube::Node& node) {
+  {
+    std::unique_lock lock(mu_);
+    nodes_.erase(node.name);
+  }
+  tracker_.RemoveNode(node.name);
+}
+
+Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
+  auto it = pod.annotations.find(kube::kAnnotationRecord);
+  if (it == pod.annotations.end()) return Error{"no allocation record"};
+  auto record = kube::ParseAllocationRecord(it->second);
+  if (!record.ok())
+    return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
+  if (record->node != pod.node_name) {
+    return Error{fmt::format("allocation record names node {} but the pod runs on {}", record->node,
+                             pod.node_name)};
+  }
+  int cores_per_device = 0;
+  {
+    std::shared_lock lock(mu_);
+    auto nit = nodes_.find(pod.node_name);
+    if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", pod.node_name)};
+    cores_per_device = nit->second.cores_per_device;
+  }
+  if (cores_per_device == 0) {
+    return Error{fmt::format("node {} has an unknown instance type", pod.node_name)};
+  }
+  tracker::RecordedPod recorded{pod.uid, pod.Key(), {pod.node_name, {}}};
+  for (const auto& c : record->containers) {
+    const bool device =
+        std::find(options_.resources.device.begin(), options_.resources.device.end(), c.resource) !=
+        options_.resources.device.end();
+    const bool core = std::find(options_.resources.core.begin(), options_.resources.core.end(),
+                                c.resource) != options_.resources.core.end();
+    if (!device && !core) {
+      return Error{fmt::format("allocation record names unmanaged resource '{}'", c.resource)};
+    }
+    topology::Placement p{device ? Unit::kDevice : Unit::kCore, c.ids, 0};
+    std::sort(p.ids.begin(), p.ids.end());
+    for (int id : p.ids) {
+      const int d = device ? id : id / cores_per_device;
+      if (id < 0 || d >= topology::kMaxDevices) {
+        return Error{fmt::format("allocation record has id {} out of range", id)};
+      }
+      p.devices |= topology::DeviceMask{1} << d;
+    }
+    recorded.allocation.containers.push_back({c.container, std::move(p)});
+  }
+  return recorded;
+}
+
+void ExtenderService::ReportProblem(const std::string& uid, const std::string& pod_key,
+                                    std::string_view reason, const std::string& message) {
+  spdlog::error("pod {}: {}", pod_key, message);
+  const auto slash = pod_key.find('/');
+  writer_.Event(pod_key.substr(0, slash), pod_key.substr(slash + 1), uid, "Warning", reason,
+                message);
+}
+
+void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
+  std::vector<std::pair<int64_t, tracker::RecordedPod>> recorded;
+  std::unordered_map<std::string, PodRequests> cache;
+  int invalid = 0;
+  for (const auto& pod : pods) {
+    if (pod.Terminated()) continue;
+    auto requests = RequestsOf(pod, options_.resources);
+    if (!requests.ok() || !requests->spec.AsksForAnything()) continue;
+    cache[pod.uid] = std::move(requests).value();
+    if (pod.node_name.empty()) continue;
+    auto rec = RecordedFromPod(pod);
+    if (!rec.ok()) {
+      if (pod.annotations.count(kube::kAnnotationRecord) != 0) {
+        ++invalid;
+        ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
+      }
+      continue;
+    }
+    int64_t at = 0;
+    if (auto t = pod.annotations.find(kube::kAnnotationAllocTime); t != pod.annotations.end()) {
+      auto parsed = kube::ParseAllocTime(t->second);
+      if (parsed.ok()) at = *parsed;
+    }
+    recorded.emplace_back(at, std::move(rec).value());
+  }
+  // The earliest allocation keeps contested ids; later claims are reported.
+  std::stable_sort(recorded.begin(), recorded.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<tracker::RecordedPod> ordered;
+  ordered.reserve(recorded.size());
+  for (auto& r : recorded) ordered.push_back(std::move(r.second));
+  {
+    std::unique_lock lock(mu_);
+    pods_ = std::move(cache);
+  }
+  const tracker::RebuildReport report = tracker_.Rebuild(ordered, /*keep_reservations=*/true);
+  for (const auto& problem : report.problems) {
+    ReportProblem(
+        problem.uid, problem.name, "AllocationConflict",
+        fmt::format("toposched could not restore this pod's devices: {}", problem.message));
+  }
+  metrics_.CountRebuildConflicts(static_cast<int>(report.problems.size()) + invalid);
+  spdlog::info("rebuilt from {} pods: {} allocations restored, {} reservations kept, {} problems",
+               pods.size(), report.applied, report.reservations_kept,
+               report.problems.size() + invalid);
+  pods_synced_ = true;
+}
+
+void ExtenderService::UpsertPod(const kube::Pod& pod) {
+  if (pod.Terminated()) {
+    DeletePod(pod);
+    return;
+  }
+  auto requests = RequestsOf(pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) return;
+  RememberPod(std::move(requests).value());
+  if (pod.node_name.empty()) return;
+  auto rec = RecordedFromPod(pod);
+  if (!rec.ok()) {
+    if (pod.annotations.count(kube::kAnnotationRecord) != 0) {
+      ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
+    }
+    return;
+  }
+  // Our own bind seen again, or a pod bound by another replica / before a restart: adopt it.
+  if (auto s = tracker_.Adopt(*rec); !s.ok()) {
+    metrics_.CountRebuildConflicts(1);
+    ReportProblem(pod.uid, pod.Key(), "AllocationConflict", s.error());
+  }
+}
+
+void ExtenderService::DeletePod(const kube::Pod& pod) {
+  tracker_.Forget(pod.uid);
+  std::unique_lock lock(mu_);
+  pods_.erase(pod.uid);
+}
+
+}  // namespace toposched::extender

@@ -1,0 +1,222 @@
+// The extender over real loopback HTTP(S): routing, status codes, body limits, TLS, metrics and
+// concurrent filter+bind from many threads.
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <curl/curl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "extender/http_server.h"
+#include "extender/offline.h"
+#include "extender/router.h"
+#include "extender/service.h"
+#include "extender_fixtures.h"
+#include "kube/decode.h"
+
+namespace toposched::extender {
+namespace {
+
+using nlohmann::json;
+
+struct Reply {
+  long status = 0;
+  std::string body;
+};
+
+size_t Collect(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+Reply Request(const std::string& url, const std::string* post_body, const std::string& ca = "") {
+  Reply reply;
+  CURL* curl = curl_easy_init();
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Collect);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply.body);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (post_body != nullptr) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, post_body->data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(post_body->size()));
+  }
+  if (!ca.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca.c_str());
+  if (curl_easy_perform(curl) == CURLE_OK) {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return reply;
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  void Start(HttpServerOptions options = {}) {
+    std::vector<kube::Node> nodes;
+    for (int i = 0; i < 4; ++i) {
+      auto node = kube::DecodeNode(
+          testing::EksNodeJson("trn-" + std::to_string(i), "trn1.32xlarge", 16, 32));
+      ASSERT_TRUE(node.ok()) << node.error();
+      nodes.push_back(*node);
+    }
+    service_ = std::make_unique<ExtenderService>(
+        topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
+        [] { return int64_t{0}; }, [] { return int64_t{1}; });
+    service_->ReplaceNodes(nodes);
+    service_->ReplacePods({});
+    router_ = std::make_unique<Router>(*service_, metrics_, 4);
+    options.address = "127.0.0.1";
+    options.port = 0;
+    auto server = HttpServer::Start(options, router_->AsHandler());
+    ASSERT_TRUE(server.ok()) << server.error();
+    server_ = std::move(server).value();
+    base_ = (options.tls_cert_file.empty() ? "http://127.0.0.1:" : "https://localhost:") +
+            std::to_string(server_->port());
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  OfflineClusterWriter writer_;
+  Metrics metrics_;
+  std::unique_ptr<ExtenderService> service_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpServer> server_;
+  std::string base_;
+};
+
+TEST_F(HttpTest, FilterAndBindOverHttp) {
+  Start();
+  const std::string filter = testing::NamesArgs(
+      testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 8), {"trn-0", "trn-1"});
+  Reply r = Request(base_ + "/filter", &filter);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["NodeNames"].size(), 2u);
+  const std::string bind =
+      R"({"PodName":"p","PodNamespace":"default","PodUID":"uid-p","Node":"trn-1"})";
+  r = Request(base_ + "/bind", &bind);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["Error"], "");
+  EXPECT_EQ(writer_.Bindings().at("uid-p").annotations.at("AWS_NEURON_IDS"), "0,1,2,3,4,5,6,7");
+}
+
+TEST_F(HttpTest, UrlPrefixWithAPathStillRoutesByVerb) {
+  Start();
+  const std::string filter =
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), {"trn-0"});
+  EXPECT_EQ(Request(base_ + "/scheduler/filter", &filter).status, 200);
+}
+
+TEST_F(HttpTest, MalformedJsonIs400WithAnErrorBody) {
+  Start();
+  for (const std::string& bad :
+       {std::string("{"), std::string("{\"Pod\":"), std::string("[1,2]"), std::string("\x01\x02"),
+        std::string(R"({"Pod":{"metadata":{"name":5}},"NodeNames":[]})"), std::string("")}) {
+    SCOPED_TRACE(bad);
+    const Reply r = Request(base_ + "/filter", &bad);
+    EXPECT_EQ(r.status, 400);
+    EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(),
+                ::testing::HasSubstr("malformed filter request"));
+  }
+  const std::string bad_bind = R"({"PodName":"p"})";
+  EXPECT_EQ(Request(base_ + "/bind", &bad_bind).status, 400);
+  // Still serving afterwards.
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);
+}
+
+TEST_F(HttpTest, BodyOverTheLimitIs413) {
+  HttpServerOptions options;
+  options.body_limit = 1024;
+  Start(options);
+  const std::string big(4096, ' ');
+  EXPECT_EQ(Request(base_ + "/filter", &big).status, 413);
+}
+
+TEST_F(HttpTest, HealthReadinessAndMetrics) {
+  Start();
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);
+  EXPECT_EQ(Request(base_ + "/readyz", nullptr).status, 200);
+  const std::string filter =
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4), {"trn-0"});
+  ASSERT_EQ(Request(base_ + "/filter", &filter).status, 200);
+  const Reply m = Request(base_ + "/metrics", nullptr);
+  ASSERT_EQ(m.status, 200);
+  EXPECT_THAT(m.body, ::testing::HasSubstr(
+                          "toposched_extender_requests_total{code=\"200\",verb=\"filter\"} 1"));
+  EXPECT_THAT(m.body, ::testing::HasSubstr("toposched_extender_request_duration_seconds_bucket"));
+  EXPECT_EQ(Request(base_ + "/nothing", nullptr).status, 404);
+}
+
+TEST_F(HttpTest, ServesHttpsWithTheGivenCertificate) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("toposched-tls-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=DNS:localhost -keyout " +
+      (dir / "key.pem").string() + " -out " + (dir / "cert.pem").string() + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  HttpServerOptions options;
+  options.tls_cert_file = (dir / "cert.pem").string();
+  options.tls_key_file = (dir / "key.pem").string();
+  Start(options);
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr, (dir / "cert.pem").string()).status, 200);
+  // Without trusting the certificate the client refuses: the server really speaks TLS.
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(HttpTest, ConcurrentFilterAndBindNeverDoubleBook) {
+  Start();
+  constexpr int kThreads = 8;
+  constexpr int kPodsPerThread = 12;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPodsPerThread; ++i) {
+        const std::string name = "p" + std::to_string(t) + "-" + std::to_string(i);
+        const std::string uid = "uid-" + name;
+        const int count = (i % 3 == 0) ? 4 : 1;
+        const std::string filter =
+            testing::NamesArgs(testing::PodJson(name, uid, "aws.amazon.com/neuron", count),
+                               {"trn-0", "trn-1", "trn-2", "trn-3"});
+        const Reply f = Request(base_ + "/filter", &filter);
+        if (f.status != 200) continue;
+        const auto passed = json::parse(f.body)["NodeNames"];
+        if (passed.empty()) continue;
+        const std::string node = passed[static_cast<size_t>(i) % passed.size()];
+        const std::string bind = R"({"PodName":")" + name +
+                                 R"(","PodNamespace":"default","PodUID":")" + uid +
+                                 R"(","Node":")" + node + R"("})";
+        Request(base_ + "/bind", &bind);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::map<std::string, std::set<int>> used;
+  int bound = 0;
+  for (const auto& [uid, binding] : writer_.Bindings()) {
+    ++bound;
+    std::string ids = binding.annotations.at("AWS_NEURON_IDS");
+    size_t pos = 0;
+    while (pos <= ids.size()) {
+      const size_t comma = ids.find(',', pos);
+      const int id = std::stoi(ids.substr(pos, comma - pos));
+      EXPECT_TRUE(used[binding.node].insert(id).second)
+          << "device " << id << " on " << binding.node << " given twice";
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  EXPECT_GT(bound, 20);
+  EXPECT_EQ(service_->tracker().Stats().committed, bound);
+}
+
+}  // namespace
+}  // namespace toposched::extender

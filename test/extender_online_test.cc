@@ -1,0 +1,196 @@
+// The extender against a loopback fake API server over TLS with a token: informers feed it,
+// binds go out as Binding objects, restarts rebuild from the pods' records.
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "extender/api_writer.h"
+#include "extender/protocol.h"
+#include "extender/service.h"
+#include "extender_fixtures.h"
+#include "kube/client.h"
+#include "kube/informer.h"
+#include "support/fake_apiserver.h"
+
+namespace toposched::extender {
+namespace {
+
+using nlohmann::json;
+using testing::FakeApiServer;
+
+// Polls `done` for up to five seconds.
+template <typename Fn>
+bool Eventually(Fn done) {
+  for (int i = 0; i < 250; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+std::string BoundPodJson(const std::string& name, const std::string& uid, const std::string& node,
+                         const std::string& ids, const std::string& alloc_time) {
+  json pod = json::parse(testing::PodJson(name, uid, "aws.amazon.com/neuron", 4));
+  pod["spec"]["nodeName"] = node;
+  pod["status"]["phase"] = "Running";
+  pod["metadata"]["annotations"]["AWS_NEURON_IDS"] = ids;
+  pod["metadata"]["annotations"]["NEURON_ALLOCATED"] = "true";
+  pod["metadata"]["annotations"]["NEURON_ALLOC_TIME"] = alloc_time;
+  pod["metadata"]["annotations"]["toposched.io/allocation"] =
+      R"({"node":")" + node +
+      R"(","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[)" +
+      ids + "]}]}";
+  return pod.dump();
+}
+
+// One extender instance: client, writer, service and informers, as `toposched extender` wires them.
+struct Extender {
+  explicit Extender(const std::string& kubeconfig) {
+    auto made = kube::ApiClient::FromKubeconfig(kubeconfig);
+    EXPECT_TRUE(made.ok()) << made.error();
+    client = std::move(made).value();
+    writer = std::make_unique<ApiClusterWriter>(*client);
+    service = std::make_unique<ExtenderService>(
+        topology::Catalog::Embedded(), ExtenderOptions{}, *writer, metrics,
+        [] { return int64_t{0}; }, [] { return int64_t{1743574052764891534}; });
+    nodes = std::make_unique<kube::Informer<kube::Node>>(
+        *client, "/api/v1/nodes",
+        kube::InformerHandlers<kube::Node>{
+            [this](const std::vector<kube::Node>& all) { service->ReplaceNodes(all); },
+            [this](const kube::Node& n) { service->UpsertNode(n); },
+            [this](const kube::Node& n) { service->DeleteNode(n); }});
+    pods = std::make_unique<kube::Informer<kube::Pod>>(
+        *client, "/api/v1/pods",
+        kube::InformerHandlers<kube::Pod>{
+            [this](const std::vector<kube::Pod>& all) { service->ReplacePods(all); },
+            [this](const kube::Pod& p) { service->UpsertPod(p); },
+            [this](const kube::Pod& p) { service->DeletePod(p); }});
+    nodes->Start();
+    EXPECT_TRUE(nodes->WaitForSync(std::chrono::seconds(5)));
+    pods->Start();
+    EXPECT_TRUE(pods->WaitForSync(std::chrono::seconds(5)));
+  }
+  ~Extender() {
+    pods->Stop();
+    nodes->Stop();
+  }
+
+  json Filter(const std::string& pod_json, const std::vector<std::string>& names) {
+    const simdjson::padded_string body(testing::NamesArgs(pod_json, names));
+    auto args = DecodeExtenderArgs(body);
+    EXPECT_TRUE(args.ok()) << args.error();
+    return json::parse(service->Filter(*args));
+  }
+  std::string Bind(const std::string& name, const std::string& uid, const std::string& node) {
+    return json::parse(service->Bind({name, "default", uid, node}))["Error"];
+  }
+
+  Metrics metrics;
+  std::unique_ptr<kube::ApiClient> client;
+  std::unique_ptr<ApiClusterWriter> writer;
+  std::unique_ptr<ExtenderService> service;
+  std::unique_ptr<kube::Informer<kube::Node>> nodes;
+  std::unique_ptr<kube::Informer<kube::Pod>> pods;
+};
+
+class OnlineTest : public ::testing::Test {
+ protected:
+  OnlineTest() {
+    for (int i = 0; i < 2; ++i) {
+      server_.UpsertNode(testing::EksNodeJson("trn-" + std::to_string(i), "trn1.32xlarge", 16, 32));
+    }
+    server_.UpsertPod(BoundPodJson("old", "uid-old", "trn-0", "0,1,2,3", "100"));
+    kubeconfig_ = server_.WriteKubeconfig(dir_.path() + "/kubeconfig");
+  }
+
+  FakeApiServer server_;
+  testing::TempDir dir_;
+  std::string kubeconfig_;
+};
+
+TEST_F(OnlineTest, RebuildsFromLivePodsThenBindsWithAnnotationsInTheBinding) {
+  Extender ext(kubeconfig_);
+  ASSERT_TRUE(ext.service->Ready());
+  ASSERT_TRUE(ext.service->tracker().Find("uid-old").has_value());
+
+  const std::string pod = testing::PodJson("new", "uid-new", "aws.amazon.com/neuron", 4);
+  server_.UpsertPod(pod);
+  ext.Filter(pod, {"trn-0"});
+  ASSERT_EQ(ext.Bind("new", "uid-new", "trn-0"), "");
+
+  const auto binds =
+      server_.RequestsMatching("POST", "/api/v1/namespaces/default/pods/new/binding");
+  ASSERT_EQ(binds.size(), 1u);
+  const json binding = json::parse(binds[0].body);
+  EXPECT_EQ(binding["metadata"]["uid"], "uid-new");
+  EXPECT_EQ(binding["target"]["name"], "trn-0");
+  EXPECT_EQ(binding["metadata"]["annotations"]["AWS_NEURON_IDS"], "4,5,6,7");
+  // The server merged our annotations and kept the pod's own.
+  const json stored = json::parse(*server_.GetPodJson("default", "new"));
+  EXPECT_EQ(stored["spec"]["nodeName"], "trn-0");
+  EXPECT_EQ(stored["metadata"]["annotations"]["AWS_NEURON_IDS"], "4,5,6,7");
+  EXPECT_EQ(stored["metadata"]["annotations"]["k8s.ovn.org/pod-networks"], "{}");
+}
+
+TEST_F(OnlineTest, DeletedPodIsForgottenAndPodBoundElsewhereIsAdopted) {
+  Extender ext(kubeconfig_);
+  server_.DeletePod("default", "old");
+  EXPECT_TRUE(Eventually([&] { return !ext.service->tracker().Find("uid-old").has_value(); }));
+  server_.UpsertPod(BoundPodJson("other", "uid-other", "trn-1", "8,9,10,11", "300"));
+  EXPECT_TRUE(Eventually([&] { return ext.service->tracker().Find("uid-other").has_value(); }));
+  const json r = ext.Filter(testing::PodJson("big", "uid-big", "aws.amazon.com/neuron", 16),
+                            {"trn-0", "trn-1"});
+  EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-0"));
+}
+
+TEST_F(OnlineTest, ARestartRebuildsExactlyWhatWasBound) {
+  std::vector<std::pair<std::string, tracker::PodAllocation>> before;
+  {
+    Extender first(kubeconfig_);
+    for (int i = 0; i < 5; ++i) {
+      const std::string name = "p" + std::to_string(i);
+      const std::string pod =
+          testing::PodJson(name, "uid-" + name, "aws.amazon.com/neuron", i % 2 ? 1 : 4);
+      server_.UpsertPod(pod);
+      first.Filter(pod, {"trn-0", "trn-1"});
+      ASSERT_EQ(first.Bind(name, "uid-" + name, i < 3 ? "trn-0" : "trn-1"), "");
+    }
+    for (int i = 0; i < 5; ++i) {
+      const std::string uid = "uid-p" + std::to_string(i);
+      before.emplace_back(uid, first.service->tracker().Find(uid)->allocation);
+    }
+  }
+  Extender second(kubeconfig_);
+  for (const auto& [uid, allocation] : before) {
+    auto hold = second.service->tracker().Find(uid);
+    ASSERT_TRUE(hold.has_value()) << uid;
+    EXPECT_EQ(hold->allocation.node, allocation.node);
+    ASSERT_EQ(hold->allocation.containers.size(), allocation.containers.size());
+    EXPECT_EQ(hold->allocation.containers[0].placement.ids, allocation.containers[0].placement.ids);
+  }
+  EXPECT_EQ(second.service->tracker().Stats().committed, 6);
+}
+
+TEST_F(OnlineTest, BindFailuresRollBackAndFilterKeepsAnswering) {
+  Extender ext(kubeconfig_);
+  const std::string pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 16);
+  server_.UpsertPod(pod);
+  ext.Filter(pod, {"trn-1"});
+  server_.InjectFailure({"POST", "/api/v1/namespaces/default/pods/p/binding", 500, {}, 1});
+  EXPECT_THAT(ext.Bind("p", "uid-p", "trn-1"), ::testing::HasSubstr("500"));
+  EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+  server_.InjectFailure({"POST", "/api/v1/namespaces/default/pods/p/binding", 409, {}, 1});
+  EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
+  EXPECT_EQ(ext.service->tracker().Stats().reserved, 0);
+  // The API server stops answering: filter still serves from the cache.
+  server_.InjectFailure({"", "/", 503, {}, -1});
+  const json r = ext.Filter(pod, {"trn-0", "trn-1"});
+  EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-1"));
+  EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
+  EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+}
+
+}  // namespace
+}  // namespace toposched::extender

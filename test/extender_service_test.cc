@@ -1,0 +1,271 @@
+// The extender's verbs against recorded scheduler payloads, in offline mode (nodes from data,
+// binds in memory), with a fake clock.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "extender/offline.h"
+#include "extender/protocol.h"
+#include "extender/service.h"
+#include "extender_fixtures.h"
+#include "kube/allocation_record.h"
+#include "kube/decode.h"
+
+namespace toposched::extender {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+simdjson::padded_string Padded(const std::string& s) { return simdjson::padded_string(s); }
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  ServiceTest()
+      : service_(
+            topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
+            [this] { return now_; }, [] { return int64_t{1743574052764891534}; }) {
+    std::vector<kube::Node> nodes;
+    for (auto [name, type, devices, cores] :
+         {std::tuple{"trn-a", "trn1.32xlarge", 16, 32},
+          std::tuple{"trn-b", "trn1.32xlarge", 16, 32},
+          std::tuple{"inf-a", "inf2.48xlarge", 12, 24}, std::tuple{"odd", "m5.large", 0, 0}}) {
+      auto node = kube::DecodeNode(testing::EksNodeJson(name, type, devices, cores));
+      EXPECT_TRUE(node.ok()) << node.error();
+      nodes.push_back(*node);
+    }
+    service_.ReplaceNodes(nodes);
+    service_.ReplacePods({});
+  }
+
+  json Filter(const std::string& pod, const std::vector<std::string>& names) {
+    auto padded = Padded(testing::NamesArgs(pod, names));
+    auto args = DecodeExtenderArgs(padded);
+    EXPECT_TRUE(args.ok()) << args.error();
+    return json::parse(service_.Filter(*args));
+  }
+
+  json Bind(const std::string& name, const std::string& uid, const std::string& node) {
+    BindingArgs args{name, "default", uid, node};
+    return json::parse(service_.Bind(args));
+  }
+
+  OfflineClusterWriter writer_;
+  Metrics metrics_;
+  int64_t now_ = 1'000'000'000;
+  ExtenderService service_;
+};
+
+TEST_F(ServiceTest, FilterKeepsNodesWithALegalSetAndExplainsTheRest) {
+  const auto pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4);
+  const json r = Filter(pod, {"trn-a", "inf-a", "odd", "ghost"});
+  EXPECT_THAT(r["NodeNames"], ElementsAre("trn-a", "inf-a"));
+  EXPECT_TRUE(r["Nodes"].is_null());
+  EXPECT_EQ(r["Error"], "");
+  EXPECT_THAT(r["FailedAndUnresolvableNodes"]["odd"].get<std::string>(),
+              ::testing::HasSubstr("unknown instance type 'm5.large'"));
+  EXPECT_THAT(r["FailedNodes"]["ghost"].get<std::string>(), ::testing::HasSubstr("not known"));
+}
+
+TEST_F(ServiceTest, SevenDevicesOnTrn1IsUnresolvableWithAwsText) {
+  const json r =
+      Filter(testing::PodJson("p", "u7", "aws.amazon.com/neuron", 7), {"trn-a", "inf-a"});
+  EXPECT_THAT(r["NodeNames"], ElementsAre("inf-a"));
+  EXPECT_EQ(r["FailedAndUnresolvableNodes"]["trn-a"],
+            "Instance type trn1.32xlarge does not support requests for device: 7. Please request "
+            "a different number of devices.");
+}
+
+TEST_F(ServiceTest, PodAskingForNothingPassesEveryNodeUntouched) {
+  const json r =
+      Filter(testing::PodJson("p", "u0", "example.com/other", 3), {"trn-a", "odd", "ghost"});
+  EXPECT_THAT(r["NodeNames"], ElementsAre("trn-a", "odd", "ghost"));
+  EXPECT_TRUE(r["FailedNodes"].empty());
+}
+
+TEST_F(ServiceTest, NodeNamesIsAnEmptyArrayNeverNull) {
+  const json r = Filter(testing::PodJson("p", "u", "aws.amazon.com/neuron", 16), {"inf-a"});
+  ASSERT_TRUE(r["NodeNames"].is_array());
+  EXPECT_TRUE(r["NodeNames"].empty());
+}
+
+TEST_F(ServiceTest, BindWritesAwsAnnotationsAndOurRecordThenCommits) {
+  Filter(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4), {"trn-a"});
+  const json r = Bind("p", "uid-p", "trn-a");
+  EXPECT_EQ(r["Error"], "");
+  const auto bindings = writer_.Bindings();
+  ASSERT_EQ(bindings.count("uid-p"), 1u);
+  const auto& b = bindings.at("uid-p");
+  EXPECT_EQ(b.node, "trn-a");
+  EXPECT_EQ(b.annotations.at("AWS_NEURON_IDS"), "0,1,2,3");
+  EXPECT_EQ(b.annotations.at("NEURON_ALLOCATED"), "false");
+  EXPECT_EQ(b.annotations.at("NEURON_ALLOC_TIME"), "1743574052764891534");
+  auto record = kube::ParseAllocationRecord(b.annotations.at(std::string(kube::kAnnotationRecord)));
+  ASSERT_TRUE(record.ok()) << record.error();
+  EXPECT_EQ(record->node, "trn-a");
+  ASSERT_EQ(record->containers.size(), 1u);
+  EXPECT_EQ(record->containers[0].resource, "aws.amazon.com/neuron");
+  auto hold = service_.tracker().Find("uid-p");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_EQ(hold->state, tracker::HoldState::kCommitted);
+  // The next 4-device pod gets the next row.
+  Filter(testing::PodJson("q", "uid-q", "aws.amazon.com/neuron", 4), {"trn-a"});
+  EXPECT_EQ(Bind("q", "uid-q", "trn-a")["Error"], "");
+  EXPECT_EQ(writer_.Bindings().at("uid-q").annotations.at("AWS_NEURON_IDS"), "4,5,6,7");
+}
+
+TEST_F(ServiceTest, BindOfUnknownOrAlreadyBoundPodIsAnErrorAndChangesNothing) {
+  EXPECT_THAT(Bind("nobody", "uid-x", "trn-a")["Error"].get<std::string>(),
+              ::testing::HasSubstr("not known"));
+  Filter(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), {"trn-a"});
+  EXPECT_EQ(Bind("p", "uid-p", "trn-a")["Error"], "");
+  const auto before = service_.tracker().Stats();
+  EXPECT_THAT(Bind("p", "uid-p", "trn-b")["Error"].get<std::string>(),
+              ::testing::HasSubstr("already bound"));
+  EXPECT_EQ(service_.tracker().Stats().committed, before.committed);
+}
+
+TEST_F(ServiceTest, FailedBindRollsBack) {
+  Filter(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 16), {"trn-a"});
+  // A pod the writer already has (another binder got there first) makes the write fail.
+  ASSERT_TRUE(writer_.Bind("default", "p", "uid-p", "trn-b", {}).ok());
+  EXPECT_THAT(Bind("p", "uid-p", "trn-a")["Error"].get<std::string>(),
+              ::testing::HasSubstr("already assigned"));
+  EXPECT_FALSE(service_.tracker().Find("uid-p").has_value());
+  EXPECT_EQ(service_.tracker().Stats().reserved, 0);
+  const json r = Filter(testing::PodJson("z", "uid-z", "aws.amazon.com/neuron", 16), {"trn-a"});
+  EXPECT_THAT(r["NodeNames"], ElementsAre("trn-a"));
+}
+
+TEST_F(ServiceTest, FilterAndPrioritizeNeverTakeCapacity) {
+  const auto pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 16);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_THAT(Filter(pod, {"trn-a"})["NodeNames"], ElementsAre("trn-a"));
+  EXPECT_EQ(service_.tracker().Stats().reserved + service_.tracker().Stats().committed, 0);
+}
+
+TEST_F(ServiceTest, PrioritizePrefersTheNodeWhereThePodFillsAHole) {
+  // trn-a: devices 0-8 used, so row 8-11 is broken and a 1-device pod fills a hole there.
+  Filter(testing::PodJson("big", "uid-big", "aws.amazon.com/neuron", 8), {"trn-a"});
+  ASSERT_EQ(Bind("big", "uid-big", "trn-a")["Error"], "");
+  Filter(testing::PodJson("one0", "uid-one0", "aws.amazon.com/neuron", 1), {"trn-a"});
+  ASSERT_EQ(Bind("one0", "uid-one0", "trn-a")["Error"], "");
+  const auto pod = testing::PodJson("one", "uid-one", "aws.amazon.com/neuron", 1);
+  auto padded = Padded(testing::NamesArgs(pod, {"trn-a", "trn-b", "odd"}));
+  auto args = DecodeExtenderArgs(padded);
+  ASSERT_TRUE(args.ok());
+  const json r = json::parse(service_.Prioritize(*args));
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0]["Host"], "trn-a");
+  EXPECT_GE(r[0]["Score"].get<int>(), 8);
+  EXPECT_LE(r[1]["Score"].get<int>(), 2);
+  EXPECT_EQ(r[2]["Score"], 0);
+  for (const auto& h : r) {
+    EXPECT_GE(h["Score"].get<int>(), 0);
+    EXPECT_LE(h["Score"].get<int>(), 10);
+  }
+}
+
+TEST_F(ServiceTest, ReservationOfABindThatNeverReturnsExpires) {
+  tracker::PodSpec spec{"uid-r", "default/r", {{"main", {topology::Unit::kDevice, 16}}}};
+  // A reservation made directly, as a bind stuck before its API write would leave it.
+  auto reserved =
+      const_cast<tracker::Tracker&>(service_.tracker()).Reserve(spec, "trn-a", now_ + 5);
+  ASSERT_TRUE(reserved.ok());
+  service_.ExpireReservations();
+  EXPECT_TRUE(service_.tracker().Find("uid-r").has_value());
+  now_ += 10;
+  service_.ExpireReservations();
+  EXPECT_FALSE(service_.tracker().Find("uid-r").has_value());
+}
+
+TEST_F(ServiceTest, PreemptKeepsOnlyTheFewestVictimsThatFreeALegalSet) {
+  // Four 4-device pods on trn-a's rows.
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "row" + std::to_string(i);
+    Filter(testing::PodJson(name, "uid-" + name, "aws.amazon.com/neuron", 4), {"trn-a"});
+    ASSERT_EQ(Bind(name, "uid-" + name, "trn-a")["Error"], "");
+  }
+  const std::string body =
+      R"({"Pod":)" + testing::PodJson("hi", "uid-hi", "aws.amazon.com/neuron", 4) +
+      R"(,"NodeNameToVictims":null,"NodeNameToMetaVictims":{"trn-a":{"Pods":[{"UID":"uid-row0"},{"UID":"uid-row1"},{"UID":"uid-cpu-hog"}],"NumPDBViolations":0},"inf-a":{"Pods":[],"NumPDBViolations":0}}})";
+  auto padded = Padded(body);
+  auto args = DecodePreemptionArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  const json r = json::parse(service_.Preempt(*args));
+  const auto& victims = r["NodeNameToMetaVictims"]["trn-a"]["Pods"];
+  ASSERT_EQ(victims.size(), 2u);  // the cpu-hog (not ours, kept) and one row
+  std::vector<std::string> uids;
+  for (const auto& v : victims) uids.push_back(v["UID"]);
+  EXPECT_THAT(uids, UnorderedElementsAre("uid-cpu-hog", "uid-row0"));
+  // inf-a fits without victims: kept with none.
+  EXPECT_TRUE(r["NodeNameToMetaVictims"]["inf-a"]["Pods"].empty());
+}
+
+TEST_F(ServiceTest, PreemptDropsNodesWhereVictimsCannotFreeALegalSet) {
+  Filter(testing::PodJson("a", "uid-a", "aws.amazon.com/neuron", 8), {"trn-a"});
+  ASSERT_EQ(Bind("a", "uid-a", "trn-a")["Error"], "");
+  Filter(testing::PodJson("b", "uid-b", "aws.amazon.com/neuron", 8), {"trn-a"});
+  ASSERT_EQ(Bind("b", "uid-b", "trn-a")["Error"], "");
+  const std::string body =
+      R"({"Pod":)" + testing::PodJson("hi", "uid-hi", "aws.amazon.com/neuron", 16) +
+      R"(,"NodeNameToMetaVictims":{"trn-a":{"Pods":[{"UID":"uid-a"}],"NumPDBViolations":0}}})";
+  auto padded = Padded(body);
+  auto args = DecodePreemptionArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  const json r = json::parse(service_.Preempt(*args));
+  EXPECT_FALSE(r["NodeNameToMetaVictims"].contains("trn-a"));
+}
+
+TEST_F(ServiceTest, RebuildRestoresRecordedPodsAndReportsConflicts) {
+  auto bound = [](const std::string& name, const std::string& uid, const std::string& ids,
+                  const std::string& time) {
+    kube::Pod pod;
+    pod.ns = "default";
+    pod.name = name;
+    pod.uid = uid;
+    pod.node_name = "trn-a";
+    pod.phase = "Running";
+    kube::Container c;
+    c.name = "main";
+    c.requests["aws.amazon.com/neuron"] = 4;
+    pod.containers.push_back(c);
+    pod.annotations[std::string(kube::kAnnotationAllocTime)] = time;
+    pod.annotations[std::string(kube::kAnnotationRecord)] =
+        R"({"node":"trn-a","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[)" +
+        ids + "]}]}";
+    return pod;
+  };
+  service_.ReplacePods({bound("late", "uid-late", "4,5,6,7", "200"),
+                        bound("early", "uid-early", "4,5,6,7", "100"),
+                        bound("other", "uid-other", "0,1,2,3", "150")});
+  EXPECT_TRUE(service_.tracker().Find("uid-early").has_value());
+  EXPECT_TRUE(service_.tracker().Find("uid-other").has_value());
+  EXPECT_FALSE(service_.tracker().Find("uid-late").has_value());
+  EXPECT_THAT(metrics_.Serialize(), ::testing::HasSubstr("toposched_rebuild_conflicts_total 1"));
+  // A new 4-device pod gets a free row, never a recorded one.
+  Filter(testing::PodJson("n", "uid-n", "aws.amazon.com/neuron", 4), {"trn-a"});
+  EXPECT_EQ(Bind("n", "uid-n", "trn-a")["Error"], "");
+  EXPECT_EQ(writer_.Bindings().at("uid-n").annotations.at("AWS_NEURON_IDS"), "8,9,10,11");
+}
+
+TEST_F(ServiceTest, FullNodeObjectsAnswerWithNodesNotNames) {
+  const std::string body =
+      testing::NodesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuroncore", 9),
+                         {testing::EksNodeJson("new-node", "inf1.6xlarge", 4, 16),
+                          testing::EksNodeJson("trn-a", "trn1.32xlarge", 16, 32)});
+  auto padded = Padded(body);
+  auto args = DecodeExtenderArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  const json r = json::parse(service_.Filter(*args));
+  EXPECT_TRUE(r["NodeNames"].is_null());
+  ASSERT_EQ(r["Nodes"]["items"].size(), 2u);
+  EXPECT_EQ(r["Nodes"]["items"][0]["metadata"]["name"], "new-node");
+  // The node only seen in the payload was learned: bind works on it, 9 cores = 0-8.
+  ASSERT_EQ(Bind("p", "uid-p", "new-node")["Error"], "");
+  EXPECT_EQ(writer_.Bindings().at("uid-p").annotations.at("AWS_NEURON_IDS"), "0,1,2,3,4,5,6,7,8");
+}
+
+}  // namespace
+}  // namespace toposched::extender
