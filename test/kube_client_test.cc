@@ -298,7 +298,8 @@ TEST(KubeClientTest, WatchStopsPromptly) {
   const auto start = std::chrono::steady_clock::now();
   watch.Stop();
   ASSERT_TRUE(watch.WaitDone(std::chrono::seconds(2)));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  // Polls are 50 ms apart; the margin is for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
   ASSERT_TRUE(watch.result().ok()) << watch.result().error();
   EXPECT_EQ(*watch.result(), 200);
 }

@@ -1051,6 +1051,11 @@ void FakeApiServer::InjectFailure(FailureRule rule) {
   impl_->failures_.push_back(std::move(rule));
 }
 
+void FakeApiServer::ClearFailures() {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->failures_.clear();
+}
+
 std::vector<RecordedRequest> FakeApiServer::requests() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   return impl_->requests_;

@@ -109,6 +109,8 @@ class FakeApiServer {
   int connections_accepted() const;
 
   void InjectFailure(FailureRule rule);
+  // Forgets every injected failure, used up or not.
+  void ClearFailures();
 
   std::vector<RecordedRequest> requests() const;
   std::vector<RecordedRequest> RequestsMatching(std::string_view method,
