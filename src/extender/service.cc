@@ -240,7 +240,8 @@ void ExtenderService::ReplaceNodes(const std::vector<kube::Node>& nodes) {
   std::vector<std::string> gone;
   {
     std::shared_lock lock(mu_);
-    for (const auto& [name, facts] : nodes_) {
+    for (const auto& entry : nodes_) {
+      const std::string& name = entry.first;
       if (std::none_of(nodes.begin(), nodes.end(),
                        [&](const kube::Node& n) { return n.name == name; })) {
         gone.push_back(name);
