@@ -52,11 +52,11 @@ struct Cluster {
       node.allocatable["aws.amazon.com/neuron"] = 16;
       nodes.push_back(node);
     }
+    service.ReplaceNodes(nodes);
     if (cores_per_pod != 0) {
       AddCorePods(cores_per_pod);
       return;
     }
-    service.ReplaceNodes(nodes);
     std::mt19937 rng(7);
     std::vector<kube::Pod> pods;
     int uid = 0;
@@ -132,6 +132,9 @@ void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
 
 void RunFilter(benchmark::State& state, const simdjson::padded_string& body) {
   Cluster& cluster = SharedCluster();
+  // One untimed call first: the thread's simdjson parser grows to the body's size once (a server
+  // pays that on its first large request only).
+  if (auto warm = DecodeExtenderArgs(body); warm.ok()) (void)cluster.service.Filter(*warm);
   std::vector<double> ms;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
