@@ -103,8 +103,10 @@ struct Cluster {
         c.name = "main";
         c.requests["aws.amazon.com/neuroncore"] = cores_per_pod;
         pod.containers.push_back(c);
-        kube::AllocationRecord record{n, "trn2.48xlarge", {{"main", "aws.amazon.com/neuroncore", {}}}};
-        for (int i = 0; i < cores_per_pod; ++i) record.containers[0].ids.push_back(k * cores_per_pod + i);
+        kube::AllocationRecord record{
+            n, "trn2.48xlarge", {{"main", "aws.amazon.com/neuroncore", {}}}};
+        for (int i = 0; i < cores_per_pod; ++i)
+          record.containers[0].ids.push_back(k * cores_per_pod + i);
         for (auto& [key, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[key] = v;
         pods.push_back(std::move(pod));
       }

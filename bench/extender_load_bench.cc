@@ -3,13 +3,12 @@
 // answering 201 as kube-apiserver does). Target: >= 5,000 cycles/s on this 2-core machine, with
 // the load client, the extender and the stub sharing the two cores.
 //   ./build/bench/extender_load_bench --benchmark_min_time=3
-#include <curl/curl.h>
-
 #include <atomic>
 #include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <curl/curl.h>
 #include <spdlog/spdlog.h>
 
 #include "extender/api_writer.h"
@@ -41,16 +40,17 @@ struct Stack {
     stub_options.port = 0;
     stub_options.threads = 1;
     stub = std::move(HttpServer::Start(stub_options, [](HttpRequest&&, Responder respond) {
-      respond({201, "application/json", R"({"kind":"Status","apiVersion":"v1","status":"Success"})"});
-    })).value();
+             respond({201, "application/json",
+                      R"({"kind":"Status","apiVersion":"v1","status":"Success"})"});
+           })).value();
     kube::ClientConfig config;
     config.server = "http://127.0.0.1:" + std::to_string(stub->port());
     config.max_idle_connections = 16;
     client = std::move(kube::ApiClient::Create(config)).value();
     writer = std::make_unique<ApiClusterWriter>(*client);
-    service = std::make_unique<ExtenderService>(topology::Catalog::Embedded(), ExtenderOptions{},
-                                                *writer, metrics, [] { return int64_t{0}; },
-                                                [] { return int64_t{1}; });
+    service = std::make_unique<ExtenderService>(
+        topology::Catalog::Embedded(), ExtenderOptions{}, *writer, metrics,
+        [] { return int64_t{0}; }, [] { return int64_t{1}; });
     std::vector<kube::Node> nodes;
     for (int i = 0; i < kNodes; ++i) {
       kube::Node node;
@@ -118,8 +118,9 @@ void BM_FilterBindCycle(benchmark::State& state) {
     const std::string uid = "uid-" + std::to_string(n);
     // kube-scheduler sends a sample of feasible nodes; take a sliding window of 50.
     const size_t first = static_cast<size_t>(n) % (kNodes - kNamesPerFilter);
-    std::vector<std::string> window(stack.names.begin() + static_cast<long>(first),
-                                    stack.names.begin() + static_cast<long>(first) + kNamesPerFilter);
+    std::vector<std::string> window(
+        stack.names.begin() + static_cast<long>(first),
+        stack.names.begin() + static_cast<long>(first) + kNamesPerFilter);
     const std::string filter =
         testing::NamesArgs(testing::PodJson(name, uid, "aws.amazon.com/neuron", 1), window);
     const std::string bind = R"({"PodName":")" + name + R"(","PodNamespace":"default","PodUID":")" +
@@ -129,8 +130,8 @@ void BM_FilterBindCycle(benchmark::State& state) {
       ++stack.failures;
     }
   }
-  state.counters["cycles_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                      benchmark::Counter::kIsRate);
+  state.counters["cycles_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
   if (state.thread_index() == 0) {
     state.counters["failed"] = stack.failures.load();
     state.counters["bound"] = stack.service->tracker().Stats().committed;

@@ -71,7 +71,8 @@ std::unique_ptr<tracker::Tracker> FilledTracker(int nodes, uint32_t seed) {
     (void)t->UpsertNode({name, "trn1.32xlarge", 0});
     for (int k = 0; k < 3; ++k) {
       const int count = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? 4 : 1;
-      tracker::PodSpec pod{"uid-" + std::to_string(uid++), "pod", {{"main", {Unit::kDevice, count}}}};
+      tracker::PodSpec pod{
+          "uid-" + std::to_string(uid++), "pod", {{"main", {Unit::kDevice, count}}}};
       if (t->Reserve(pod, name, 1).ok()) (void)t->Commit(pod.uid);
     }
   }

@@ -32,7 +32,7 @@ struct Pod {
   std::string scheduler_name;  // spec.schedulerName
   std::string phase;           // status.phase
   std::string creation_timestamp;
-  bool deleting = false;       // metadata.deletionTimestamp is set
+  bool deleting = false;  // metadata.deletionTimestamp is set
   std::map<std::string, std::string, std::less<>> annotations;
   std::vector<Container> containers;
   std::vector<Container> init_containers;
@@ -45,7 +45,8 @@ struct Pod {
 struct Node {
   std::string name;
   std::string resource_version;
-  std::string instance_type;  // node.kubernetes.io/instance-type, else beta.kubernetes.io/instance-type
+  std::string
+      instance_type;  // node.kubernetes.io/instance-type, else beta.kubernetes.io/instance-type
   std::map<std::string, std::string, std::less<>> labels;
   ResourceCounts capacity;
   ResourceCounts allocatable;

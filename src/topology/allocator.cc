@@ -131,7 +131,8 @@ Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const
   if (req.unit == Unit::kDevice) {
     const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
     if (std::popcount(free) < req.count) {
-      return Refuse(fmt::format("only {} of {} devices are free", std::popcount(free), shape.devices));
+      return Refuse(
+          fmt::format("only {} of {} devices are free", std::popcount(free), shape.devices));
     }
     DeviceMask chosen = 0;
     DeviceMask rest = free;
@@ -150,9 +151,8 @@ Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const
   // Cores on devices already in use first: taking them keeps untouched devices whole for device
   // requests, which is what an ideal topology-blind packer would do too.
   const DeviceMask busy = usage.busy_devices();
-  std::stable_partition(free.begin(), free.end(), [&](int c) {
-    return (busy >> (c / shape.cores_per_device) & 1) != 0;
-  });
+  std::stable_partition(free.begin(), free.end(),
+                        [&](int c) { return (busy >> (c / shape.cores_per_device) & 1) != 0; });
   free.resize(static_cast<size_t>(req.count));
   std::sort(free.begin(), free.end());
   Placement p{Unit::kCore, free, 0};
@@ -238,7 +238,8 @@ Decision AllocateDevices(const NodeShape& shape, const NodeUsage& usage, const R
       const int free_count = std::popcount(free);
       if (free_count < n) {
         return Refuse(fmt::format("only {} of {} devices are free on {}: free devices are {}",
-                                  free_count, shape.devices, name, FormatIdRanges(MaskToIds(free))));
+                                  free_count, shape.devices, name,
+                                  FormatIdRanges(MaskToIds(free))));
       }
       DeviceMask chosen = 0;
       DeviceMask rest = free;
@@ -277,9 +278,9 @@ Decision AllocateCores(const NodeShape& shape, const NodeUsage& usage, const Req
   if (best_start < 0) {
     const int segment = CoreSegment(shape, n);
     const std::string within =
-        segment < shape.cores
-            ? fmt::format(" within one aligned block of {} devices ({} cores)", segment / cpd, segment)
-            : "";
+        segment < shape.cores ? fmt::format(" within one aligned block of {} devices ({} cores)",
+                                            segment / cpd, segment)
+                              : "";
     return Refuse(fmt::format("no {} contiguous free cores{} on {}: free cores are {}", n, within,
                               shape.type->name, FormatIdRanges(FreeCoreIds(shape, usage))));
   }
@@ -335,8 +336,8 @@ Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
     }
     shape.cores_per_device = type.lnc.physical_cores_per_device / shape.lnc;
   } else if (lnc != 0 && lnc != 1) {
-    return Error{fmt::format("{} has no logical-core (LNC) setting; LNC {} does not apply",
-                             type.name, lnc)};
+    return Error{
+        fmt::format("{} has no logical-core (LNC) setting; LNC {} does not apply", type.name, lnc)};
   }
   shape.cores = shape.devices * shape.cores_per_device;
   return shape;
@@ -395,7 +396,8 @@ void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last
   const int cpd = shape.cores_per_device;
   for (int d = first_device; d <= last_device; ++d) {
     bool any = false;
-    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c) any = used_cores_.test(static_cast<size_t>(c));
+    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c)
+      any = used_cores_.test(static_cast<size_t>(c));
     if (any) {
       busy_devices_ |= DeviceMask{1} << d;
     } else {
@@ -434,7 +436,8 @@ std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
 Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
                   Policy policy) {
   if (policy == Policy::kCountOnly) {
-    if (request.count <= 0 || request.count > (request.unit == Unit::kDevice ? shape.devices : shape.cores)) {
+    if (request.count <= 0 ||
+        request.count > (request.unit == Unit::kDevice ? shape.devices : shape.cores)) {
       return Refuse(CheckRequestShape(shape, request), true);
     }
     return AllocateCountOnly(shape, usage, request);
@@ -466,12 +469,14 @@ std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& 
   switch (shape.type->rule) {
     case LegalSetRule::kContiguous:
       for (int s = 0; s + n <= shape.devices; ++s) {
-        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(shape, RunMask(n, s)));
+        if ((free & RunMask(n, s)) == RunMask(n, s))
+          out.push_back(DevicePlacement(shape, RunMask(n, s)));
       }
       break;
     case LegalSetRule::kAligned:
       for (int s = 0; s + n <= shape.devices; s += n) {
-        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(shape, RunMask(n, s)));
+        if ((free & RunMask(n, s)) == RunMask(n, s))
+          out.push_back(DevicePlacement(shape, RunMask(n, s)));
       }
       break;
     case LegalSetRule::kAny: {

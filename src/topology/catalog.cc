@@ -52,8 +52,8 @@ void RefuseUnknownKeys(const YAML::Node& map, std::initializer_list<std::string_
   for (const auto& kv : map) {
     const std::string key = kv.first.Scalar();
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      Fail(kv.first, fmt::format("unknown key '{}' in {} (known: {})", key, where,
-                                 fmt::join(known, ", ")));
+      Fail(kv.first,
+           fmt::format("unknown key '{}' in {} (known: {})", key, where, fmt::join(known, ", ")));
     }
   }
 }
@@ -107,8 +107,9 @@ InstanceType ReadType(const std::string& name, const YAML::Node& entry) {
     }
     if (t.cores_per_device * t.lnc.default_lnc != t.lnc.physical_cores_per_device) {
       Fail(entry["cores_per_device"],
-           fmt::format("cores_per_device {} must equal physical_cores_per_device {} / default LNC {}",
-                       t.cores_per_device, t.lnc.physical_cores_per_device, t.lnc.default_lnc));
+           fmt::format(
+               "cores_per_device {} must equal physical_cores_per_device {} / default LNC {}",
+               t.cores_per_device, t.lnc.physical_cores_per_device, t.lnc.default_lnc));
     }
     int min_lnc = *std::min_element(t.lnc.allowed.begin(), t.lnc.allowed.end());
     if (t.devices * (t.lnc.physical_cores_per_device / min_lnc) > kMaxCores) {
@@ -126,7 +127,8 @@ InstanceType ReadType(const std::string& name, const YAML::Node& entry) {
     // Best fit walks the sizes as the levels of a tree, so each must divide the next.
     for (size_t i = 0; i < t.sizes.size(); ++i) {
       if (t.devices % t.sizes[i] != 0) {
-        Fail(entry["sizes"], fmt::format("size {} does not divide {} devices", t.sizes[i], t.devices));
+        Fail(entry["sizes"],
+             fmt::format("size {} does not divide {} devices", t.sizes[i], t.devices));
       }
       if (i > 0 && (t.sizes[i] <= t.sizes[i - 1] || t.sizes[i] % t.sizes[i - 1] != 0)) {
         Fail(entry["sizes"], "sizes must ascend, each a multiple of the one before");
@@ -193,11 +195,11 @@ Result<Catalog> Catalog::Parse(std::string_view yaml_text, std::string_view sour
       catalog.types_.emplace(name, ReadType(name, kv.second));
     }
   } catch (const CatalogError& e) {
-    return Error{fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1,
-                             e.message)};
+    return Error{
+        fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.message)};
   } catch (const YAML::Exception& e) {
-    return Error{fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1,
-                             e.msg)};
+    return Error{
+        fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.msg)};
   }
   return catalog;
 }
