@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 preset="${1:-release}"
 # ccache keys on paths relative to the checkout, so another clone reuses the cache.
 export CCACHE_BASEDIR="$PWD"
+# Debug info would otherwise put the checkout's path into every cache key.
+export CCACHE_NOHASHDIR=1
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset"
