@@ -34,6 +34,24 @@ std::vector<std::string> NodeNames() {
   return names;
 }
 
+// A running pod on `node` whose record gives its one container `ids` of `resource`.
+kube::Pod RecordedPod(int uid, const std::string& node, const std::string& type,
+                      const std::string& resource, std::vector<int> ids) {
+  kube::Pod pod;
+  pod.ns = "default";
+  pod.name = "pod-" + std::to_string(uid);
+  pod.uid = "uid-" + std::to_string(uid);
+  pod.node_name = node;
+  pod.phase = "Running";
+  kube::Container c;
+  c.name = "main";
+  c.requests[resource] = static_cast<int64_t>(ids.size());
+  pod.containers.push_back(c);
+  const kube::AllocationRecord record{node, type, {{"main", resource, std::move(ids)}}};
+  for (auto& [k, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
+  return pod;
+}
+
 // A service holding 5,000 nodes. By default trn1.32xlarge, each about half full with 1- and
 // 4-device pods; with `cores_per_pod` set, trn2.48xlarge with 20 pods of that many cores each
 // (100,000 pods in all).
@@ -68,20 +86,9 @@ struct Cluster {
           ++next;
           continue;
         }
-        kube::Pod pod;
-        pod.ns = "default";
-        pod.name = "pod-" + std::to_string(uid);
-        pod.uid = "uid-" + std::to_string(uid++);
-        pod.node_name = n;
-        pod.phase = "Running";
-        kube::Container c;
-        c.name = "main";
-        c.requests["aws.amazon.com/neuron"] = count;
-        pod.containers.push_back(c);
-        kube::AllocationRecord record{n, "trn1.32xlarge", {{"main", "aws.amazon.com/neuron", {}}}};
-        for (int k = 0; k < count; ++k) record.containers[0].ids.push_back(next + k);
-        for (auto& [k, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
-        pods.push_back(std::move(pod));
+        std::vector<int> ids;
+        for (int k = 0; k < count; ++k) ids.push_back(next + k);
+        pods.push_back(RecordedPod(uid++, n, "trn1.32xlarge", "aws.amazon.com/neuron", ids));
         next += count;
       }
     }
@@ -93,22 +100,9 @@ struct Cluster {
     int uid = 0;
     for (const auto& n : names) {
       for (int k = 0; k < 20; ++k) {
-        kube::Pod pod;
-        pod.ns = "default";
-        pod.name = "pod-" + std::to_string(uid);
-        pod.uid = "uid-" + std::to_string(uid++);
-        pod.node_name = n;
-        pod.phase = "Running";
-        kube::Container c;
-        c.name = "main";
-        c.requests["aws.amazon.com/neuroncore"] = cores_per_pod;
-        pod.containers.push_back(c);
-        kube::AllocationRecord record{
-            n, "trn2.48xlarge", {{"main", "aws.amazon.com/neuroncore", {}}}};
-        for (int i = 0; i < cores_per_pod; ++i)
-          record.containers[0].ids.push_back(k * cores_per_pod + i);
-        for (auto& [key, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[key] = v;
-        pods.push_back(std::move(pod));
+        std::vector<int> ids;
+        for (int i = 0; i < cores_per_pod; ++i) ids.push_back(k * cores_per_pod + i);
+        pods.push_back(RecordedPod(uid++, n, "trn2.48xlarge", "aws.amazon.com/neuroncore", ids));
       }
     }
     service.ReplacePods(pods);
