@@ -323,6 +323,10 @@ class Harness {
       EXPECT_FALSE(s.ok()) << "committed " << uid << " which holds nothing";
       return;
     }
+    if (it->second.state == HoldState::kCommitted) {
+      EXPECT_FALSE(s.ok()) << "committed " << uid << " twice";
+      return;
+    }
     EXPECT_TRUE(s.ok()) << s.error();
     it->second.state = HoldState::kCommitted;
     it->second.deadline = 0;

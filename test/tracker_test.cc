@@ -222,6 +222,35 @@ TEST_F(TrackerTest, CommitNeedsAReservation) {
   EXPECT_EQ(tracker_.Stats().committed, 0);
 }
 
+TEST_F(TrackerTest, ForEachFitGivesFitAllsVerdictsWithoutIds) {
+  Place(DevPod("full", 12), "inf");
+  const std::vector<std::string> nodes = {"trn", "missing", "inf", "inf1"};
+  for (int count : {1, 4, 7}) {
+    const auto all = tracker_.FitAll(DevPod("q", count), nodes);
+    size_t seen = 0;
+    tracker_.ForEachFit(DevPod("q", count), nodes, [&](size_t i, FitResult&& r) {
+      ASSERT_EQ(i, seen++);
+      EXPECT_EQ(r.fits, all[i].fits) << nodes[i];
+      EXPECT_EQ(r.score, all[i].score) << nodes[i];
+      EXPECT_EQ(r.reason, all[i].reason) << nodes[i];
+      EXPECT_EQ(r.unresolvable, all[i].unresolvable) << nodes[i];
+      EXPECT_TRUE(r.allocation.containers.empty());
+    });
+    EXPECT_EQ(seen, nodes.size());
+  }
+}
+
+TEST_F(TrackerTest, CommitTwiceIsAnErrorAndKeepsTheCounts) {
+  ASSERT_TRUE(tracker_.Reserve(DevPod("a", 1), "trn", 100).ok());
+  EXPECT_EQ(tracker_.Stats().reserved, 1);
+  ASSERT_TRUE(tracker_.Commit("a").ok());
+  auto again = tracker_.Commit("a");
+  ASSERT_FALSE(again.ok());
+  EXPECT_THAT(again.error(), HasSubstr("already committed"));
+  EXPECT_EQ(tracker_.Stats().reserved, 0);
+  EXPECT_EQ(tracker_.Stats().committed, 1);
+}
+
 TEST_F(TrackerTest, RollbackReleasesAReservationButNotACommittedPod) {
   ASSERT_TRUE(tracker_.Reserve(DevPod("a", 4), "trn", 100).ok());
   ASSERT_TRUE(tracker_.Rollback("a").ok());

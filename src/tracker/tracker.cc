@@ -32,11 +32,13 @@ std::string ContainerLabel(const ContainerRequest& c) {
 
 // Places every container of the pod on one node. App containers each get their own set (largest
 // first, which packs better); each init container reuses the app containers' ids when a legal
-// set lies inside them, or else takes more.
-FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod, Policy policy) {
+// set lies inside them, or else takes more. With `with_ids` false a one-container pod's answer
+// carries only the verdict and score (no allocation to build and free: filter asks this for
+// thousands of nodes per call).
+FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod, Policy policy,
+                     bool with_ids) {
   FitResult result;
-  // Most pods have one container asking: answer without the bookkeeping below (filter asks this
-  // for thousands of nodes per call).
+  // Most pods have one container asking: answer without the bookkeeping below.
   if (pod.containers.size() == 1 && !pod.containers[0].init &&
       pod.containers[0].request.count != 0) {
     const ContainerRequest& c = pod.containers[0];
@@ -48,7 +50,7 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
     }
     result.fits = true;
     result.score = d.score;
-    result.allocation.containers.push_back({c.name, std::move(d.placement)});
+    if (with_ids) result.allocation.containers.push_back({c.name, std::move(d.placement)});
     return result;
   }
   std::vector<const ContainerRequest*> apps;
@@ -185,7 +187,10 @@ void Tracker::RemoveNode(const std::string& name) {
   std::unique_lock lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
-  for (const auto& uid : it->second.pods) holds_.erase(uid);
+  for (const auto& uid : it->second.pods) {
+    holds_.erase(uid);
+    reserved_uids_.erase(uid);
+  }
   nodes_.erase(it);
 }
 
@@ -194,16 +199,16 @@ const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
-FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node,
-                             const NodeUsage& usage) const {
+FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node, const NodeUsage& usage,
+                             bool with_ids) const {
   if (!node.shape) {
     FitResult r;
     r.reason = node.error;
     r.unresolvable = true;
     return r;
   }
-  FitResult r = FitOnUsage(*node.shape, usage, pod, policy_);
-  if (r.fits) r.allocation.node = node.info.name;
+  FitResult r = FitOnUsage(*node.shape, usage, pod, policy_, with_ids);
+  if (r.fits && with_ids) r.allocation.node = node.info.name;
   return r;
 }
 
@@ -222,12 +227,18 @@ std::vector<FitResult> Tracker::FitAll(const PodSpec& pod,
                                        std::span<const std::string> nodes) const {
   std::vector<FitResult> out;
   out.reserve(nodes.size());
-  ForEachFit(pod, nodes, [&](size_t, FitResult&& r) { out.push_back(std::move(r)); });
+  VisitFits(pod, nodes, /*with_ids=*/true,
+            [&](size_t, FitResult&& r) { out.push_back(std::move(r)); });
   return out;
 }
 
 void Tracker::ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
                          const std::function<void(size_t, FitResult&&)>& fn) const {
+  VisitFits(pod, nodes, /*with_ids=*/false, fn);
+}
+
+void Tracker::VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
+                        const std::function<void(size_t, FitResult&&)>& fn) const {
   std::shared_lock lock(mu_);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeEntry* entry = FindNode(nodes[i]);
@@ -238,7 +249,7 @@ void Tracker::ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
       fn(i, std::move(r));
       continue;
     }
-    fn(i, FitLocked(pod, *entry, entry->usage));
+    fn(i, FitLocked(pod, *entry, entry->usage, with_ids));
   }
 }
 
@@ -452,6 +463,7 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
   }
   entry.pods.push_back(pod.uid);
   holds_[pod.uid] = Hold{pod.name, fit.allocation, HoldState::kReserved, deadline_ns};
+  reserved_uids_.insert(pod.uid);
   return fit.allocation;
 }
 
@@ -469,6 +481,7 @@ Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name
   }
   entry.pods.push_back(uid);
   holds_[uid] = Hold{pod_name, allocation, HoldState::kReserved, deadline_ns};
+  reserved_uids_.insert(uid);
   return OkStatus();
 }
 
@@ -476,8 +489,12 @@ Status Tracker::Commit(const std::string& uid) {
   std::unique_lock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return Error{fmt::format("pod {} has no reservation to commit", uid)};
+  if (it->second.state == HoldState::kCommitted) {
+    return Error{fmt::format("pod {} is already committed", uid)};
+  }
   it->second.state = HoldState::kCommitted;
   it->second.deadline_ns = 0;
+  reserved_uids_.erase(uid);
   return OkStatus();
 }
 
@@ -489,6 +506,7 @@ Status Tracker::Rollback(const std::string& uid) {
   }
   ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
   holds_.erase(it);
+  reserved_uids_.erase(uid);
   return OkStatus();
 }
 
@@ -498,20 +516,22 @@ bool Tracker::Forget(const std::string& uid) {
   if (it == holds_.end()) return false;
   ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
   holds_.erase(it);
+  reserved_uids_.erase(uid);
   return true;
 }
 
 std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
   std::unique_lock lock(mu_);
   std::vector<std::string> expired;
-  for (const auto& [uid, hold] : holds_) {
-    if (hold.state == HoldState::kReserved && hold.deadline_ns <= now_ns) expired.push_back(uid);
+  for (const auto& uid : reserved_uids_) {
+    if (holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);
   }
   std::sort(expired.begin(), expired.end());
   for (const auto& uid : expired) {
     auto it = holds_.find(uid);
     ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
     holds_.erase(it);
+    reserved_uids_.erase(uid);
   }
   return expired;
 }
@@ -521,6 +541,8 @@ Status Tracker::Adopt(const RecordedPod& pod) {
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
     if (it->second.allocation.node == pod.allocation.node) {
       it->second.state = HoldState::kCommitted;  // our own bind, seen again through the watch
+      it->second.deadline_ns = 0;
+      reserved_uids_.erase(pod.uid);
       return OkStatus();
     }
     return Error{fmt::format("pod {} is recorded on {} but held on {}", pod.name,
@@ -550,6 +572,7 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
     }
   }
   holds_.clear();
+  reserved_uids_.clear();
   for (auto& [name, node] : nodes_) {
     node.usage = NodeUsage{};
     node.pods.clear();
@@ -572,6 +595,7 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
                                     fmt::join(names, ", "));
     } else {
       nit->second.pods.push_back(uid);
+      if (hold.state == HoldState::kReserved) reserved_uids_.insert(uid);
       holds_[uid] = std::move(hold);
       return true;
     }
@@ -620,9 +644,8 @@ TrackerStats Tracker::Stats() const {
   std::shared_lock lock(mu_);
   TrackerStats stats;
   stats.nodes = static_cast<int>(nodes_.size());
-  for (const auto& [uid, hold] : holds_) {
-    (hold.state == HoldState::kReserved ? stats.reserved : stats.committed)++;
-  }
+  stats.reserved = static_cast<int>(reserved_uids_.size());
+  stats.committed = static_cast<int>(holds_.size() - reserved_uids_.size());
   return stats;
 }
 

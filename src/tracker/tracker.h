@@ -17,7 +17,10 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
+
+#include <boost/unordered/unordered_flat_map.hpp>
 
 #include "base/result.h"
 #include "topology/allocator.h"
@@ -130,7 +133,9 @@ class Tracker {
   // Fit for many nodes under one lock, in the order given.
   std::vector<FitResult> FitAll(const PodSpec& pod, std::span<const std::string> nodes) const;
   // The same, handing each result to `fn(index, result)` instead of collecting them. `fn` runs
-  // under the tracker's shared lock: it must not call the tracker.
+  // under the tracker's shared lock: it must not call the tracker. A query for filter and
+  // prioritize: the results carry fits, score and reason, but a one-container pod's
+  // `allocation` is left empty (building the ids for every node is most of the cost).
   void ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
                   const std::function<void(size_t, FitResult&&)>& fn) const;
   // Would it fit if these pods were gone? Changes nothing.
@@ -179,9 +184,11 @@ class Tracker {
     std::vector<std::string> pods;  // uids holding ids here
   };
 
-  FitResult FitLocked(const PodSpec& pod, const NodeEntry& node,
-                      const topology::NodeUsage& usage) const;
+  FitResult FitLocked(const PodSpec& pod, const NodeEntry& node, const topology::NodeUsage& usage,
+                      bool with_ids = true) const;
   const NodeEntry* FindNode(const std::string& name) const;
+  void VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
+                 const std::function<void(size_t, FitResult&&)>& fn) const;
   topology::NodeUsage UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const;
   // REQUIRES: exclusive lock. Takes the ids or, on overlap, changes nothing and returns false.
   bool TakeLocked(NodeEntry& node, const PodAllocation& allocation);
@@ -193,8 +200,13 @@ class Tracker {
   const topology::Catalog& catalog_;
   const Policy policy_;
   mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, NodeEntry> nodes_;  // guarded by mu_
+  // Open addressing: filter looks up thousands of names per call, and the chained map's pointer
+  // walks were a third of that. Entries move on rehash; no pointer into it outlives a lock.
+  boost::unordered_flat_map<std::string, NodeEntry, std::hash<std::string>> nodes_;  // guarded by mu_
   std::unordered_map<std::string, Hold> holds_;       // guarded by mu_
+  // The uids of holds in the reserved state, so that Stats and expiry cost O(reservations),
+  // not O(pods): bind reads the count on every call.
+  std::unordered_set<std::string> reserved_uids_;  // guarded by mu_
 };
 
 }  // namespace toposched::tracker
