@@ -22,13 +22,19 @@ namespace ondemand = simdjson::ondemand;
 
 using StringMap = std::map<std::string, std::string, std::less<>>;
 
-Status DecodeStringMap(ondemand::value& value, const Path& path, StringMap& out) {
+// Every value must be a string; only the entries `keep` accepts are stored (null keeps all).
+Status DecodeStringMap(ondemand::value& value, const Path& path, StringMap& out,
+                       bool (*keep)(std::string_view) = nullptr) {
   ondemand::object object;
   bool present = false;
   Status status = json::OpenObject(value, path, object, present);
   if (!status.ok() || !present) return status;
+  std::string ignored;  // checked like a kept value, then dropped; its buffer is reused
   return ForEachMapEntry(object, path,
                          [&](std::string_view key, ondemand::value& entry, const Path& at) {
+                           if (keep != nullptr && !keep(key)) {
+                             return json::ReadString(entry, at, ignored);
+                           }
                            std::string text;
                            Status read = json::ReadString(entry, at, text);
                            if (read.ok()) out.insert_or_assign(std::string(key), std::move(text));
@@ -227,7 +233,9 @@ Status DecodeNodeMetadata(ondemand::value& value, const Path& path, Node& node) 
                         if (key == "name") return json::ReadString(field, at, node.name);
                         if (key == "resourceVersion")
                           return json::ReadString(field, at, node.resource_version);
-                        if (key == "labels") return DecodeStringMap(field, at, node.labels);
+                        if (key == "labels") {
+                          return DecodeStringMap(field, at, node.labels, IsNodeLabelWeRead);
+                        }
                         return OkStatus();
                       });
 }
@@ -460,6 +468,11 @@ Result<ObjectList<T>> DecodeListDocument(const simdjson::padded_string& json,
 }
 
 }  // namespace
+
+bool IsNodeLabelWeRead(std::string_view key) {
+  return key == "node.kubernetes.io/instance-type" || key == "beta.kubernetes.io/instance-type" ||
+         key.starts_with("toposched.io/");
+}
 
 std::string InstanceTypeFromLabels(const std::map<std::string, std::string, std::less<>>& labels) {
   if (auto it = labels.find("node.kubernetes.io/instance-type"); it != labels.end()) {

@@ -79,6 +79,10 @@ Result<std::vector<Node>> DecodeNodeListItems(simdjson::ondemand::value& value,
 
 // The instance type a node's labels declare: node.kubernetes.io/instance-type, else the older
 // beta.kubernetes.io/instance-type, else empty.
+// The node labels toposched reads (the instance-type labels, and every key under
+// toposched.io/); decoding keeps only these, since a filter with full Node objects decodes
+// 5,000 label maps per call.
+bool IsNodeLabelWeRead(std::string_view key);
 std::string InstanceTypeFromLabels(const std::map<std::string, std::string, std::less<>>& labels);
 
 }  // namespace toposched::kube

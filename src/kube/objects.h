@@ -47,6 +47,7 @@ struct Node {
   std::string resource_version;
   std::string
       instance_type;  // node.kubernetes.io/instance-type, else beta.kubernetes.io/instance-type
+  // Only the labels toposched reads (kube::IsNodeLabelWeRead): instance type, toposched.io/*.
   std::map<std::string, std::string, std::less<>> labels;
   ResourceCounts capacity;
   ResourceCounts allocatable;
