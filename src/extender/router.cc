@@ -71,8 +71,15 @@ void Router::Handle(HttpRequest&& request, Responder respond) {
   if (verb == "filter" || verb == "prioritize") {
     auto args = DecodeExtenderArgs(body);
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
-    return finish({200, "application/json",
-                   verb == "filter" ? service_.Filter(*args) : service_.Prioritize(*args)});
+    finish({200, "application/json",
+            verb == "filter" ? service_.Filter(*args) : service_.Prioritize(*args)});
+    if (args->nodes.has_value()) {
+      // 5,000 decoded Node objects take ~10 ms to free, and this is the io thread: the reply
+      // just queued would wait for it. Free them on the pool instead.
+      boost::asio::post(bind_pool_->pool,
+                        [doomed = std::make_shared<ExtenderArgs>(std::move(args).value())] {});
+    }
+    return;
   }
   if (verb == "preempt") {
     auto args = DecodePreemptionArgs(body);
