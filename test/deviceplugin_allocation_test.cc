@@ -44,6 +44,47 @@ class DevicePluginAllocationTest : public ::testing::Test {
   AllocationService service_;
 };
 
+// A cache that has not yet seen the newest pod: PodsOnNode lags, PodsOnNodeFresh is the API.
+class LaggingPodSource : public FakePodSource {
+ public:
+  Result<std::vector<kube::Pod>> PodsOnNode() override {
+    auto all = FakePodSource::PodsOnNode();
+    if (all.ok() && !all->empty()) all->pop_back();
+    return all;
+  }
+  Result<std::vector<kube::Pod>> PodsOnNodeFresh() override {
+    ++fresh_lists;
+    return FakePodSource::PodsOnNode();
+  }
+  int fresh_lists = 0;
+};
+
+TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
+  LaggingPodSource pods;
+  const auto shape = Shape("trn1.32xlarge");
+  AllocationService service(pods, shape, {"node-a", CoreNumbering::kHost, Resources()});
+  pods.Add(MakePod("old", {{"main", kNeuron, 4}},
+                   RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100)));
+  pods.Add(MakePod("new", {{"main", kNeuron, 4}},
+                   RecordAnnotations({{"main", kNeuron, {8, 9, 10, 11}}}, 200)));
+
+  auto first = service.Allocate(service.options().resources[0], {4, 5, 6, 7});
+  ASSERT_TRUE(first.ok()) << first.error();
+  EXPECT_EQ(first->pod, "default/old");
+  EXPECT_EQ(pods.fresh_lists, 0) << "the cache had the pod";
+
+  auto second = service.Allocate(service.options().resources[0], {8, 9, 10, 11});
+  ASSERT_TRUE(second.ok()) << second.error();
+  EXPECT_EQ(second->pod, "default/new");
+  EXPECT_THAT(second->ids, ElementsAre(8, 9, 10, 11));
+  EXPECT_EQ(pods.fresh_lists, 1);
+
+  // Nothing left anywhere: the error still explains, after one look at the API.
+  auto third = service.Allocate(service.options().resources[0], {0, 1, 2, 3});
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(pods.fresh_lists, 2);
+}
+
 TEST_F(DevicePluginAllocationTest, OldestPendingPodFirst) {
   pods_.Add(MakePod("young", {{"main", kNeuron, 4}},
                     RecordAnnotations({{"main", kNeuron, {8, 9, 10, 11}}}, 300)));

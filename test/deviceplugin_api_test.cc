@@ -1,6 +1,8 @@
 // Allocate by annotation end to end through the real API client: pods live in the loopback fake
 // kube-apiserver, the plugin lists them with fieldSelector spec.nodeName and merge-patches
 // NEURON_ALLOCATED, and kubelet's call arrives over the plugin's unix socket.
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -107,6 +109,43 @@ TEST_F(DevicePluginApiTest, ApiErrorsReachTheOperator) {
   EXPECT_THAT(grant.error(), HasSubstr("403"));
   // One device needs no pod.
   EXPECT_TRUE(service_->Allocate(resources_[0], {3}).ok());
+}
+
+TEST_F(DevicePluginApiTest, WatchedSourceServesFromItsCacheAndAsksTheApiOnAMiss) {
+  api_.UpsertPod(PodJson("old", "node-a", 4, "4,5,6,7", 100));
+  api_.UpsertPod(PodJson("elsewhere", "node-b", 4, "0,1,2,3", 50));
+  WatchedPodSource watched(*client_, "node-a");
+  ASSERT_TRUE(watched.WaitForSync(std::chrono::seconds(5)));
+  AllocationService service(watched, shape_,
+                            AllocatorOptions{"node-a", CoreNumbering::kContainer, resources_});
+
+  const size_t lists_before = api_.RequestsMatching("GET", "/api/v1/pods").size();
+  EXPECT_EQ(service.Prefer(resources_[0], {0, 1, 2, 3, 4, 5, 6, 7}, {}, 4),
+            (std::vector<int>{4, 5, 6, 7}));
+  auto first = service.Allocate(resources_[0], {4, 5, 6, 7});
+  ASSERT_TRUE(first.ok()) << first.error();
+  EXPECT_EQ(first->pod, "default/old");
+  // Answered from the watch's cache: no list went to the API (only the watch is open).
+  for (const auto& request : api_.RequestsMatching("GET", "/api/v1/pods")) {
+    if (request.query.find("watch=") == std::string::npos) continue;
+    EXPECT_THAT(request.query, HasSubstr("fieldSelector=spec.nodeName%3Dnode-a"));
+  }
+  size_t plain_lists = 0;
+  for (const auto& request : api_.RequestsMatching("GET", "/api/v1/pods")) {
+    if (request.query.find("watch=") == std::string::npos) ++plain_lists;
+  }
+  EXPECT_EQ(plain_lists, 1u) << "only the informer's first list (had " << lists_before << ")";
+
+  // A pod bound later reaches the cache through the watch.
+  api_.UpsertPod(PodJson("new", "node-a", 4, "8,9,10,11", 200));
+  for (int i = 0; i < 200; ++i) {
+    auto cached = watched.PodsOnNode();
+    if (cached.ok() && cached->size() == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto second = service.Allocate(resources_[0], {8, 9, 10, 11});
+  ASSERT_TRUE(second.ok()) << second.error();
+  EXPECT_EQ(second->pod, "default/new");
 }
 
 }  // namespace

@@ -160,7 +160,8 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
     pods = std::make_unique<UnavailablePodSource>(reason);
   } else if (auto created = kube::ApiClient::FromEnvironment(opts.kubeconfig); created.ok()) {
     client = std::move(created).value();
-    pods = std::make_unique<deviceplugin::ApiPodSource>(*client, options.node_name);
+    // A watch of this node's pods: GetPreferredAllocation and Allocate read it, not the API.
+    pods = std::make_unique<deviceplugin::WatchedPodSource>(*client, options.node_name);
   } else {
     const std::string reason = "no access to the API server: " + created.error();
     spdlog::warn("{}; only requests for one or all units will be served", reason);

@@ -369,6 +369,19 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
   {
     std::lock_guard lock(mutex_);
     auto pods = pods_.PodsOnNode();
+    std::vector<std::string> skipped;
+    std::vector<Candidate> candidates;
+    if (pods.ok()) candidates = Candidates(*pods, resource, count, &skipped);
+    if (!pods.ok() || candidates.empty()) {
+      // A cached list may trail kubelet, which learns of the binding as fast as our watch does:
+      // ask the API itself before concluding there is no such pod.
+      auto fresh = pods_.PodsOnNodeFresh();
+      if (fresh.ok() || !pods.ok()) {
+        pods = std::move(fresh);
+        skipped.clear();
+        if (pods.ok()) candidates = Candidates(*pods, resource, count, &skipped);
+      }
+    }
     if (!pods.ok()) {
       if (!one_or_all) {
         return Error{fmt::format(
@@ -383,8 +396,6 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
       return grant;
     }
     ForgetGonePods(*pods);
-    std::vector<std::string> skipped;
-    std::vector<Candidate> candidates = Candidates(*pods, resource, count, &skipped);
     // The pod GetPreferredAllocation steered kubelet to carries exactly these ids.
     auto chosen = std::find_if(candidates.begin(), candidates.end(),
                                [&](const Candidate& c) { return c.claim.ids == requested; });

@@ -46,4 +46,45 @@ Status ApiPodSource::PatchAnnotations(
   return kube::PatchPodAnnotations(client_, pod.ns, pod.name, changes);
 }
 
+WatchedPodSource::WatchedPodSource(kube::ApiClient& client, std::string node_name,
+                                   kube::InformerOptions options)
+    : api_(client, node_name) {
+  options.field_selector = "spec.nodeName=" + node_name;
+  kube::InformerHandlers<kube::Pod> handlers;
+  handlers.on_replace = [this](const std::vector<kube::Pod>& all) {
+    std::lock_guard lock(mutex_);
+    pods_.clear();
+    for (const kube::Pod& pod : all) pods_.emplace(pod.uid, pod);
+  };
+  handlers.on_upsert = [this](const kube::Pod& pod) {
+    std::lock_guard lock(mutex_);
+    pods_.insert_or_assign(pod.uid, pod);
+  };
+  handlers.on_delete = [this](const kube::Pod& pod) {
+    std::lock_guard lock(mutex_);
+    pods_.erase(pod.uid);
+  };
+  informer_ = std::make_unique<kube::PodInformer>(client, kube::kPodsPath, std::move(handlers),
+                                                  std::move(options));
+  informer_->Start();
+}
+
+WatchedPodSource::~WatchedPodSource() { informer_->Stop(); }
+
+Result<std::vector<kube::Pod>> WatchedPodSource::PodsOnNode() {
+  if (!informer_->Synced()) return api_.PodsOnNode();
+  std::vector<kube::Pod> out;
+  std::lock_guard lock(mutex_);
+  out.reserve(pods_.size());
+  for (const auto& [uid, pod] : pods_) out.push_back(pod);
+  return out;
+}
+
+Result<std::vector<kube::Pod>> WatchedPodSource::PodsOnNodeFresh() { return api_.PodsOnNode(); }
+
+Status WatchedPodSource::PatchAnnotations(
+    const kube::Pod& pod, const std::map<std::string, std::optional<std::string>>& changes) {
+  return api_.PatchAnnotations(pod, changes);
+}
+
 }  // namespace toposched::deviceplugin

@@ -3,10 +3,14 @@
 #ifndef TOPOSCHED_DEVICEPLUGIN_API_POD_SOURCE_H_
 #define TOPOSCHED_DEVICEPLUGIN_API_POD_SOURCE_H_
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "deviceplugin/pod_source.h"
 #include "kube/client.h"
+#include "kube/informer.h"
 
 namespace toposched::deviceplugin {
 
@@ -23,6 +27,32 @@ class ApiPodSource : public PodSource {
  private:
   kube::ApiClient& client_;
   const std::string node_name_;
+};
+
+// ApiPodSource behind a watch of the node's pods (fieldSelector spec.nodeName): PodsOnNode reads
+// the cache, so GetPreferredAllocation and Allocate do not wait on the API; PodsOnNodeFresh and
+// every call before the first list completes go to the API.
+class WatchedPodSource : public PodSource {
+ public:
+  // `client` must outlive this object. Starts the watch.
+  WatchedPodSource(kube::ApiClient& client, std::string node_name,
+                   kube::InformerOptions options = {});
+  ~WatchedPodSource() override;
+
+  Result<std::vector<kube::Pod>> PodsOnNode() override;
+  Result<std::vector<kube::Pod>> PodsOnNodeFresh() override;
+  Status PatchAnnotations(
+      const kube::Pod& pod,
+      const std::map<std::string, std::optional<std::string>>& changes) override;
+
+  bool Synced() const { return informer_->Synced(); }
+  bool WaitForSync(std::chrono::milliseconds timeout) { return informer_->WaitForSync(timeout); }
+
+ private:
+  ApiPodSource api_;
+  std::mutex mutex_;
+  std::map<std::string, kube::Pod> pods_;  // by uid; guarded by mutex_
+  std::unique_ptr<kube::PodInformer> informer_;
 };
 
 }  // namespace toposched::deviceplugin

@@ -16,8 +16,12 @@ namespace toposched::deviceplugin {
 class PodSource {
  public:
   virtual ~PodSource() = default;
-  // Every pod bound to this node, in any phase.
+  // Every pod bound to this node, in any phase. May come from a cache that trails the API by
+  // a watch event.
   virtual Result<std::vector<kube::Pod>> PodsOnNode() = 0;
+  // The same, read from the API now: for when the cache lacks a pod kubelet is already
+  // admitting (kubelet and our watch learn of a binding at about the same time).
+  virtual Result<std::vector<kube::Pod>> PodsOnNodeFresh() { return PodsOnNode(); }
   // Merge-patches the pod's annotations: a value sets the key, nullopt deletes it.
   virtual Status PatchAnnotations(
       const kube::Pod& pod, const std::map<std::string, std::optional<std::string>>& changes) = 0;
