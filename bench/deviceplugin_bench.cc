@@ -320,6 +320,38 @@ void BM_PreferredAllocation128Cores(benchmark::State& state) {
   }
   ask->add_must_include_deviceids("neuroncore" + std::to_string(shape.cores / 2 + 8));
   ask->set_allocation_size(static_cast<int32_t>(state.range(0)));
+  if (state.range(1) == 1) {
+    // The floor of any call on this socket: GetDevicePluginOptions does no work at all.
+    for (auto _ : state) {
+      grpc::ClientContext context;
+      v1beta1::DevicePluginOptions options;
+      if (!stub->GetDevicePluginOptions(&context, v1beta1::Empty(), &options).ok()) {
+        state.SkipWithError("GetDevicePluginOptions failed");
+        break;
+      }
+    }
+    endpoint.Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return;
+  }
+  if (state.range(1) == 2) {
+    // The handler alone, without gRPC: what the plugin itself adds to a call.
+    std::vector<int> available;
+    for (const auto& id : request.container_requests(0).available_deviceids()) {
+      available.push_back(std::stoi(id.substr(std::string("neuroncore").size())));
+    }
+    const std::vector<int> must = {shape.cores / 2 + 8};
+    for (auto _ : state) {
+      auto ids = allocations.Prefer(allocations.options().resources[1], available, must,
+                                    static_cast<int>(state.range(0)));
+      benchmark::DoNotOptimize(ids);
+    }
+    endpoint.Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return;
+  }
   std::vector<double> us;
   for (auto _ : state) {
     grpc::ClientContext context;
@@ -342,7 +374,16 @@ void BM_PreferredAllocation128Cores(benchmark::State& state) {
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
-BENCHMARK(BM_PreferredAllocation128Cores)->Arg(16)->Arg(64)->Iterations(2000)->UseRealTime();
+// Args: cores asked; 0 = GetPreferredAllocation over the socket, 1 = GetDevicePluginOptions over
+// the socket (gRPC's own floor), 2 = the handler in process.
+BENCHMARK(BM_PreferredAllocation128Cores)
+    ->Args({16, 0})
+    ->Args({64, 0})
+    ->Args({16, 1})
+    ->Args({16, 2})
+    ->Args({64, 2})
+    ->Iterations(2000)
+    ->UseRealTime();
 
 #endif  // TOPOSCHED_BENCH_DEVICEPLUGIN
 
