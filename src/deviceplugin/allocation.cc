@@ -278,6 +278,12 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
   std::vector<Candidate> out;
   for (const kube::Pod& pod : pods) {
     if (pod.deleting || pod.Terminated()) continue;
+    if (skipped == nullptr) {
+      // No explanations wanted (GetPreferredAllocation): a pod marked allocated as a whole has
+      // no candidate, so skip parsing its record.
+      auto allocated = pod.annotations.find(kube::kAnnotationAllocated);
+      if (allocated != pod.annotations.end() && allocated->second == "true") continue;
+    }
     auto claims = ReadPodClaims(pod, options_.resources, options_.node_name);
     if (!claims.ok()) {
       explain(fmt::format("{}: {}", PodKey(pod), claims.error()));
