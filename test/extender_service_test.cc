@@ -75,6 +75,8 @@ TEST_F(ServiceTest, SevenDevicesOnTrn1IsUnresolvableWithAwsText) {
   EXPECT_EQ(r["FailedAndUnresolvableNodes"]["trn-a"],
             "Instance type trn1.32xlarge does not support requests for device: 7. Please request "
             "a different number of devices.");
+  // Also in FailedNodes, where kube-scheduler < 1.22 looks for the reason.
+  EXPECT_EQ(r["FailedNodes"]["trn-a"], r["FailedAndUnresolvableNodes"]["trn-a"]);
 }
 
 TEST_F(ServiceTest, PodAskingForNothingPassesEveryNodeUntouched) {

@@ -267,7 +267,18 @@ std::string EncodeFilterResult(const FilterResult& r) {
     out += "]},\"NodeNames\":null";
   }
   out += ",\"FailedNodes\":";
-  AppendStringMap(out, r.failed);
+  if (r.failed_unresolvable.empty()) {
+    AppendStringMap(out, r.failed);
+  } else {
+    // Unresolvable nodes are listed in FailedNodes too. kube-scheduler before 1.22 knows no
+    // FailedAndUnresolvableNodes: it drops a node named only there without its reason, so the
+    // pod's event lost e.g. AWS's "does not support requests for device: 7" text (seen with a
+    // real 1.20.2, test/e2e/rules.sh). Newer ones let FailedAndUnresolvableNodes take precedence
+    // for a node in both maps.
+    std::map<std::string, std::string> failed = r.failed;
+    failed.insert(r.failed_unresolvable.begin(), r.failed_unresolvable.end());
+    AppendStringMap(out, failed);
+  }
   out += ",\"FailedAndUnresolvableNodes\":";
   AppendStringMap(out, r.failed_unresolvable);
   out += ",\"Error\":";
