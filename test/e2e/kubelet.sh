@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A real kubelet 1.20.2 (containerd, no CNI) calls `toposched device-plugin` on a fake inf2.48xlarge
+# sysfs tree: registration, allocatable, GetPreferredAllocation and Allocate with the ids the
+# extender recorded at bind (kubelet's own checkpoint must show the same ids), NEURON_ALLOCATED
+# flipped to true; then the device plugin restarts, and the kubelet restarts: re-registration, and
+# the next pod is served again. Containers cannot start here (no image registry): assertions are on
+# what the plugin logged and returned, kubelet's checkpoint, and the pod's events.
+source "$(dirname "$0")/lib.sh"
+e2e_init kubelet
+e2e_control_plane
+e2e_node inf2-x inf2.48xlarge
+e2e_extender
+e2e_scheduler
+e2e_kubelet_node kn inf2.48xlarge
+
+checkpoint=/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+# kubelet_ids POD RESOURCE: the ids kubelet's checkpoint holds for the pod (numbers, sorted).
+kubelet_ids() {
+  local uid; uid=$(pod_field "$1" '{.metadata.uid}')
+  python3 - "$checkpoint" "$uid" "$2" <<'PY'
+import json, re, sys
+data = json.load(open(sys.argv[1]))["Data"]
+ids = []
+for e in data.get("PodDeviceEntries") or []:
+    if e["PodUID"] == sys.argv[2] and e["ResourceName"] == sys.argv[3]:
+        d = e["DeviceIDs"]
+        vals = [v for vs in d.values() for v in vs] if isinstance(d, dict) else d
+        ids += [int(re.sub(r"\D", "", v)) for v in vals]
+print(",".join(map(str, sorted(set(ids)))))
+PY
+}
+allocated_true() { [ "$(pod_field "$1" '{.metadata.annotations.NEURON_ALLOCATED}')" = true ]; }
+# served POD RESOURCE: kubelet called Allocate for the pod's recorded ids, and its checkpoint agrees.
+served() {
+  local pod="$1" res="$2" ids
+  wait_bound 30 "$pod"
+  ids=$(pod_ids "$pod")
+  [ "$(pod_node "$pod")" = kn ] || die "$pod bound to $(pod_node "$pod"), not kn"
+  wait_for 30 "the plugin's Allocate for $pod" grep -q "Allocate $res .*$pod" "$DP_LOG"
+  wait_for 30 "NEURON_ALLOCATED=true on $pod" allocated_true "$pod"
+  wait_for 30 "kubelet's checkpoint for $pod" bash -c "grep -q '$(pod_field "$pod" '{.metadata.uid}')' $checkpoint"
+  local kids; kids=$(kubelet_ids "$pod" "$res")
+  [ "$kids" = "$ids" ] || die "$pod: kubelet's checkpoint has $res $kids, the extender recorded $ids"
+  events_of "$pod" | grep -q UnexpectedAdmissionError && die "$pod: kubelet refused admission: $(events_of "$pod")"
+  pass "$pod: recorded $res $ids at bind; kubelet called Allocate and its checkpoint holds $kids; plugin: $(grep "Allocate $res .*$pod" "$DP_LOG" | tail -1 | sed 's/^.*\] //' | cut -c1-150)"
+}
+
+grep -q "registered aws.amazon.com/neuron" "$DP_LOG" || die "device plugin did not register aws.amazon.com/neuron"
+grep -q "registered aws.amazon.com/neuroncore" "$DP_LOG" || die "device plugin did not register aws.amazon.com/neuroncore"
+pass "device plugin registered both resources; kn advertises $(node_allocatable kn aws.amazon.com/neuron) devices and $(node_allocatable kn aws.amazon.com/neuroncore) cores"
+
+create_pod dev-3 aws.amazon.com/neuron 3 kubernetes.io/hostname=kn
+served dev-3 aws.amazon.com/neuron
+create_pod core-4 aws.amazon.com/neuroncore 4 kubernetes.io/hostname=kn
+served core-4 aws.amazon.com/neuroncore
+grep -q "GetPreferredAllocation aws.amazon.com/neuron" "$DP_LOG" && pass "kubelet asked GetPreferredAllocation first"
+wait_for 60 "a kubelet event on dev-3" bash -c "$KUBECTL --kubeconfig $W/admin.kubeconfig -n default get events --field-selector involvedObject.name=dev-3,source=kubelet -o name | grep -q ."
+pass "dev-3 events from the kubelet (past admission, stopped at the sandbox: no registry here): $(events_of dev-3 | grep -v -e Scheduled | head -2 | tr '\n' ' ' | cut -c1-200)"
+
+# The device plugin restarts: it registers again, kubelet keeps the node's devices, the next pod is served.
+stop device-plugin
+e2e_device_plugin
+wait_for 30 "re-registration after the plugin restarted" grep -q "registered aws.amazon.com/neuron" "$DP_LOG"
+create_pod dev-2 aws.amazon.com/neuron 2 kubernetes.io/hostname=kn
+served dev-2 aws.amazon.com/neuron
+pass "device plugin restarted: registered again and served the next pod"
+
+# The kubelet restarts: it re-creates kubelet.sock, the running plugin notices and registers again.
+dp_before=$(grep -c "registered aws.amazon.com/neuron " "$DP_LOG" || true)
+stop kubelet
+e2e_kubelet
+wait_for 60 "the plugin's re-registration after the kubelet restarted" bash -c "[ \$(grep -c 'registered aws.amazon.com/neuron ' $DP_LOG) -gt $dp_before ]"
+grep -q "kubelet.sock was re-created" "$DP_LOG" || die "the plugin did not log the kubelet restart"
+wait_for 60 "kn advertises devices again" bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node kn -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuron}')\" = 12 ]"
+create_pod dev-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=kn
+served dev-1 aws.amazon.com/neuron
+pass "kubelet restarted: the plugin registered again and served the next pod"
+
+ids_disjoint "$(pod_ids dev-3)" "$(pod_ids dev-2)" "$(pod_ids dev-1)" || die "device ids overlap on kn"
+check_no_double_allocation >&2 || die "an id was given twice"

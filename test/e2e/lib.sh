@@ -1,0 +1,668 @@
+# shellcheck shell=bash
+# The end-to-end harness: a real Kubernetes 1.20.2 control plane on 127.0.0.1, built from Debian's
+# source package (k8s-build.sh), with the toposched extender and device plugin as local processes.
+# Sourced by the scenario scripts (test/e2e/*.sh); see docs/e2e.md.
+#
+#   e2e_init NAME                  root check, k8s build (or SKIP), work dir, traps, watchdog
+#   e2e_control_plane              certs, etcd, kube-apiserver (TLS, token auth, RBAC), deploy/ applied
+#   e2e_extender [ARGS...]         `toposched extender` with the k8s-neuron-scheduler ServiceAccount's token
+#   e2e_scheduler [nodeCache] [qps] kube-scheduler `my-scheduler` with deploy/my-scheduler.yaml's config
+#   e2e_node NAME TYPE [cpu]       a Node object of an instance type, status patched, taint removed
+#   e2e_kubelet_node NAME TYPE     containerd + kubelet + `toposched device-plugin` on a fake sysfs tree
+#
+# Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
+# Environment: TOPOSCHED_BIN (the toposched binary), TOPOSCHED_E2E_CACHE, TOPOSCHED_E2E_TIMEOUT (s),
+# TOPOSCHED_E2E_K8S_BIN (use these Kubernetes binaries instead of k8s-build.sh's), TOPOSCHED_E2E_KUBECTL,
+# TOPOSCHED_E2E_KEEP=1 keeps the work dir, TOPOSCHED_E2E_PORT_BASE (default 23000).
+
+set -euo pipefail
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+E2E_REPO="$(cd "$E2E_DIR/../.." && pwd)"
+E2E_SKIP=77
+E2E_PIDS=()
+E2E_NAMES=()
+E2E_FAILED=0
+E2E_MADE_KUBELET_DIR=0
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FAIL: $*"; E2E_FAILED=1; exit 1; }
+skip() { log "SKIP: $*"; exit "$E2E_SKIP"; }
+pass() { log "ok: $*"; }
+
+# --- setup and teardown ----------------------------------------------------------------------
+
+e2e_init() {
+  E2E_NAME="$1"
+  [ "$(id -u)" = 0 ] || skip "needs root (apt-get, kubelet, containerd); run as root or set TOPOSCHED_SKIP_E2E=1"
+  [ "${TOPOSCHED_SKIP_E2E:-0}" != 1 ] || skip "TOPOSCHED_SKIP_E2E=1"
+  TOPOSCHED_BIN="${TOPOSCHED_BIN:-$E2E_REPO/build/toposched}"
+  [ -x "$TOPOSCHED_BIN" ] || skip "no toposched binary at $TOPOSCHED_BIN (build it first)"
+  e2e_need_packages
+  if [ -n "${TOPOSCHED_E2E_K8S_BIN:-}" ]; then
+    K8S_BIN="$TOPOSCHED_E2E_K8S_BIN"
+  else
+    local out rc=0
+    out=$("$E2E_DIR/k8s-build.sh") || rc=$?
+    [ "$rc" = 0 ] || { [ "$rc" = 77 ] && skip "Kubernetes 1.20.2 binaries unavailable (see k8s-build.sh messages above)"; die "k8s-build.sh failed ($rc)"; }
+    K8S_BIN="$(printf '%s\n' "$out" | tail -1)"
+  fi
+  KUBECTL="${TOPOSCHED_E2E_KUBECTL:-$K8S_BIN/kubectl}"
+  W="$(mktemp -d "/tmp/tse2e-$E2E_NAME.XXXXXX")"
+  chmod 755 "$W"
+  E2E_PORT_BASE="${TOPOSCHED_E2E_PORT_BASE:-23000}"
+  ETCD_PORT=$((E2E_PORT_BASE + 79)); ETCD_PEER_PORT=$((E2E_PORT_BASE + 80))
+  API_PORT=$((E2E_PORT_BASE + 443)); EXT_PORT=$((E2E_PORT_BASE + 345))
+  NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250))
+  trap 'e2e_teardown' EXIT
+  trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
+  trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
+  local limit="${TOPOSCHED_E2E_TIMEOUT:-600}"
+  ( sleep "$limit"; log "watchdog: $E2E_NAME ran over ${limit}s"; kill -TERM $$ ) 2>/dev/null &
+  E2E_WATCHDOG=$!
+  log "$E2E_NAME: k8s $K8S_BIN, toposched $TOPOSCHED_BIN, work dir $W"
+}
+
+e2e_need_packages() {
+  local need=()
+  command -v etcd >/dev/null || need+=(etcd-server)
+  command -v containerd >/dev/null || need+=(containerd)
+  command -v runc >/dev/null || need+=(runc)
+  command -v openssl >/dev/null || need+=(openssl)
+  command -v curl >/dev/null || need+=(curl)
+  command -v python3 >/dev/null || need+=(python3)
+  command -v flock >/dev/null || need+=(util-linux)
+  [ ${#need[@]} = 0 ] && return 0
+  log "apt-get install ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Installing must not start system services (containerd, etcd) on a machine without policy-rc.d.
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made_policy=1; fi
+  { apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1; }; } ||
+    { [ $made_policy = 1 ] && rm -f "$policy"; skip "apt-get install ${need[*]} failed"; }
+  [ $made_policy = 1 ] && rm -f "$policy"
+  return 0
+}
+
+# start NAME LOGFILE CMD...: runs CMD in the background at low priority, recorded for teardown.
+start() {
+  local name="$1" logf="$2"; shift 2
+  nice -n 19 "$@" >"$logf" 2>&1 &
+  E2E_PIDS+=($!); E2E_NAMES+=("$name")
+  log "started $name (pid $!): $(basename "$1")"
+}
+
+# stop NAME: SIGTERM the named process, SIGKILL after 10 s.
+stop() {
+  local name="$1" i
+  for i in "${!E2E_NAMES[@]}"; do
+    [ "${E2E_NAMES[$i]}" = "$name" ] || continue
+    local pid="${E2E_PIDS[$i]}"
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      local n=0
+      while kill -0 "$pid" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+      kill -0 "$pid" 2>/dev/null && { log "$name did not stop in 10 s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; }
+      wait "$pid" 2>/dev/null || true
+    fi
+    E2E_NAMES[$i]="(stopped)"
+  done
+}
+
+pid_of() {
+  local i
+  for i in "${!E2E_NAMES[@]}"; do [ "${E2E_NAMES[$i]}" = "$1" ] && { echo "${E2E_PIDS[$i]}"; return 0; }; done
+  return 1
+}
+
+e2e_teardown() {
+  local rc=$?
+  set +e
+  [ $rc = 0 ] || [ $rc = 77 ] || E2E_FAILED=1
+  [ -n "${E2E_WATCHDOG:-}" ] && kill "$E2E_WATCHDOG" 2>/dev/null
+  if [ "$E2E_FAILED" = 1 ] && [ -n "${W:-}" ]; then
+    log "failure: last lines of each log in $W"
+    local f
+    for f in "$W"/*.log; do case "$f" in */openssl.log|*/apply.log) continue;; esac; [ -f "$f" ] && { echo "---- $f" >&2; grep -v -e "^goroutine " -e "^\s" "$f" | tail -n 25 >&2; }; done
+  fi
+  local i
+  for ((i = ${#E2E_PIDS[@]} - 1; i >= 0; i--)); do
+    [ "${E2E_NAMES[$i]}" = "(stopped)" ] || stop "${E2E_NAMES[$i]}"
+  done
+  if [ -n "${W:-}" ] && [ -d "$W" ]; then
+    # containerd-shim or runc leftovers and mounts under the work dir (kubelet, containerd).
+    pkill_under "$W"
+    awk -v w="$W" 'index($5, w) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
+    if [ "${TOPOSCHED_E2E_KEEP:-0}" = 1 ]; then log "kept $W"; else rm -rf "$W"; fi
+  fi
+  if [ "$E2E_MADE_KUBELET_DIR" = 1 ]; then
+    rm -rf /var/lib/kubelet/device-plugins
+    rmdir /var/lib/kubelet 2>/dev/null
+  fi
+  if [ $rc = 0 ]; then log "$E2E_NAME: PASS"; elif [ $rc = 77 ]; then :; else log "$E2E_NAME: FAILED ($rc)"; fi
+  exit $rc
+}
+
+# Kills processes whose command line mentions DIR (shims started by our containerd), by pid.
+pkill_under() {
+  local dir="$1" p
+  for p in /proc/[0-9]*; do
+    [ -r "$p/cmdline" ] || continue
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$dir"; then
+      local pid="${p#/proc/}"
+      [ "$pid" = $$ ] || [ "$pid" = "$BASHPID" ] || kill -KILL "$pid" 2>/dev/null
+    fi
+  done
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: polls CMD every 0.2 s until it succeeds or time runs out.
+wait_for() {
+  local limit="$1" what="$2"; shift 2
+  local deadline=$(($(date +%s) + limit))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || die "timed out after ${limit}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+# --- control plane -----------------------------------------------------------------------------
+
+e2e_certs() {
+  local p="$W/pki"; mkdir -p "$p"
+  (
+    cd "$p"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=toposched-e2e-ca" -keyout ca.key -out ca.crt
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n' >san.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext -out apiserver.crt
+    openssl genrsa -out sa.key 2048
+    openssl rsa -in sa.key -pubout -out sa.pub
+  ) >"$W/openssl.log" 2>&1 || die "openssl failed (see $W/openssl.log)"
+  ADMIN_TOKEN="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  printf '%s,admin,admin,system:masters\n' "$ADMIN_TOKEN" >"$p/tokens.csv"
+}
+
+# kubeconfig FILE TOKEN: a kubeconfig for the API server with a bearer token.
+kubeconfig() {
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority: $W/pki/ca.crt
+users:
+- name: u
+  user:
+    token: $2
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: u}
+current-context: e2e
+EOF
+}
+
+k() { "$KUBECTL" --kubeconfig "$W/admin.kubeconfig" --request-timeout=30s "$@"; }
+
+# api METHOD PATH [BODY] [CONTENT-TYPE]: raw call as admin.
+api() {
+  local method="$1" path="$2" body="${3:-}" ctype="${4:-application/json}"
+  if [ -n "$body" ]; then
+    curl -sS --max-time 30 --cacert "$W/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+      -X "$method" -H "Content-Type: $ctype" --data-binary "$body" "https://127.0.0.1:$API_PORT$path"
+  else
+    curl -sS --max-time 30 --cacert "$W/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+      -X "$method" "https://127.0.0.1:$API_PORT$path"
+  fi
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+e2e_control_plane() {
+  local port
+  for port in $ETCD_PORT $ETCD_PEER_PORT $API_PORT $EXT_PORT; do
+    port_free "$port" || die "127.0.0.1:$port is in use (set TOPOSCHED_E2E_PORT_BASE)"
+  done
+  e2e_certs
+  start etcd "$W/etcd.log" etcd --name e2e --data-dir "$W/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
+  wait_for 30 "etcd health" curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+  start kube-apiserver "$W/apiserver.log" "$K8S_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --secure-port "$API_PORT" --insecure-port 0 --tls-cert-file "$W/pki/apiserver.crt" \
+    --tls-private-key-file "$W/pki/apiserver.key" --client-ca-file "$W/pki/ca.crt" \
+    --token-auth-file "$W/pki/tokens.csv" --authorization-mode RBAC \
+    --service-account-key-file "$W/pki/sa.pub" --service-account-signing-key-file "$W/pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.96.0.0/16 --disable-admission-plugins ServiceAccount \
+    --enable-priority-and-fairness=false --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --profiling=false --logtostderr --v=0
+  kubeconfig "$W/admin.kubeconfig" "$ADMIN_TOKEN"
+  wait_for 60 "kube-apiserver /readyz" api GET /readyz
+  wait_for 60 "kube-apiserver ready" bash -c "[ \"\$(curl -s --cacert $W/pki/ca.crt -H 'Authorization: Bearer $ADMIN_TOKEN' https://127.0.0.1:$API_PORT/readyz)\" = ok ]"
+  # The bootstrap RBAC roles and priority classes come a moment after /readyz.
+  wait_for 60 "bootstrap ClusterRole system:kube-scheduler" k get clusterrole system:kube-scheduler
+  wait_for 60 "priority class system-node-critical" k get priorityclass system-node-critical
+  log "kube-apiserver $(k version --short 2>/dev/null | tail -1) ready on 127.0.0.1:$API_PORT"
+  e2e_apply_deploy
+}
+
+# The operator's manifests, applied as they are. No controller-manager runs here, so the
+# Deployments and the DaemonSet create no pods: the API server validates them, and the harness
+# runs the same programs as local processes with the same ServiceAccounts and configuration.
+e2e_apply_deploy() {
+  local f
+  for f in extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml; do
+    k apply -f "$E2E_REPO/deploy/$f" >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "kubectl apply -f deploy/$f failed"; }
+  done
+  # The default-scheduler variant: validated by the API server, not created (same Deployment name).
+  k apply --dry-run=server -f "$E2E_REPO/deploy/default-scheduler/extender-hostnetwork.yaml" >>"$W/apply.log" 2>&1 ||
+    { cat "$W/apply.log" >&2; die "deploy/default-scheduler/extender-hostnetwork.yaml does not validate"; }
+  # Its extender entry must stay the same as my-scheduler's, apart from the URL.
+  python3 - "$E2E_REPO/deploy/my-scheduler.yaml" "$E2E_REPO/deploy/default-scheduler/kube-scheduler-config.yaml" <<'PY' ||
+import re, sys
+def entry(path):
+    text = open(path).read()
+    block = text[text.index("extenders:"):]
+    lines = [l.strip() for l in block.splitlines()[1:]]
+    out = []
+    for l in lines:
+        if not l or l.startswith("#") or l == "---" or re.match(r"^(kind|apiVersion|metadata):", l): break
+        if not l.startswith("- urlPrefix:"): out.append(l)
+    return out
+a, b = entry(sys.argv[1]), entry(sys.argv[2])
+if a != b: sys.exit(f"extender entries differ:\n{a}\n{b}")
+PY
+    die "deploy/default-scheduler/kube-scheduler-config.yaml's extender entry differs from deploy/my-scheduler.yaml's"
+  log "applied deploy/: $(grep -c . "$W/apply.log") objects"
+}
+
+# sa_kubeconfig SA FILE: a kubeconfig carrying a token of kube-system/SA from the TokenRequest API.
+sa_kubeconfig() {
+  local sa="$1" file="$2" token
+  token=$(api POST "/api/v1/namespaces/kube-system/serviceaccounts/$sa/token" \
+    '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["https://kubernetes.default.svc"],"expirationSeconds":86400}}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["token"])') || die "TokenRequest for $sa failed"
+  kubeconfig "$file" "$token"
+}
+
+# --- extender and scheduler --------------------------------------------------------------------
+
+e2e_extender() {
+  [ -f "$W/extender.kubeconfig" ] || sa_kubeconfig k8s-neuron-scheduler "$W/extender.kubeconfig"
+  EXT_LOG_N=$((${EXT_LOG_N:-0} + 1))
+  EXT_LOG="$W/extender-$EXT_LOG_N.log"
+  start extender "$EXT_LOG" "$TOPOSCHED_BIN" extender --listen "127.0.0.1:$EXT_PORT" \
+    --kubeconfig "$W/extender.kubeconfig" "$@"
+  wait_for 60 "extender /readyz" curl -sf "http://127.0.0.1:$EXT_PORT/readyz"
+}
+
+# The KubeSchedulerConfiguration of deploy/my-scheduler.yaml, as applied (read back from the API
+# server), with what a local process needs instead of the in-cluster setup: apiVersion v1beta1
+# (1.20), the extender's URL on 127.0.0.1, leader election off, a kubeconfig for the my-scheduler
+# ServiceAccount, and for throughput runs nodeCacheCapable and the client QPS/burst.
+# e2e_scheduler_config FILE [nodeCacheCapable] [qps] [verbs: all|filter+prioritize+bind|filter+prioritize|none] [url]
+e2e_scheduler_config() {
+  local file="$1" cache="${2:-true}" qps="${3:-}" verbs="${4:-all}" url="${5:-http://127.0.0.1:$EXT_PORT}"
+  k -n kube-system get configmap my-scheduler-config -o 'jsonpath={.data.my-scheduler-config\.yaml}' >"$file.orig" ||
+    die "cannot read ConfigMap my-scheduler-config"
+  [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
+  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" <<'PY'
+import re, sys
+src, dst, cache, qps, verbs, url, kc = sys.argv[1:]
+text = open(src).read()
+def sub(pattern, repl):
+    global text
+    new, n = re.subn(pattern, repl, text, flags=re.M)
+    if n != 1:
+        sys.exit(f"scheduler config: expected one match of {pattern!r}, found {n}")
+    text = new
+sub(r'^apiVersion: kubescheduler\.config\.k8s\.io/v1$', 'apiVersion: kubescheduler.config.k8s.io/v1beta1')
+sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
+sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
+sub(r'^(\s*- urlPrefix: ).*$', rf'\g<1>{url}')
+sub(r'^(\s*)nodeCacheCapable: true$', rf'\1nodeCacheCapable: {cache}')
+if qps:
+    sub(r'^(\s*)qps: \d+$', rf'\1qps: {qps}')
+    sub(r'^(\s*)burst: \d+$', rf'\1burst: {int(qps) * 2}')
+if verbs in ('filter+prioritize+bind', 'filter+prioritize'):
+    sub(r'^\s*preemptVerb: preempt\n', '')
+if verbs == 'filter+prioritize':
+    sub(r'^\s*bindVerb: bind\n', '')
+elif verbs == 'none':
+    text = text[:text.index('extenders:')]
+open(dst, 'w').write(text)
+PY
+  [ $? = 0 ] || die "could not derive the scheduler configuration"
+}
+
+e2e_scheduler() {
+  e2e_scheduler_config "$W/my-scheduler.yaml" "$@"
+  SCHED_LOG_N=$((${SCHED_LOG_N:-0} + 1))
+  SCHED_LOG="$W/scheduler-$SCHED_LOG_N.log"
+  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/my-scheduler.yaml" \
+    --port 0 --secure-port 0 --logtostderr --v="${E2E_SCHED_V:-2}"
+  wait_for 60 "my-scheduler started" grep -q -E 'Attempting to acquire leader lease|Starting Kubernetes Scheduler|Started' "$SCHED_LOG"
+  sleep 1
+  kill -0 "$(pid_of my-scheduler)" 2>/dev/null || { cat "$SCHED_LOG" >&2; die "kube-scheduler exited"; }
+}
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+# Devices and cores per instance type, from the catalog through the CLI's what-if command.
+type_shape() {
+  local t="$1"
+  "$TOPOSCHED_BIN" allocate --instance-type "$t" --devices 1 >/dev/null 2>&1 || die "unknown instance type $t"
+  python3 - "$E2E_REPO/catalog/instance-types.yaml" "$t" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r'^  ' + re.escape(sys.argv[2]) + r':\n((?:    .*\n|\s*\n)+)', text, re.M)
+body = m.group(1)
+d = int(re.search(r'^    devices: (\d+)', body, re.M).group(1))
+c = int(re.search(r'^    cores_per_device: (\d+)', body, re.M).group(1))
+print(d, c)
+PY
+}
+
+# node_json NAME TYPE: the Node object (labels as on EKS).
+e2e_node_object() {
+  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s","labels":{"kubernetes.io/hostname":"%s","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64","node.kubernetes.io/instance-type":"%s","beta.kubernetes.io/instance-type":"%s","toposched.io/e2e":"patched"}}}' "$1" "$1" "$2" "$2"
+}
+
+# e2e_node NAME TYPE: a Node without a kubelet. Its status (capacity, allocatable, Ready) is
+# patched through /status, and the not-ready taint TaintNodesByCondition puts on new nodes removed.
+e2e_node() {
+  local name="$1" type="$2" shape
+  shape=$(type_shape "$type")
+  e2e_make_node "$name" "$type" ${shape% *} $(( ${shape% *} * ${shape#* } ))
+}
+
+# e2e_make_node NAME TYPE DEVICES CORES
+e2e_make_node() {
+  local out
+  out=$(api POST /api/v1/nodes "$(e2e_node_object "$1" "$2")") || die "create node $1"
+  grep -q '"kind": *"Node"' <<<"$out" || die "create node $1: $out"
+  e2e_patch_node_status "$1" "$3" "$4"
+}
+
+e2e_patch_node_status() {
+  local name="$1" dev="$2" cores="$3" now
+  now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  local res="\"cpu\":\"192\",\"memory\":\"768Gi\",\"pods\":\"110\",\"aws.amazon.com/neuron\":\"$dev\",\"aws.amazon.com/neuroncore\":\"$cores\""
+  local out
+  out=$(api PATCH "/api/v1/nodes/$name/status" \
+    "{\"status\":{\"capacity\":{$res},\"allocatable\":{$res},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"patched by the e2e harness\",\"lastHeartbeatTime\":\"$now\",\"lastTransitionTime\":\"$now\"}]}}" \
+    application/strategic-merge-patch+json) || die "patch status of $name"
+  grep -q '"kind": *"Node"' <<<"$out" || die "patch status of $name: $out"
+  api PATCH "/api/v1/nodes/$name" '{"spec":{"taints":null}}' application/merge-patch+json >/dev/null || die "untaint $name"
+}
+
+# Many nodes at once (4 parallel workers): e2e_nodes PREFIX COUNT TYPE... (types cycled)
+e2e_nodes() {
+  local prefix="$1" count="$2"; shift 2
+  local types=("$@") shapes=() i t shape
+  for t in "${types[@]}"; do shape=$(type_shape "$t"); shapes+=("${shape% *} $(( ${shape% *} * ${shape#* } ))"); done
+  for ((i = 0; i < count; i++)); do
+    echo "$prefix$i ${types[$((i % ${#types[@]}))]} ${shapes[$((i % ${#types[@]}))]}"
+  done >"$W/nodes-$prefix.txt"
+  export -f e2e_make_node e2e_node_object e2e_patch_node_status api die log
+  export W API_PORT ADMIN_TOKEN
+  xargs -P 4 -L 1 bash -c 'e2e_make_node "$0" "$1" "$2" "$3"' <"$W/nodes-$prefix.txt" || die "creating $count nodes"
+  log "created $count nodes $prefix* (${types[*]})"
+}
+
+# --- pods ----------------------------------------------------------------------------------------
+
+# pod NAME RESOURCE COUNT [key=value nodeSelector] [priorityClass]: a pod for my-scheduler.
+pod_json() {
+  local name="$1" res="$2" count="$3" sel="${4:-}" prio="${5:-}"
+  local selector="" priority=""
+  [ -n "$sel" ] && selector=",\"nodeSelector\":{\"${sel%%=*}\":\"${sel#*=}\"}"
+  [ -n "$prio" ] && priority=",\"priorityClassName\":\"$prio\""
+  printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":{"app":"e2e","e2e/case":"%s"},"annotations":{"example.com/keep":"mine"}},"spec":{"schedulerName":"my-scheduler","terminationGracePeriodSeconds":0%s%s,"containers":[{"name":"main","image":"registry.invalid/neuron-app:1","resources":{"limits":{"%s":"%s"},"requests":{"cpu":"100m"}}}]}}' \
+    "$name" "$name" "$selector" "$priority" "$res" "$count"
+}
+
+# create_pod NAME RESOURCE COUNT [selector] [priorityClass] (namespace default)
+create_pod() {
+  local out
+  out=$(api POST /api/v1/namespaces/default/pods "$(pod_json "$@")") || die "create pod $1"
+  grep -q '"kind": *"Pod"' <<<"$out" || die "create pod $1: $out"
+}
+
+pod_field() { k -n default get pod "$1" -o "jsonpath=$2"; }
+pod_node() { pod_field "$1" '{.spec.nodeName}'; }
+pod_ids() { pod_field "$1" '{.metadata.annotations.AWS_NEURON_IDS}'; }
+pod_bound() { [ -n "$(pod_node "$1")" ]; }
+
+# wait_bound SECONDS POD...
+wait_bound() {
+  local limit="$1"; shift
+  local p
+  for p in "$@"; do wait_for "$limit" "pod $p to be bound" pod_bound "$p"; done
+}
+
+# events_of POD: the messages of the pod's events.
+events_of() {
+  k -n default get events --field-selector "involvedObject.name=$1" -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}'
+}
+
+# pending_with POD TEXT: the pod is unbound and an event of it contains TEXT.
+pending_with() { ! pod_bound "$1" && events_of "$1" | grep -qF -- "$2"; }
+
+# The ids of every bound pod on every node must be disjoint per node and resource kind (a core
+# id c is on device c / coresPerDevice; device ids and core ids share devices).
+check_no_double_allocation() {
+  k get pods -A -o json >"$W/pods.json"
+  python3 - "$W/pods.json" "$E2E_REPO/catalog/instance-types.yaml" <<'PY'
+import json, re, sys
+pods = json.load(open(sys.argv[1]))["items"]
+cat = open(sys.argv[2]).read()
+def cores_per_device(t):
+    m = re.search(r'^  ' + re.escape(t) + r':\n((?:    .*\n|\s*\n)+)', cat, re.M)
+    body = m.group(1)
+    lnc = re.search(r'lnc: \{physical_cores_per_device: (\d+), allowed: \[[^\]]*\], default: (\d+)\}', body)
+    c = int(re.search(r'^    cores_per_device: (\d+)', body, re.M).group(1))
+    return c
+held = {}
+bad = []
+n = 0
+for p in pods:
+    ann = p["metadata"].get("annotations") or {}
+    rec = ann.get("toposched.io/allocation")
+    if not rec or not p["spec"].get("nodeName"):
+        continue
+    if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+        continue
+    r = json.loads(rec)
+    node = p["spec"]["nodeName"]
+    if r["node"] != node:
+        bad.append(f'{p["metadata"]["name"]}: record names node {r["node"]}, pod is on {node}')
+    cpd = cores_per_device(r["instanceType"])
+    n += 1
+    for c in r["containers"]:
+        for i in c["ids"]:
+            if c["resource"].endswith("neuroncore"):
+                keys = [("core", i)]
+                dev = i // cpd
+                keys.append(("dev-of-core", dev))
+            else:
+                keys = [("dev", i)] + [("core", i * cpd + k) for k in range(cpd)]
+            for key in keys:
+                if key[0] == "dev-of-core":
+                    continue
+                k2 = (node,) + key
+                if k2 in held and held[k2] != p["metadata"]["name"]:
+                    bad.append(f'{node} {key[0]} {key[1]} held by {held[k2]} and {p["metadata"]["name"]}')
+                held[k2] = p["metadata"]["name"]
+if bad:
+    print("\n".join(bad)); sys.exit(1)
+print(f"{n} allocated pods, no id given twice")
+PY
+}
+
+# prebound_pod NAME NODE TYPE RESOURCE IDS(comma) [priorityClass]: a pod already on NODE with an
+# allocation record, as a previous extender process would have left it (adopted from the watch).
+prebound_pod() {
+  local name="$1" node="$2" type="$3" res="$4" ids="$5" prio="${6:-}" n priority=""
+  n=$(awk -F, '{print NF}' <<<"$ids")
+  [ -n "$prio" ] && priority=",\"priorityClassName\":\"$prio\""
+  local rec="{\\\"node\\\":\\\"$node\\\",\\\"instanceType\\\":\\\"$type\\\",\\\"containers\\\":[{\\\"name\\\":\\\"main\\\",\\\"resource\\\":\\\"$res\\\",\\\"ids\\\":[$ids]}]}"
+  local body
+  body=$(printf '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"%s","labels":{"app":"e2e-prebound"},"annotations":{"AWS_NEURON_IDS":"%s","NEURON_ALLOCATED":"true","NEURON_ALLOC_TIME":"%s","toposched.io/allocation":"%s"}},"spec":{"nodeName":"%s","schedulerName":"my-scheduler","terminationGracePeriodSeconds":0%s,"containers":[{"name":"main","image":"registry.invalid/neuron-app:1","resources":{"limits":{"%s":"%s"}}}]}}' \
+    "$name" "$ids" "$(date +%s%N)" "$rec" "$node" "$priority" "$res" "$n")
+  local out
+  out=$(api POST /api/v1/namespaces/default/pods "$body") || die "create prebound pod $name"
+  grep -q '"kind": *"Pod"' <<<"$out" || die "create prebound pod $name: $out"
+}
+
+# ids_contiguous "3,4,5": sorted ids are consecutive (no wrap-around).
+ids_contiguous() { python3 -c 'import sys; v=sorted(int(x) for x in sys.argv[1].split(",")); sys.exit(0 if v==list(range(v[0],v[0]+len(v))) else 1)' "$1"; }
+# ids_aligned "4,5,6,7": an aligned block of its own size (trn rows: groupIndex = id / size).
+ids_aligned() { python3 -c 'import sys; v=sorted(int(x) for x in sys.argv[1].split(",")); n=len(v); sys.exit(0 if v==list(range(v[0],v[0]+n)) and v[0]%n==0 else 1)' "$1"; }
+# ids_disjoint "0,1" "2,3" ...
+ids_disjoint() { python3 -c 'import sys; s=[set(a.split(",")) for a in sys.argv[1:]]; u=set().union(*s); sys.exit(0 if len(u)==sum(map(len,s)) else 1)' "$@"; }
+
+# check_annotations POD: the allocation annotations are there, consistent, and the pod's own kept.
+check_annotations() {
+  k -n default get pod "$1" -o json >"$W/pod-$1.json"
+  python3 - "$W/pod-$1.json" <<'PY' || die "annotations of pod $1"
+import json, sys
+p = json.load(open(sys.argv[1]))
+a = p["metadata"].get("annotations") or {}
+name = p["metadata"]["name"]
+errs = []
+for key in ("AWS_NEURON_IDS", "NEURON_ALLOCATED", "NEURON_ALLOC_TIME", "toposched.io/allocation"):
+    if key not in a: errs.append(f"missing {key}")
+if a.get("example.com/keep") != "mine": errs.append("the pod's own annotation example.com/keep was lost")
+if (p["metadata"].get("labels") or {}).get("app") != "e2e": errs.append("label app=e2e lost")
+if not errs:
+    if a["NEURON_ALLOCATED"] not in ("false", "true"): errs.append(f"NEURON_ALLOCATED={a['NEURON_ALLOCATED']}")
+    if not a["NEURON_ALLOC_TIME"].isdigit() or len(a["NEURON_ALLOC_TIME"]) < 18: errs.append(f"NEURON_ALLOC_TIME={a['NEURON_ALLOC_TIME']} (Unix ns)")
+    r = json.loads(a["toposched.io/allocation"])
+    if r["node"] != p["spec"]["nodeName"]: errs.append(f"record node {r['node']} != {p['spec']['nodeName']}")
+    ids = [i for c in r["containers"] for i in c["ids"]]
+    if ",".join(map(str, sorted(ids))) != ",".join(sorted(a["AWS_NEURON_IDS"].split(","), key=int)):
+        errs.append(f"record ids {ids} != AWS_NEURON_IDS {a['AWS_NEURON_IDS']}")
+    lim = p["spec"]["containers"][0]["resources"]["limits"]
+    want = sum(int(v) for k, v in lim.items() if k.startswith("aws.amazon.com/"))
+    if len(ids) != want: errs.append(f"{len(ids)} ids for a request of {want}")
+if errs:
+    print(f"{name}: " + "; ".join(errs)); sys.exit(1)
+PY
+}
+
+# --- a real kubelet with containerd, and the device plugin on a fake sysfs tree -------------------
+
+# fake_host ROOT TYPE: what the Neuron driver shows under ROOT/sys, ROOT/dev and ROOT/opt/aws for a
+# ring/chain instance type of the catalog (as test/deviceplugin_fixtures.h's FakeHost::Install):
+# per device core_count (no newline), connected_devices "a, b\n"; the DMI product name; /dev/neuronN.
+fake_host() {
+  local root="$1" type="$2" shape d c i links
+  shape=$(type_shape "$type"); d=${shape% *}; c=${shape#* }
+  mkdir -p "$root/sys/devices/virtual/dmi/id" "$root/dev" "$root/opt/aws"
+  printf '%s\n' "$type" >"$root/sys/devices/virtual/dmi/id/product_name"
+  for ((i = 0; i < d; i++)); do
+    local dir="$root/sys/class/neuron_device/neuron$i"
+    mkdir -p "$dir"
+    printf '%s' "$c" >"$dir/core_count"
+    links=()
+    [ $i -gt 0 ] && links+=($((i - 1)))
+    [ $i -lt $((d - 1)) ] && links+=($((i + 1)))
+    # inf2.48xlarge and inf1.24xlarge close the ring (the driver's table); smaller types are chains.
+    if [ "$type" = inf2.48xlarge ] || [ "$type" = inf1.24xlarge ]; then
+      [ $i = 0 ] && links=($((d - 1)) 1)
+      [ $i = $((d - 1)) ] && links=($((d - 2)) 0)
+    fi
+    (IFS=,; printf '%s\n' "${links[*]}" | sed 's/,/, /g') >"$dir/connected_devices"
+    : >"$root/dev/neuron$i"
+  done
+}
+
+e2e_containerd() {
+  local c="$W/ctd"
+  mkdir -p "$c/root" "$c/state" "$c/opt" "$c/cni/bin" "$c/cni/conf"
+  cat >"$c/config.toml" <<TOML
+version = 2
+root = "$c/root"
+state = "$c/state"
+[grpc]
+  address = "$c/c.sock"
+[ttrpc]
+  address = "$c/c.sock.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$c/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$c/cni/bin"
+    conf_dir = "$c/cni/conf"
+TOML
+  start containerd "$W/containerd.log" containerd --config "$c/config.toml"
+  wait_for 30 "containerd socket" test -S "$c/c.sock"
+}
+
+kubelet_args() {
+  echo --kubeconfig "$W/admin.kubeconfig" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
+    --container-runtime=remote --container-runtime-endpoint="unix://$W/ctd/c.sock" \
+    --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
+    --fail-swap-on=false --hostname-override="$KUBELET_NODE" --node-ip=127.0.0.1 --address=127.0.0.1 \
+    --port="$KUBELET_PORT" --read-only-port=0 --healthz-port=0 --authorization-mode=AlwaysAllow \
+    --register-node=true --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE" \
+    --make-iptables-util-chains=false --volume-plugin-dir="$W/kubelet/volume-plugins" \
+    --image-gc-high-threshold=100 --image-gc-low-threshold=99 --node-status-update-frequency=4s \
+    --logtostderr --v=2
+}
+
+e2e_kubelet() {
+  KUBELET_LOG_N=$((${KUBELET_LOG_N:-0} + 1))
+  KUBELET_LOG="$W/kubelet-$KUBELET_LOG_N.log"
+  # shellcheck disable=SC2046
+  start kubelet "$KUBELET_LOG" "$K8S_BIN/kubelet" $(kubelet_args)
+  wait_for 60 "kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
+}
+
+e2e_device_plugin() {
+  [ -f "$W/device-plugin.kubeconfig" ] || sa_kubeconfig neuron-device-plugin "$W/device-plugin.kubeconfig"
+  DP_LOG_N=$((${DP_LOG_N:-0} + 1))
+  DP_LOG="$W/device-plugin-$DP_LOG_N.log"
+  start device-plugin "$DP_LOG" "$TOPOSCHED_BIN" device-plugin --node-name "$KUBELET_NODE" \
+    --kubeconfig "$W/device-plugin.kubeconfig" --sysfs-root "$W/host/sys" --dev-root "$W/host/dev" \
+    --opt-aws-root "$W/host/opt/aws" --kubelet-dir /var/lib/kubelet/device-plugins \
+    --pod-resources-socket "$W/kubelet/pod-resources/kubelet.sock" --reconcile-interval-s 5
+}
+
+node_allocatable() { k get node "$1" -o "jsonpath={.status.allocatable.${2//./\\.}}"; }
+
+# e2e_kubelet_node NAME TYPE: containerd, kubelet (the node registers itself), and the device plugin
+# on a fake tree of TYPE; waits until the node advertises every device and core.
+e2e_kubelet_node() {
+  KUBELET_NODE="$1" KUBELET_TYPE="$2"
+  if [ -S /var/lib/kubelet/device-plugins/kubelet.sock ] && [ -n "$(pgrep -x kubelet || true)" ]; then
+    skip "a kubelet already runs on this machine (/var/lib/kubelet/device-plugins/kubelet.sock)"
+  fi
+  [ -d /var/lib/kubelet ] || E2E_MADE_KUBELET_DIR=1
+  fake_host "$W/host" "$KUBELET_TYPE"
+  e2e_containerd
+  e2e_kubelet
+  wait_for 60 "node $KUBELET_NODE registered" k get node "$KUBELET_NODE"
+  # TaintNodesByCondition put node.kubernetes.io/not-ready on it; no CNI, so it stays NotReady.
+  api PATCH "/api/v1/nodes/$KUBELET_NODE" '{"spec":{"taints":null}}' application/merge-patch+json >/dev/null
+  e2e_device_plugin
+  local shape; shape=$(type_shape "$KUBELET_TYPE")
+  KUBELET_DEVICES=${shape% *}; KUBELET_CORES=$(( ${shape% *} * ${shape#* } ))
+  wait_for 60 "$KUBELET_NODE allocatable aws.amazon.com/neuron=$KUBELET_DEVICES" \
+    bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node $KUBELET_NODE -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuron}')\" = $KUBELET_DEVICES ]"
+  wait_for 30 "$KUBELET_NODE allocatable aws.amazon.com/neuroncore=$KUBELET_CORES" \
+    bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node $KUBELET_NODE -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuroncore}')\" = $KUBELET_CORES ]"
+  log "kubelet node $KUBELET_NODE ($KUBELET_TYPE) advertises $KUBELET_DEVICES devices, $KUBELET_CORES cores"
+}
