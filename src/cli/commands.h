@@ -37,6 +37,10 @@ struct DevicePluginOptions;
 std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app);
 int RunDevicePlugin(const DevicePluginOptions& options, const std::string& catalog_path);
 
+struct PartitionServiceOptions;
+std::shared_ptr<PartitionServiceOptions> AddPartitionServiceCommand(CLI::App& app);
+int RunPartitionService(const PartitionServiceOptions& options);
+
 }  // namespace toposched::cli
 
 #endif  // TOPOSCHED_CLI_COMMANDS_H_

@@ -36,6 +36,13 @@ struct ExtenderOptions {
   int threads = 2;
   int bind_threads = 8;
   std::string log_level = "info";
+  std::string pools_file;
+  std::string partition_service;
+  std::string partition_service_token_file;
+  std::string partition_service_ca_file;
+  double provision_timeout_s = 20;
+  double provision_poll_s = 0.25;
+  double partition_remove_timeout_s = 5;
 };
 
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
@@ -81,6 +88,33 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
   cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--pools", o->pools_file,
+                  "Shared accelerator pools (YAML; docs/pools.md): nodes labelled "
+                  "toposched.io/ipu-pool=NAME share the pool NAME")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--partition-service", o->partition_service,
+                  "URL of the partition service (V-IPU style) that creates a partition for each "
+                  "bind into a shared pool, e.g. http://127.0.0.1:8191; none: no provisioning");
+  cmd->add_option("--partition-service-token-file", o->partition_service_token_file,
+                  "File holding the bearer token for --partition-service")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--partition-service-ca-file", o->partition_service_ca_file,
+                  "CA (PEM) to trust for an https --partition-service")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--provision-timeout", o->provision_timeout_s,
+                  "Seconds a bind waits for its partition to become active; keep it, plus "
+                  "--partition-remove-timeout, under the scheduler's extender httpTimeout")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
+  cmd->add_option("--provision-poll", o->provision_poll_s,
+                  "Seconds between partition status calls")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 60.0));
+  cmd->add_option("--partition-remove-timeout", o->partition_remove_timeout_s,
+                  "Seconds a failed bind waits for its partition to be gone before leaving the "
+                  "removal to the background")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 600.0));
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -161,6 +195,51 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   service_options.reservation_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.reservation_timeout_s * 1000));
 
+  topology::PoolSet pools;
+  if (!o.pools_file.empty()) {
+    std::ifstream in(o.pools_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto parsed = topology::PoolSet::Parse(text.str(), o.pools_file, **catalog);
+    if (!parsed.ok()) {
+      spdlog::error("--pools: {}", parsed.error());
+      return kExitUsage;
+    }
+    pools = std::move(parsed).value();
+    spdlog::info("shared pools: {}", pools.Names());
+  }
+  service_options.pools = &pools;
+  std::unique_ptr<provision::PartitionService> partitions;
+  std::unique_ptr<provision::Provisioner> provisioner;
+  if (!o.partition_service.empty()) {
+    provision::HttpServiceConfig config;
+    config.url = o.partition_service;
+    config.ca_file = o.partition_service_ca_file;
+    if (!o.partition_service_token_file.empty()) {
+      std::ifstream in(o.partition_service_token_file);
+      std::getline(in, config.token);
+    }
+    auto made = provision::MakeHttpService(config);
+    if (!made.ok()) {
+      spdlog::error("--partition-service: {}", made.error());
+      return kExitUsage;
+    }
+    partitions = std::move(made).value();
+    provision::ProvisionOptions popts;
+    popts.create_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(o.provision_timeout_s * 1000));
+    popts.poll_interval =
+        std::chrono::milliseconds(static_cast<int64_t>(o.provision_poll_s * 1000));
+    popts.remove_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(o.partition_remove_timeout_s * 1000));
+    provisioner = std::make_unique<provision::Provisioner>(
+        *partitions, popts, SteadyNs,
+        [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); });
+    service_options.provisioner = provisioner.get();
+    spdlog::info("binds into shared pools create partitions at {} (timeout {} s)",
+                 o.partition_service, o.provision_timeout_s);
+  }
+
   extender::Metrics metrics;
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<extender::ClusterWriter> writer;
@@ -236,6 +315,9 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   std::thread housekeeping([&] {
     while (!stop) {
       service.ExpireReservations();
+      if (!service.Ready()) {
+        if (auto s = service.ReconcilePartitions(); !s.ok()) spdlog::warn("{}", s.error());
+      }
       const bool ready = service.Ready();
       metrics.SetReady(ready);
       if (pod_informer) {

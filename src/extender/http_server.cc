@@ -83,6 +83,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     keep_alive_ = header.keep_alive();
     request_.method = std::string(header.method_string());
     request_.target = std::string(header.target());
+    request_.authorization = std::string(header[http::field::authorization]);
     const auto length = parser_->content_length();
     if (!length) {
       if (parser_->chunked()) {

@@ -19,6 +19,7 @@ struct HttpRequest {
   std::string target;  // path and query
   // The body; its capacity extends at least simdjson::SIMDJSON_PADDING bytes past size().
   std::string body;
+  std::string authorization;  // the Authorization header, if any
 };
 
 struct HttpResponse {

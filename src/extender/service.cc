@@ -39,12 +39,24 @@ ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptio
       metrics_(metrics),
       steady_ns_(std::move(steady_ns)),
       wall_ns_(std::move(wall_ns)),
-      tracker_(catalog, options_.policy) {}
+      tracker_(catalog, options_.policy, options_.pools) {
+  if (options_.provisioner != nullptr) {
+    reaper_ = std::make_unique<provision::Reaper>(*options_.provisioner, options_.removal_retry);
+    partitions_synced_ = false;
+  }
+}
 
 void ExtenderService::LearnNode(const kube::Node& node) {
   NodeFacts facts;
   facts.instance_type = node.instance_type;
-  if (const auto* type = catalog_.Find(node.instance_type)) {
+  if (auto label = node.labels.find(topology::kPoolLabel); label != node.labels.end()) {
+    facts.pool = label->second;
+    // The node's accelerators are the pool's; its own instance type does not matter here.
+    if (const topology::PoolDef* def =
+            options_.pools != nullptr ? options_.pools->Find(facts.pool) : nullptr) {
+      facts.cores_per_device = def->shape_type->cores_per_device;
+    }
+  } else if (const auto* type = catalog_.Find(node.instance_type)) {
     facts.lnc = LncFromAllocatable(*type, node, options_.resources);
     auto shape = topology::NodeShape::Make(*type, facts.lnc);
     if (shape.ok()) facts.cores_per_device = shape->cores_per_device;
@@ -63,16 +75,17 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     std::unique_lock lock(mu_);
     auto it = nodes_.find(node.name);
     if (it != nodes_.end() && it->second.instance_type == facts.instance_type &&
-        it->second.lnc == facts.lnc) {
+        it->second.lnc == facts.lnc && it->second.pool == facts.pool) {
       return;
     }
     nodes_[node.name] = facts;
   }
-  if (node.instance_type.empty()) {
+  if (node.instance_type.empty() && facts.pool.empty()) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
                   node.name);
   }
-  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc}); !s.ok()) {
+  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc, facts.pool});
+      !s.ok()) {
     spdlog::warn("{}", s.error());
   }
 }
@@ -160,12 +173,36 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
   const int64_t deadline =
       steady_ns_() +
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.reservation_timeout).count();
+  // A shared pool's devices exist for the pod only once its partition does. The bind is marked
+  // as provisioning before it reserves, so a deletion racing it always leaves cleanup to it.
+  const std::string pool =
+      options_.provisioner != nullptr ? tracker_.PoolOf(args.node) : std::string();
+  if (!pool.empty()) {
+    std::lock_guard lock(prov_mu_);
+    if (!provisioning_.insert(args.pod_uid).second) {
+      return EncodeBindingResult(
+          fmt::format("pod {} is already being bound (its partition is being made)", key));
+    }
+  }
   auto reserved = tracker_.Reserve(requests.spec, args.node, deadline);
   if (!reserved.ok()) {
+    if (!pool.empty()) {
+      std::lock_guard lock(prov_mu_);
+      provisioning_.erase(args.pod_uid);
+    }
     spdlog::info("bind {} to {} refused: {}", key, args.node, reserved.error());
     return EncodeBindingResult(reserved.error());
   }
   metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+
+  std::string partition;
+  if (!pool.empty()) {
+    partition = provision::PartitionNameFor(args.pod_uid);
+    if (auto s = ProvisionPartition(args.pod_uid, key, pool, partition, *reserved); !s.ok()) {
+      metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+      return EncodeBindingResult(s.error());
+    }
+  }
 
   kube::AllocationRecord record;
   record.node = args.node;
@@ -179,17 +216,47 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     record.containers.push_back(
         {c.container, requests.ResourceFor(c.container, c.placement.unit), c.placement.ids});
   }
-  const auto annotations = kube::AllocationAnnotations(record, wall_ns_());
+  auto annotations = kube::AllocationAnnotations(record, wall_ns_());
+  if (!partition.empty()) annotations[std::string(kAnnotationPartition)] = partition;
   auto status =
       writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
   if (!status.ok()) {
-    (void)tracker_.Rollback(args.pod_uid);
     metrics_.CountApiError("bind");
+    if (partition.empty()) {
+      (void)tracker_.Rollback(args.pod_uid);
+      spdlog::warn("bind {} to {} failed, ids released: {}", key, args.node, status.error());
+    } else {
+      {
+        std::lock_guard lock(prov_mu_);
+        provisioning_.erase(args.pod_uid);
+      }
+      ReleasePartition(args.pod_uid, partition);
+      spdlog::warn("bind {} to {} failed; partition {} removed: {}", key, args.node, partition,
+                   status.error());
+    }
     metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
-    spdlog::warn("bind {} to {} failed, ids released: {}", key, args.node, status.error());
     return EncodeBindingResult(status.error());
   }
-  (void)tracker_.Commit(args.pod_uid);
+  if (partition.empty()) {
+    (void)tracker_.Commit(args.pod_uid);
+  } else {
+    Status committed = OkStatus();
+    {
+      std::lock_guard lock(prov_mu_);
+      committed = tracker_.Commit(args.pod_uid);
+      provisioning_.erase(args.pod_uid);
+    }
+    if (!committed.ok()) {
+      // Deleted while binding: DeletePod left the partition to us.
+      ReleasePartition(args.pod_uid, partition);
+      metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+      return EncodeBindingResult(fmt::format("pod {} was deleted while binding; partition {} "
+                                             "removed",
+                                             key, partition));
+    }
+    std::unique_lock lock(mu_);
+    annotated_[args.pod_uid] = {key, partition};
+  }
   metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
   for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
   {
@@ -226,6 +293,100 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
     out[node] = std::move(kept);
   }
   return EncodePreemptionResult(out);
+}
+
+Status ExtenderService::ProvisionPartition(const std::string& uid, const std::string& key,
+                                           const std::string& pool, const std::string& partition,
+                                           const tracker::PodAllocation& allocation) {
+  provision::Provisioner& provisioner = *options_.provisioner;
+  // The reservation must outlive the whole provisioning step, however slow the service is.
+  const auto budget = provisioner.options().create_timeout +
+                      2 * provisioner.options().remove_timeout + options_.reservation_timeout;
+  (void)tracker_.ExtendReservation(
+      uid, steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count());
+  provision::Partition want;
+  want.name = partition;
+  want.pool = pool;
+  topology::DeviceMask devices = 0;
+  for (const auto& c : allocation.containers) devices |= c.placement.devices;
+  want.ipus = topology::MaskToIds(devices);
+  bool left_behind = false;
+  auto created = provisioner.CreateAndWait(want, &left_behind);
+  if (created.ok()) {
+    spdlog::info("partition {} for {} is active (pool {}, ipus {})", partition, key, pool,
+                 fmt::join(want.ipus, ","));
+    return OkStatus();
+  }
+  metrics_.CountApiError("partition");
+  {
+    std::lock_guard lock(prov_mu_);
+    provisioning_.erase(uid);
+    if (left_behind) {
+      (void)tracker_.BeginRelease(uid);
+    } else {
+      tracker_.Forget(uid);
+    }
+  }
+  if (left_behind) {
+    reaper_->Remove(partition, [this, uid] { tracker_.Forget(uid); });
+  }
+  spdlog::warn("bind {}: {}", key, created.error());
+  return Error{fmt::format("pod {}: {}; {}", key, created.error(),
+                           left_behind ? "its devices stay held until the partition is gone"
+                                       : "its devices are released")};
+}
+
+void ExtenderService::ReleasePartition(const std::string& uid, const std::string& partition) {
+  provision::Provisioner& provisioner = *options_.provisioner;
+  (void)tracker_.BeginRelease(uid);
+  if (provisioner.RemoveAndWait(partition, provisioner.options().remove_timeout).ok()) {
+    tracker_.Forget(uid);
+    return;
+  }
+  reaper_->Remove(partition, [this, uid] { tracker_.Forget(uid); });
+}
+
+Status ExtenderService::ReconcilePartitions() {
+  if (options_.provisioner == nullptr || !pods_synced_) return OkStatus();
+  auto listed = options_.provisioner->service().List();
+  if (!listed.ok()) {
+    return Error{fmt::format("cannot list partitions to reconcile them after a start: {}",
+                             listed.error())};
+  }
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
+  {
+    std::shared_lock lock(mu_);
+    annotated = annotated_;
+  }
+  std::unordered_set<std::string> present;
+  int orphans = 0;
+  for (const auto& p : *listed) {
+    present.insert(p.name);
+    const std::string owner = provision::OwnerOf(p.name);
+    if (owner.empty()) continue;  // not ours
+    auto hold = tracker_.Find(owner);
+    if (hold && hold->state != tracker::HoldState::kReleasing) continue;  // a live pod owns it
+    if (hold) continue;  // already being removed
+    ++orphans;
+    const std::string hold_id = "partition/" + p.name;
+    if (auto s = tracker_.HoldReleasing(hold_id, "partition " + p.name, p.pool, p.ipus);
+        !s.ok()) {
+      spdlog::warn("orphan {}", s.error());
+    }
+    spdlog::info("partition {} (pool {}) has no live pod; removing it", p.name, p.pool);
+    reaper_->Remove(p.name, [this, hold_id] { tracker_.Forget(hold_id); });
+  }
+  for (const auto& [uid, named] : annotated) {
+    if (present.count(named.second) != 0) continue;
+    ReportProblem(uid, named.first, "PartitionMissing",
+                  fmt::format("partition {} recorded on this pod no longer exists at the "
+                              "partition service; the pod has no accelerators and should be "
+                              "recreated",
+                              named.second));
+  }
+  spdlog::info("reconciled {} partitions: {} orphans being removed", listed->size(), orphans);
+  partitions_synced_ = true;
+  return OkStatus();
 }
 
 void ExtenderService::ExpireReservations() {
@@ -322,6 +483,7 @@ void ExtenderService::ReportProblem(const std::string& uid, const std::string& p
 void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   std::vector<std::pair<int64_t, tracker::RecordedPod>> recorded;
   std::unordered_map<std::string, PodRequests> cache;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
   int invalid = 0;
   for (const auto& pod : pods) {
     if (pod.Terminated()) continue;
@@ -342,6 +504,9 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
       auto parsed = kube::ParseAllocTime(t->second);
       if (parsed.ok()) at = *parsed;
     }
+    if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+      annotated[pod.uid] = {pod.Key(), p->second};
+    }
     recorded.emplace_back(at, std::move(rec).value());
   }
   // The earliest allocation keeps contested ids; later claims are reported.
@@ -353,6 +518,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   {
     std::unique_lock lock(mu_);
     pods_ = std::move(cache);
+    annotated_ = std::move(annotated);
   }
   const tracker::RebuildReport report = tracker_.Rebuild(ordered, /*keep_reservations=*/true);
   for (const auto& problem : report.problems) {
@@ -365,6 +531,9 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
                pods.size(), report.applied, report.reservations_kept,
                report.problems.size() + invalid);
   pods_synced_ = true;
+  if (!partitions_synced_) {
+    if (auto s = ReconcilePartitions(); !s.ok()) spdlog::error("{}; retrying", s.error());
+  }
 }
 
 void ExtenderService::UpsertPod(const kube::Pod& pod) {
@@ -383,6 +552,10 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
     }
     return;
   }
+  if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+    std::unique_lock lock(mu_);
+    annotated_[pod.uid] = {pod.Key(), p->second};
+  }
   // Our own bind seen again, or a pod bound by another replica / before a restart: adopt it.
   if (auto s = tracker_.Adopt(*rec); !s.ok()) {
     metrics_.CountRebuildConflicts(1);
@@ -391,9 +564,29 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
 }
 
 void ExtenderService::DeletePod(const kube::Pod& pod) {
+  {
+    std::unique_lock lock(mu_);
+    pods_.erase(pod.uid);
+    annotated_.erase(pod.uid);
+  }
+  if (options_.provisioner != nullptr) {
+    auto hold = tracker_.Find(pod.uid);
+    if (hold && !hold->pool.empty()) {
+      // Its ids stay held until its partition is gone.
+      bool binding = false;
+      {
+        std::lock_guard lock(prov_mu_);
+        (void)tracker_.BeginRelease(pod.uid);
+        binding = provisioning_.count(pod.uid) != 0;  // the bind cleans up after itself
+      }
+      if (!binding) {
+        const std::string uid = pod.uid;
+        reaper_->Remove(provision::PartitionNameFor(uid), [this, uid] { tracker_.Forget(uid); });
+      }
+      return;
+    }
+  }
   tracker_.Forget(pod.uid);
-  std::unique_lock lock(mu_);
-  pods_.erase(pod.uid);
 }
 
 }  // namespace toposched::extender

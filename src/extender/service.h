@@ -11,7 +11,9 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/result.h"
@@ -19,7 +21,10 @@
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
 #include "kube/objects.h"
+#include "provision/reaper.h"
+#include "provision/service.h"
 #include "topology/catalog.h"
+#include "topology/pools.h"
 #include "tracker/tracker.h"
 
 namespace toposched::extender {
@@ -42,7 +47,17 @@ struct ExtenderOptions {
   topology::Policy policy = topology::Policy::kBestFit;
   // How long a bind may hold ids before they are released if it never completes.
   std::chrono::milliseconds reservation_timeout{30000};
+  // Shared pools (docs/pools.md); null = every node is its own pool. Must outlive the service.
+  const topology::PoolSet* pools = nullptr;
+  // Creates a partition for each bind into a shared pool; null = no provisioning step.
+  // Must outlive the service.
+  provision::Provisioner* provisioner = nullptr;
+  // How often a partition removal that failed is retried in the background.
+  std::chrono::milliseconds removal_retry{1000};
 };
+
+// The annotation the Binding carries: the partition made for the pod.
+inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition";
 
 class ExtenderService {
  public:
@@ -70,8 +85,17 @@ class ExtenderService {
   void UpsertPod(const kube::Pod& pod);
   void DeletePod(const kube::Pod& pod);
 
-  // Ready once nodes and pods have been listed and the tracker rebuilt.
-  bool Ready() const { return nodes_synced_ && pods_synced_; }
+  // Restart reconciliation with the partition service (docs/pools.md): removes partitions no
+  // live pod owns (their devices stay held until they are gone) and raises an Event on live pods
+  // whose partition is missing. Runs after each pod list until it succeeds once; call it again
+  // (about once a second) while it has not.
+  Status ReconcilePartitions();
+  // Partition removals still in progress in the background.
+  size_t PendingRemovals() const { return reaper_ ? reaper_->Pending() : 0; }
+
+  // Ready once nodes and pods have been listed, the tracker rebuilt, and (with a provisioner)
+  // the partition service's partitions reconciled.
+  bool Ready() const { return nodes_synced_ && pods_synced_ && partitions_synced_; }
   void SetApiHealthy(bool healthy) { api_healthy_ = healthy; }
   bool ApiHealthy() const { return api_healthy_; }
 
@@ -80,6 +104,7 @@ class ExtenderService {
  private:
   struct NodeFacts {
     std::string instance_type;
+    std::string pool;  // the shared pool it reaches (label), or empty
     int lnc = 0;
     int cores_per_device = 0;  // 0 when the type is unknown
   };
@@ -88,6 +113,14 @@ class ExtenderService {
   void RememberPod(PodRequests requests);
   void LearnNode(const kube::Node& node);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const;
+  // Creates the pod's partition and waits until it is active; on failure the ids are released
+  // (or held until the partition is confirmed gone) and the reason returned.
+  Status ProvisionPartition(const std::string& uid, const std::string& key,
+                            const std::string& pool, const std::string& partition,
+                            const tracker::PodAllocation& allocation);
+  // Removes the partition (briefly in the caller's thread, else in the background) and frees the
+  // pod's ids once it is gone.
+  void ReleasePartition(const std::string& uid, const std::string& partition);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
 
@@ -105,6 +138,15 @@ class ExtenderService {
   std::atomic<bool> nodes_synced_{false};
   std::atomic<bool> pods_synced_{false};
   std::atomic<bool> api_healthy_{true};
+  std::atomic<bool> partitions_synced_{true};
+
+  // Binds between reserve and commit that own a partition step; a pod deleted meanwhile is
+  // cleaned up by its bind, not by DeletePod.
+  std::mutex prov_mu_;
+  std::unordered_set<std::string> provisioning_;  // guarded by prov_mu_
+  // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_;  // mu_
+  std::unique_ptr<provision::Reaper> reaper_;  // set when options_.provisioner is
 };
 
 }  // namespace toposched::extender

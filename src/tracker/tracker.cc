@@ -145,41 +145,69 @@ bool PodSpec::AsksForAnything() const {
                      [](const ContainerRequest& c) { return c.request.count != 0; });
 }
 
-Tracker::Tracker(const topology::Catalog& catalog, Policy policy)
-    : catalog_(catalog), policy_(policy) {}
+Tracker::Tracker(const topology::Catalog& catalog, Policy policy,
+                 const topology::PoolSet* pools)
+    : catalog_(catalog), policy_(policy), pools_(pools) {
+  if (pools_ == nullptr) return;
+  shared_.reserve(pools_->pools().size());
+  for (const auto& [name, def] : pools_->pools()) {
+    PoolState& state = shared_[name];
+    auto shape = NodeShape::Make(*def.shape_type);
+    if (shape.ok()) {
+      state.shape = shape.value();
+    } else {
+      state.error = fmt::format("pool {}: {}", name, shape.error());
+    }
+  }
+}
 
 Status Tracker::UpsertNode(const NodeInfo& info) {
   std::unique_lock lock(mu_);
   NodeEntry fresh;
   fresh.info = info;
-  if (const auto* type = catalog_.Find(info.instance_type)) {
+  if (!info.pool.empty()) {
+    // The node's devices are the pool's; its own instance type does not matter.
+    auto it = shared_.find(info.pool);
+    if (it != shared_.end()) {
+      fresh.shared = &it->second;
+    } else {
+      fresh.own.error = pools_ == nullptr
+                            ? fmt::format("node {} is labelled {}={}, but the extender was "
+                                          "started without a --pools file",
+                                          info.name, topology::kPoolLabel, info.pool)
+                            : pools_->UnknownPoolMessage(info.name, info.pool);
+    }
+  } else if (const auto* type = catalog_.Find(info.instance_type)) {
     auto shape = NodeShape::Make(*type, info.lnc);
     if (shape.ok()) {
-      fresh.shape = shape.value();
+      fresh.own.shape = shape.value();
     } else {
-      fresh.error = shape.error();
+      fresh.own.error = shape.error();
     }
   } else {
-    fresh.error = topology::Catalog::UnknownTypeMessage(info.instance_type);
+    fresh.own.error = topology::Catalog::UnknownTypeMessage(info.instance_type);
   }
   auto it = nodes_.find(info.name);
   if (it != nodes_.end()) {
     NodeEntry& old = it->second;
-    if (old.info.instance_type == info.instance_type && old.info.lnc == info.lnc) {
-      if (!old.shape) return Error{fmt::format("node {}: {}", info.name, old.error)};
+    if (old.info.instance_type == info.instance_type && old.info.lnc == info.lnc &&
+        old.info.pool == info.pool) {
+      if (!old.pool().shape) return Error{fmt::format("node {}: {}", info.name, old.pool().error)};
       return OkStatus();
     }
-    if (!old.pods.empty()) {
+    if (!old.own.pods.empty()) {
       return Error{fmt::format(
-          "node {} changed from {} (LNC {}) to {} (LNC {}) while {} pods hold ids on it; "
+          "node {} changed from {} (LNC {}) to {} (LNC {}{}) while {} pods hold ids on it; "
           "keeping the old shape until they are gone",
           info.name, old.info.instance_type, old.info.lnc, info.instance_type, info.lnc,
-          old.pods.size())};
+          info.pool.empty() ? "" : ", pool " + info.pool, old.own.pods.size())};
     }
   }
-  const std::string error = fresh.error;
+  const std::string error = fresh.pool().error;
   nodes_[info.name] = std::move(fresh);
-  if (!error.empty()) return Error{fmt::format("node {}: {}", info.name, error)};
+  if (!error.empty()) {
+    return Error{error.starts_with("node ") ? error : fmt::format("node {}: {}", info.name, error)};
+  }
   return OkStatus();
 }
 
@@ -187,11 +215,30 @@ void Tracker::RemoveNode(const std::string& name) {
   std::unique_lock lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
-  for (const auto& uid : it->second.pods) {
+  for (const auto& uid : it->second.own.pods) {
     holds_.erase(uid);
     reserved_uids_.erase(uid);
+    releasing_uids_.erase(uid);
   }
   nodes_.erase(it);
+}
+
+Tracker::PoolState* Tracker::PoolOfHold(const Hold& hold) {
+  if (!hold.pool.empty()) {
+    auto it = shared_.find(hold.pool);
+    return it == shared_.end() ? nullptr : &it->second;
+  }
+  auto it = nodes_.find(hold.allocation.node);
+  return it == nodes_.end() ? nullptr : &it->second.own;
+}
+
+void Tracker::EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it) {
+  if (PoolState* pool = PoolOfHold(it->second)) {
+    ReleaseLocked(*pool, it->first, it->second.allocation);
+  }
+  reserved_uids_.erase(it->first);
+  releasing_uids_.erase(it->first);
+  holds_.erase(it);
 }
 
 const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
@@ -201,13 +248,13 @@ const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
 
 FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node, const NodeUsage& usage,
                              bool with_ids) const {
-  if (!node.shape) {
+  if (!node.pool().shape) {
     FitResult r;
-    r.reason = node.error;
+    r.reason = node.pool().error;
     r.unresolvable = true;
     return r;
   }
-  FitResult r = FitOnUsage(*node.shape, usage, pod, policy_, with_ids);
+  FitResult r = FitOnUsage(*node.pool().shape, usage, pod, policy_, with_ids);
   if (r.fits && with_ids) r.allocation.node = node.info.name;
   return r;
 }
@@ -220,7 +267,7 @@ FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
     r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
     return r;
   }
-  return FitLocked(pod, *entry, entry->usage);
+  return FitLocked(pod, *entry, entry->pool().usage);
 }
 
 std::vector<FitResult> Tracker::FitAll(const PodSpec& pod,
@@ -249,17 +296,17 @@ void Tracker::VisitFits(const PodSpec& pod, std::span<const std::string> nodes, 
       fn(i, std::move(r));
       continue;
     }
-    fn(i, FitLocked(pod, *entry, entry->usage, with_ids));
+    fn(i, FitLocked(pod, *entry, entry->pool().usage, with_ids));
   }
 }
 
 NodeUsage Tracker::UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const {
-  NodeUsage usage = node.usage;
+  NodeUsage usage = node.pool().usage;
   for (const auto& uid : uids) {
     auto it = holds_.find(uid);
     if (it == holds_.end() || it->second.allocation.node != node.info.name) continue;
     for (const auto& c : it->second.allocation.containers) {
-      usage.Release(*node.shape, c.placement.unit, c.placement.ids);
+      usage.Release(*node.pool().shape, c.placement.unit, c.placement.ids);
     }
   }
   return usage;
@@ -274,7 +321,7 @@ FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
     r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
     return r;
   }
-  if (!entry->shape) return FitLocked(pod, *entry, entry->usage);
+  if (!entry->pool().shape) return FitLocked(pod, *entry, entry->pool().usage);
   return FitLocked(pod, *entry, UsageWithout(*entry, gone_uids));
 }
 
@@ -284,8 +331,8 @@ Result<std::vector<std::string>> Tracker::FewestVictims(
   std::shared_lock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) return Error{fmt::format("node {} is not known to toposched", node)};
-  if (!entry->shape) return Error{entry->error};
-  const NodeShape& shape = *entry->shape;
+  if (!entry->pool().shape) return Error{entry->pool().error};
+  const NodeShape& shape = *entry->pool().shape;
 
   // Only candidates that really hold ids on this node can help.
   std::vector<std::string> candidates;
@@ -296,7 +343,7 @@ Result<std::vector<std::string>> Tracker::FewestVictims(
       candidates.push_back(uid);
     }
   }
-  if (FitLocked(pod, *entry, entry->usage).fits) return std::vector<std::string>{};
+  if (FitLocked(pod, *entry, entry->pool().usage).fits) return std::vector<std::string>{};
   FitResult all_gone = FitLocked(pod, *entry, UsageWithout(*entry, candidates));
   if (!all_gone.fits) {
     return Error{
@@ -385,9 +432,9 @@ Result<std::vector<std::string>> Tracker::FewestVictims(
   return victims;
 }
 
-Status Tracker::ValidateAllocation(const NodeEntry& node, const PodAllocation& allocation) const {
-  if (!node.shape) return Error{node.error};
-  const NodeShape& shape = *node.shape;
+Status Tracker::ValidateAllocation(const PoolState& pool, const PodAllocation& allocation) const {
+  if (!pool.shape) return Error{pool.error};
+  const NodeShape& shape = *pool.shape;
   for (const auto& c : allocation.containers) {
     const int limit = c.placement.unit == Unit::kDevice ? shape.devices : shape.cores;
     for (int id : c.placement.ids) {
@@ -401,19 +448,19 @@ Status Tracker::ValidateAllocation(const NodeEntry& node, const PodAllocation& a
   return OkStatus();
 }
 
-std::vector<std::string> Tracker::HoldersOverlapping(const NodeEntry& node,
+std::vector<std::string> Tracker::HoldersOverlapping(const PoolState& pool,
                                                      const PodAllocation& allocation) const {
   std::vector<std::string> out;
-  for (const auto& uid : node.pods) {
-    if (Overlaps(*node.shape, holds_.at(uid).allocation, allocation)) out.push_back(uid);
+  for (const auto& uid : pool.pods) {
+    if (Overlaps(*pool.shape, holds_.at(uid).allocation, allocation)) out.push_back(uid);
   }
   return out;
 }
 
-bool Tracker::TakeLocked(NodeEntry& node, const PodAllocation& allocation) {
+bool Tracker::TakeLocked(PoolState& pool, const PodAllocation& allocation) {
   // The pod's footprint as cores. Its own sets may overlap (an init container reusing app ids);
   // other pods' may not.
-  const NodeShape& shape = *node.shape;
+  const NodeShape& shape = *pool.shape;
   topology::CoreBits mine;
   for (const auto& c : allocation.containers) {
     for (int id : c.placement.ids) {
@@ -426,20 +473,20 @@ bool Tracker::TakeLocked(NodeEntry& node, const PodAllocation& allocation) {
       }
     }
   }
-  if ((mine & node.usage.used_cores()).any()) return false;
+  if ((mine & pool.usage.used_cores()).any()) return false;
   std::vector<int> cores;
   for (int c = 0; c < shape.cores; ++c) {
     if (mine.test(static_cast<size_t>(c))) cores.push_back(c);
   }
-  return node.usage.Take(shape, Unit::kCore, cores);
+  return pool.usage.Take(shape, Unit::kCore, cores);
 }
 
-void Tracker::ReleaseLocked(NodeEntry& node, const std::string& uid,
+void Tracker::ReleaseLocked(PoolState& pool, const std::string& uid,
                             const PodAllocation& allocation) {
   for (const auto& c : allocation.containers) {
-    node.usage.Release(*node.shape, c.placement.unit, c.placement.ids);
+    pool.usage.Release(*pool.shape, c.placement.unit, c.placement.ids);
   }
-  node.pods.erase(std::remove(node.pods.begin(), node.pods.end(), uid), node.pods.end());
+  pool.pods.erase(std::remove(pool.pods.begin(), pool.pods.end(), uid), pool.pods.end());
 }
 
 Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& node,
@@ -455,14 +502,15 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
         fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
   }
   NodeEntry& entry = nit->second;
-  FitResult fit = FitLocked(pod, entry, entry.usage);
+  FitResult fit = FitLocked(pod, entry, entry.pool().usage);
   if (!fit.fits)
     return Error{fmt::format("pod {} does not fit on {}: {}", pod.name, node, fit.reason)};
-  if (!TakeLocked(entry, fit.allocation)) {
+  if (!TakeLocked(entry.pool(), fit.allocation)) {
     return Error{"internal error: a fitting allocation overlapped held ids"};
   }
-  entry.pods.push_back(pod.uid);
-  holds_[pod.uid] = Hold{pod.name, fit.allocation, HoldState::kReserved, deadline_ns};
+  entry.pool().pods.push_back(pod.uid);
+  holds_[pod.uid] = Hold{pod.name, fit.allocation, HoldState::kReserved, deadline_ns,
+                         entry.shared != nullptr ? entry.info.pool : std::string()};
   reserved_uids_.insert(pod.uid);
   return fit.allocation;
 }
@@ -474,13 +522,14 @@ Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name
   auto nit = nodes_.find(allocation.node);
   if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", allocation.node)};
   NodeEntry& entry = nit->second;
-  if (auto s = ValidateAllocation(entry, allocation); !s.ok()) return s;
-  if (!TakeLocked(entry, allocation)) {
+  if (auto s = ValidateAllocation(entry.pool(), allocation); !s.ok()) return s;
+  if (!TakeLocked(entry.pool(), allocation)) {
     return Error{fmt::format("ids for pod {} on {} are held by {}", pod_name, allocation.node,
-                             fmt::join(HoldersOverlapping(entry, allocation), ", "))};
+                             fmt::join(HoldersOverlapping(entry.pool(), allocation), ", "))};
   }
-  entry.pods.push_back(uid);
-  holds_[uid] = Hold{pod_name, allocation, HoldState::kReserved, deadline_ns};
+  entry.pool().pods.push_back(uid);
+  holds_[uid] = Hold{pod_name, allocation, HoldState::kReserved, deadline_ns,
+                     entry.shared != nullptr ? entry.info.pool : std::string()};
   reserved_uids_.insert(uid);
   return OkStatus();
 }
@@ -491,6 +540,9 @@ Status Tracker::Commit(const std::string& uid) {
   if (it == holds_.end()) return Error{fmt::format("pod {} has no reservation to commit", uid)};
   if (it->second.state == HoldState::kCommitted) {
     return Error{fmt::format("pod {} is already committed", uid)};
+  }
+  if (it->second.state == HoldState::kReleasing) {
+    return Error{fmt::format("pod {} is being released (deleted while binding)", uid)};
   }
   it->second.state = HoldState::kCommitted;
   it->second.deadline_ns = 0;
@@ -504,9 +556,7 @@ Status Tracker::Rollback(const std::string& uid) {
   if (it == holds_.end() || it->second.state != HoldState::kReserved) {
     return Error{fmt::format("pod {} has no reservation to roll back", uid)};
   }
-  ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
-  holds_.erase(it);
-  reserved_uids_.erase(uid);
+  EraseHoldLocked(it);
   return OkStatus();
 }
 
@@ -514,10 +564,49 @@ bool Tracker::Forget(const std::string& uid) {
   std::unique_lock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return false;
-  ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
-  holds_.erase(it);
-  reserved_uids_.erase(uid);
+  EraseHoldLocked(it);
   return true;
+}
+
+Status Tracker::BeginRelease(const std::string& uid) {
+  std::unique_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end()) return Error{fmt::format("pod {} holds nothing", uid)};
+  it->second.state = HoldState::kReleasing;
+  it->second.deadline_ns = 0;
+  reserved_uids_.erase(uid);
+  releasing_uids_.insert(uid);
+  return OkStatus();
+}
+
+Status Tracker::ExtendReservation(const std::string& uid, int64_t deadline_ns) {
+  std::unique_lock lock(mu_);
+  auto it = holds_.find(uid);
+  if (it == holds_.end() || it->second.state != HoldState::kReserved) {
+    return Error{fmt::format("pod {} has no reservation to extend", uid)};
+  }
+  it->second.deadline_ns = deadline_ns;
+  return OkStatus();
+}
+
+Status Tracker::HoldReleasing(const std::string& uid, const std::string& what,
+                              const std::string& pool, const std::vector<int>& device_ids) {
+  std::unique_lock lock(mu_);
+  if (holds_.count(uid) != 0) return Error{fmt::format("{} is already held", what)};
+  auto it = shared_.find(pool);
+  if (it == shared_.end()) return Error{fmt::format("{}: pool {} is not defined", what, pool)};
+  PodAllocation allocation{"", {{"partition", Placement{Unit::kDevice, device_ids, 0}}}};
+  if (auto s = ValidateAllocation(it->second, allocation); !s.ok()) {
+    return Error{fmt::format("{}: {}", what, s.error())};
+  }
+  if (!TakeLocked(it->second, allocation)) {
+    return Error{fmt::format("{}: its devices in pool {} are held by {}", what, pool,
+                             fmt::join(HoldersOverlapping(it->second, allocation), ", "))};
+  }
+  it->second.pods.push_back(uid);
+  holds_[uid] = Hold{what, std::move(allocation), HoldState::kReleasing, 0, pool};
+  releasing_uids_.insert(uid);
+  return OkStatus();
 }
 
 std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
@@ -527,18 +616,16 @@ std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
     if (holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);
   }
   std::sort(expired.begin(), expired.end());
-  for (const auto& uid : expired) {
-    auto it = holds_.find(uid);
-    ReleaseLocked(nodes_.at(it->second.allocation.node), uid, it->second.allocation);
-    holds_.erase(it);
-    reserved_uids_.erase(uid);
-  }
+  for (const auto& uid : expired) EraseHoldLocked(holds_.find(uid));
   return expired;
 }
 
 Status Tracker::Adopt(const RecordedPod& pod) {
   std::unique_lock lock(mu_);
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
+    if (it->second.state == HoldState::kReleasing) {
+      return Error{fmt::format("pod {} is being released", pod.name)};
+    }
     if (it->second.allocation.node == pod.allocation.node) {
       it->second.state = HoldState::kCommitted;  // our own bind, seen again through the watch
       it->second.deadline_ns = 0;
@@ -551,51 +638,63 @@ Status Tracker::Adopt(const RecordedPod& pod) {
   auto nit = nodes_.find(pod.allocation.node);
   if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", pod.allocation.node)};
   NodeEntry& entry = nit->second;
-  if (auto s = ValidateAllocation(entry, pod.allocation); !s.ok()) return s;
-  if (!TakeLocked(entry, pod.allocation)) {
+  if (auto s = ValidateAllocation(entry.pool(), pod.allocation); !s.ok()) return s;
+  if (!TakeLocked(entry.pool(), pod.allocation)) {
     return Error{fmt::format("pod {} records ids on {} that are held by {}", pod.name,
                              pod.allocation.node,
-                             fmt::join(HoldersOverlapping(entry, pod.allocation), ", "))};
+                             fmt::join(HoldersOverlapping(entry.pool(), pod.allocation), ", "))};
   }
-  entry.pods.push_back(pod.uid);
-  holds_[pod.uid] = Hold{pod.name, pod.allocation, HoldState::kCommitted, 0};
+  entry.pool().pods.push_back(pod.uid);
+  holds_[pod.uid] = Hold{pod.name, pod.allocation, HoldState::kCommitted, 0,
+                         entry.shared != nullptr ? entry.info.pool : std::string()};
   return OkStatus();
 }
 
 RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) {
   std::unique_lock lock(mu_);
   RebuildReport report;
+  // Holds being released stay whatever the list says: their partitions still exist.
   std::vector<std::pair<std::string, Hold>> in_flight;
-  if (keep_reservations) {
-    for (auto& [uid, hold] : holds_) {
-      if (hold.state == HoldState::kReserved) in_flight.emplace_back(uid, hold);
-    }
+  std::vector<std::pair<std::string, Hold>> releasing;
+  for (auto& [uid, hold] : holds_) {
+    if (hold.state == HoldState::kReleasing) releasing.emplace_back(uid, hold);
+    if (keep_reservations && hold.state == HoldState::kReserved) in_flight.emplace_back(uid, hold);
   }
   holds_.clear();
   reserved_uids_.clear();
-  for (auto& [name, node] : nodes_) {
-    node.usage = NodeUsage{};
-    node.pods.clear();
+  releasing_uids_.clear();
+  for (auto& [name, node] : nodes_) node.own = PoolState{node.own.shape, node.own.error, {}, {}};
+  for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}};
+  for (auto& [uid, hold] : releasing) {
+    PoolState* pool = PoolOfHold(hold);
+    if (pool != nullptr && pool->shape && TakeLocked(*pool, hold.allocation)) {
+      pool->pods.push_back(uid);
+      releasing_uids_.insert(uid);
+      holds_[uid] = std::move(hold);
+    }
   }
   auto apply = [&](const std::string& uid, const std::string& pod_name, const PodAllocation& alloc,
                    Hold hold) -> bool {
     RebuildProblem problem{uid, pod_name, alloc.node, {}, {}};
     auto nit = nodes_.find(alloc.node);
     if (holds_.count(uid) != 0) {
-      problem.message = "the pod is listed twice";
+      problem.message = holds_.at(uid).state == HoldState::kReleasing
+                            ? "its partition is being removed"
+                            : "the pod is listed twice";
     } else if (nit == nodes_.end()) {
       problem.message = fmt::format("node {} is not known", alloc.node);
-    } else if (auto s = ValidateAllocation(nit->second, alloc); !s.ok()) {
+    } else if (auto s = ValidateAllocation(nit->second.pool(), alloc); !s.ok()) {
       problem.message = s.error();
-    } else if (!TakeLocked(nit->second, alloc)) {
-      problem.conflicting_uids = HoldersOverlapping(nit->second, alloc);
+    } else if (!TakeLocked(nit->second.pool(), alloc)) {
+      problem.conflicting_uids = HoldersOverlapping(nit->second.pool(), alloc);
       std::vector<std::string> names;
       for (const auto& other : problem.conflicting_uids) names.push_back(holds_.at(other).pod_name);
       problem.message = fmt::format("its recorded ids on {} are already held by {}", alloc.node,
                                     fmt::join(names, ", "));
     } else {
-      nit->second.pods.push_back(uid);
+      nit->second.pool().pods.push_back(uid);
       if (hold.state == HoldState::kReserved) reserved_uids_.insert(uid);
+      hold.pool = nit->second.shared != nullptr ? nit->second.info.pool : std::string();
       holds_[uid] = std::move(hold);
       return true;
     }
@@ -604,7 +703,7 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
   };
   for (const auto& pod : pods) {
     if (apply(pod.uid, pod.name, pod.allocation,
-              Hold{pod.name, pod.allocation, HoldState::kCommitted, 0})) {
+              Hold{pod.name, pod.allocation, HoldState::kCommitted, 0, {}})) {
       ++report.applied;
     }
   }
@@ -627,8 +726,8 @@ std::optional<Hold> Tracker::Find(const std::string& uid) const {
 std::optional<NodeSnapshot> Tracker::Snapshot(const std::string& node) const {
   std::shared_lock lock(mu_);
   const NodeEntry* entry = FindNode(node);
-  if (entry == nullptr || !entry->shape) return std::nullopt;
-  return NodeSnapshot{entry->info, *entry->shape, entry->usage, entry->pods};
+  if (entry == nullptr || !entry->pool().shape) return std::nullopt;
+  return NodeSnapshot{entry->info, *entry->pool().shape, entry->pool().usage, entry->pool().pods};
 }
 
 std::vector<std::string> Tracker::NodeNames() const {
@@ -640,12 +739,26 @@ std::vector<std::string> Tracker::NodeNames() const {
   return names;
 }
 
+std::string Tracker::PoolOf(const std::string& node) const {
+  std::shared_lock lock(mu_);
+  const NodeEntry* entry = FindNode(node);
+  return entry != nullptr && entry->shared != nullptr ? entry->info.pool : std::string();
+}
+
+std::optional<topology::NodeUsage> Tracker::PoolUsage(const std::string& pool) const {
+  std::shared_lock lock(mu_);
+  auto it = shared_.find(pool);
+  if (it == shared_.end()) return std::nullopt;
+  return it->second.usage;
+}
+
 TrackerStats Tracker::Stats() const {
   std::shared_lock lock(mu_);
   TrackerStats stats;
   stats.nodes = static_cast<int>(nodes_.size());
   stats.reserved = static_cast<int>(reserved_uids_.size());
-  stats.committed = static_cast<int>(holds_.size() - reserved_uids_.size());
+  stats.releasing = static_cast<int>(releasing_uids_.size());
+  stats.committed = static_cast<int>(holds_.size() - reserved_uids_.size()) - stats.releasing;
   return stats;
 }
 

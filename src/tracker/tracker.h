@@ -4,6 +4,10 @@
 // fails; reservations nobody commits expire; a deleted pod is forgotten; at start (and on every
 // resync) it is rebuilt from the live pods' recorded allocations, and conflicts are reported.
 //
+// Pools (docs/pools.md): a node's ids live in a pool. A Neuron node is its own private pool; the
+// nodes of an IPU-POD share one pool (NodeInfo::pool), so ids taken through one of them are gone
+// for all. A hold in a shared pool outlives the node it was taken through.
+//
 // Thread safety: every public method may be called from any thread. Queries take a shared lock,
 // changes an exclusive one. No I/O and no clock: callers pass "now" and deadlines in nanoseconds
 // of whatever clock they use (a virtual one in the simulator).
@@ -25,6 +29,7 @@
 #include "base/result.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
+#include "topology/pools.h"
 
 namespace toposched::tracker {
 
@@ -71,15 +76,20 @@ struct NodeInfo {
   std::string name;
   std::string instance_type;
   int lnc = 0;  // 0 = the type's default
+  // A shared pool this node reaches (label toposched.io/ipu-pool); empty = its own devices.
+  std::string pool;
 };
 
-enum class HoldState { kReserved, kCommitted };
+// kReleasing: the pod is gone or its bind failed, but what was made for it (a partition) still
+// exists, so its ids stay held until Forget.
+enum class HoldState { kReserved, kCommitted, kReleasing };
 
 struct Hold {
   std::string pod_name;
   PodAllocation allocation;
   HoldState state = HoldState::kReserved;
   int64_t deadline_ns = 0;  // kReserved only
+  std::string pool;          // the shared pool the ids are in; empty = the node's own
 };
 
 // A pod's allocation as recorded on the pod (annotation), for Rebuild.
@@ -114,18 +124,22 @@ struct TrackerStats {
   int nodes = 0;
   int reserved = 0;
   int committed = 0;
+  int releasing = 0;
 };
 
 class Tracker {
  public:
-  Tracker(const topology::Catalog& catalog, Policy policy);
+  // `pools` (may be null: no shared pools) must outlive the tracker.
+  Tracker(const topology::Catalog& catalog, Policy policy,
+          const topology::PoolSet* pools = nullptr);
   Tracker(const Tracker&) = delete;
   Tracker& operator=(const Tracker&) = delete;
 
   // Adds or updates a node. An unknown instance type is an error (and the node is kept, so that
   // Fit names the reason). Changing the type of a node that holds pods is refused.
   Status UpsertNode(const NodeInfo& info);
-  // Drops the node and every hold on it.
+  // Drops the node and every hold on its own devices (holds in a shared pool stay: the pool's
+  // partitions do not vanish with one head node).
   void RemoveNode(const std::string& name);
 
   // Would the pod fit on the node now (committed and reserved ids count as used)? Changes nothing.
@@ -160,6 +174,14 @@ class Tracker {
   bool Forget(const std::string& uid);
   // Releases reservations whose deadline is at or before now_ns; returns their uids.
   std::vector<std::string> ExpireReservations(int64_t now_ns);
+  // Keeps the pod's ids held after its pod is gone, until Forget: its partition is being removed.
+  Status BeginRelease(const std::string& uid);
+  // Moves a reservation's deadline (a bind waiting on a provisioner).
+  Status ExtendReservation(const std::string& uid, int64_t deadline_ns);
+  // Holds devices of a shared pool for something no pod owns (a partition found at restart that
+  // is being removed), in state kReleasing under `uid`. Conflicts are refused, naming holders.
+  Status HoldReleasing(const std::string& uid, const std::string& what, const std::string& pool,
+                       const std::vector<int>& device_ids);
   // Records a committed allocation made elsewhere (another replica, or before a restart).
   // Conflicts with existing holds are refused, naming the holders.
   Status Adopt(const RecordedPod& pod);
@@ -172,16 +194,26 @@ class Tracker {
   std::optional<Hold> Find(const std::string& uid) const;
   std::optional<NodeSnapshot> Snapshot(const std::string& node) const;
   std::vector<std::string> NodeNames() const;
+  // The shared pool the node reaches, or empty (its own devices, or unknown node).
+  std::string PoolOf(const std::string& node) const;
+  // The usage of a shared pool (nullopt if not defined).
+  std::optional<topology::NodeUsage> PoolUsage(const std::string& pool) const;
   TrackerStats Stats() const;
   Policy policy() const { return policy_; }
 
  private:
-  struct NodeEntry {
-    NodeInfo info;
+  struct PoolState {
     std::optional<topology::NodeShape> shape;  // empty when the instance type is unknown
     std::string error;                         // why shape is empty
     topology::NodeUsage usage;
     std::vector<std::string> pods;  // uids holding ids here
+  };
+  struct NodeEntry {
+    NodeInfo info;
+    PoolState own;
+    PoolState* shared = nullptr;  // into shared_ (stable: never rehashed after construction)
+    PoolState& pool() { return shared != nullptr ? *shared : own; }
+    const PoolState& pool() const { return shared != nullptr ? *shared : own; }
   };
 
   FitResult FitLocked(const PodSpec& pod, const NodeEntry& node, const topology::NodeUsage& usage,
@@ -191,14 +223,20 @@ class Tracker {
                  const std::function<void(size_t, FitResult&&)>& fn) const;
   topology::NodeUsage UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const;
   // REQUIRES: exclusive lock. Takes the ids or, on overlap, changes nothing and returns false.
-  bool TakeLocked(NodeEntry& node, const PodAllocation& allocation);
-  void ReleaseLocked(NodeEntry& node, const std::string& uid, const PodAllocation& allocation);
-  std::vector<std::string> HoldersOverlapping(const NodeEntry& node,
+  bool TakeLocked(PoolState& pool, const PodAllocation& allocation);
+  void ReleaseLocked(PoolState& pool, const std::string& uid, const PodAllocation& allocation);
+  // The pool a hold's ids are in; nullptr if its node is gone (private pools only).
+  PoolState* PoolOfHold(const Hold& hold);
+  void EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it);
+  std::vector<std::string> HoldersOverlapping(const PoolState& pool,
                                               const PodAllocation& allocation) const;
-  Status ValidateAllocation(const NodeEntry& node, const PodAllocation& allocation) const;
+  Status ValidateAllocation(const PoolState& pool, const PodAllocation& allocation) const;
 
   const topology::Catalog& catalog_;
   const Policy policy_;
+  const topology::PoolSet* pools_;
+  // One state per defined shared pool, made at construction and never added to after.
+  std::unordered_map<std::string, PoolState> shared_;
   mutable std::shared_mutex mu_;
   // Open addressing: filter looks up thousands of names per call, and the chained map's pointer
   // walks were a third of that. Entries move on rehash; no pointer into it outlives a lock.
@@ -207,6 +245,7 @@ class Tracker {
   // The uids of holds in the reserved state, so that Stats and expiry cost O(reservations),
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_;  // guarded by mu_
+  std::unordered_set<std::string> releasing_uids_;  // guarded by mu_
 };
 
 }  // namespace toposched::tracker

@@ -1,0 +1,166 @@
+#include "provision/fake_service.h"
+
+#include <algorithm>
+#include <set>
+
+#include <simdjson.h>
+
+#include <fmt/format.h>
+
+#include "base/json_escape.h"
+
+namespace toposched::provision {
+namespace {
+
+FakeAnswer Fail(int status, std::string_view message) {
+  return {status, "{\"error\":" + JsonQuote(message) + "}"};
+}
+
+}  // namespace
+
+FakePartitionService::FakePartitionService(FakeServiceOptions options, Clock clock)
+    : options_(std::move(options)), clock_(std::move(clock)), rng_(options_.seed) {}
+
+void FakePartitionService::AdvanceLocked(int64_t now) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (e.partition.state == PartitionState::kCreating && now >= e.change_at) {
+      e.partition.state = e.will_fail ? PartitionState::kFailed : PartitionState::kActive;
+      if (e.will_fail) e.partition.message = "fake failure (--failure-rate)";
+    }
+    if (e.partition.state == PartitionState::kRemoving && now >= e.change_at) {
+      it = entries_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_view target,
+                                        std::string_view body, std::string_view authorization) {
+  std::lock_guard lock(mu_);
+  if (garbage_) return {200, "{\"partitions\": [ {\"name\": oops"};
+  if (!options_.token.empty() && authorization != "Bearer " + options_.token) {
+    return Fail(401, "missing or wrong bearer token");
+  }
+  const int64_t now = clock_();
+  AdvanceLocked(now);
+  target = target.substr(0, target.find('?'));
+  constexpr std::string_view kRoot = "/partitions";
+  if (!target.starts_with(kRoot)) return Fail(404, "no such path; use /partitions");
+  std::string_view rest = target.substr(kRoot.size());
+  if (rest.empty() || rest == "/") {
+    if (method == "GET") {
+      std::vector<Partition> all;
+      for (const auto& [name, e] : entries_) all.push_back(e.partition);
+      return {200, EncodePartitionList(all)};
+    }
+    if (method != "POST") return Fail(405, "use GET or POST on /partitions");
+    simdjson::dom::parser parser;
+    simdjson::dom::element root;
+    std::string_view name;
+    std::string_view pool;
+    simdjson::dom::array ipus;
+    if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
+        root["name"].get_string().get(name) != simdjson::SUCCESS ||
+        root["pool"].get_string().get(pool) != simdjson::SUCCESS ||
+        root["ipus"].get_array().get(ipus) != simdjson::SUCCESS) {
+      return Fail(400, "expected {\"name\":..,\"pool\":..,\"ipus\":[..]}");
+    }
+    if (!ValidPartitionName(name)) return Fail(400, "invalid partition name");
+    Partition p;
+    p.name = std::string(name);
+    p.pool = std::string(pool);
+    for (auto item : ipus) {
+      int64_t id = 0;
+      if (item.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > 4095) {
+        return Fail(400, "ipus must be ids 0..4095");
+      }
+      p.ipus.push_back(static_cast<int>(id));
+    }
+    std::sort(p.ipus.begin(), p.ipus.end());
+    if (p.ipus.empty() || std::adjacent_find(p.ipus.begin(), p.ipus.end()) != p.ipus.end()) {
+      return Fail(400, "ipus must be distinct and not empty");
+    }
+    if (entries_.count(p.name) != 0) return Fail(409, fmt::format("{} exists", p.name));
+    const std::set<int> mine(p.ipus.begin(), p.ipus.end());
+    for (const auto& [other_name, e] : entries_) {
+      if (e.partition.pool != p.pool) continue;
+      for (int id : e.partition.ipus) {
+        if (mine.count(id) != 0) {
+          return Fail(409, fmt::format("ipu {} of pool {} is in partition {}", id, p.pool,
+                                       other_name));
+        }
+      }
+    }
+    Entry e;
+    e.partition = p;
+    e.partition.state = PartitionState::kCreating;
+    e.change_at = now + Ns(options_.latency);
+    e.will_fail = std::uniform_real_distribution<double>(0, 1)(rng_) < options_.failure_rate;
+    entries_[p.name] = e;
+    ++creates_;
+    return {201, EncodePartition(e.partition)};
+  }
+  if (rest.front() != '/') return Fail(404, "no such path");
+  const std::string name(rest.substr(1));
+  auto it = entries_.find(name);
+  if (method == "GET") {
+    if (it == entries_.end()) return Fail(404, fmt::format("partition {} not found", name));
+    return {200, EncodePartition(it->second.partition)};
+  }
+  if (method == "DELETE") {
+    if (remove_refusals_ > 0) {
+      --remove_refusals_;
+      return Fail(503, "busy, try again");
+    }
+    if (it == entries_.end()) return Fail(404, fmt::format("partition {} not found", name));
+    if (it->second.partition.state != PartitionState::kRemoving) {
+      it->second.partition.state = PartitionState::kRemoving;
+      it->second.change_at = now + Ns(options_.remove_latency);
+      AdvanceLocked(now);  // a zero latency removes at once
+    }
+    return {202, "{\"state\":\"removing\"}"};
+  }
+  return Fail(405, "use GET or DELETE on /partitions/NAME");
+}
+
+void FakePartitionService::SetGarbage(bool on) {
+  std::lock_guard lock(mu_);
+  garbage_ = on;
+}
+
+void FakePartitionService::SetFailureRate(double rate) {
+  std::lock_guard lock(mu_);
+  options_.failure_rate = rate;
+}
+
+void FakePartitionService::SetRemoveRefusals(int n) {
+  std::lock_guard lock(mu_);
+  remove_refusals_ = n;
+}
+
+void FakePartitionService::SetLatency(std::chrono::milliseconds latency) {
+  std::lock_guard lock(mu_);
+  options_.latency = latency;
+}
+
+void FakePartitionService::SetRemoveLatency(std::chrono::milliseconds latency) {
+  std::lock_guard lock(mu_);
+  options_.remove_latency = latency;
+}
+
+std::vector<Partition> FakePartitionService::Snapshot() {
+  std::lock_guard lock(mu_);
+  AdvanceLocked(clock_());
+  std::vector<Partition> out;
+  for (const auto& [name, e] : entries_) out.push_back(e.partition);
+  return out;
+}
+
+int FakePartitionService::creates() const {
+  std::lock_guard lock(mu_);
+  return creates_;
+}
+
+}  // namespace toposched::provision

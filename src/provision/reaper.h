@@ -1,0 +1,52 @@
+// Removes partitions in the background until the service confirms each one gone, then runs its
+// callback (which frees the slots). Used when a pod is deleted, when a failed bind could not
+// confirm its removal in time, and for orphans found at restart. One thread; removals are
+// retried every `retry` until they succeed.
+#ifndef TOPOSCHED_PROVISION_REAPER_H_
+#define TOPOSCHED_PROVISION_REAPER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "provision/service.h"
+
+namespace toposched::provision {
+
+class Reaper {
+ public:
+  Reaper(Provisioner& provisioner, std::chrono::milliseconds retry);
+  ~Reaper();  // stops; removals still pending are left to the next start's reconciliation
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+
+  // Queues the removal (a name already queued is not queued twice; its callbacks all run).
+  void Remove(const std::string& name, std::function<void()> on_gone);
+  size_t Pending() const;
+
+ private:
+  struct Item {
+    std::string name;
+    std::vector<std::function<void()>> on_gone;
+    std::chrono::steady_clock::time_point not_before;
+  };
+  void Run();
+
+  Provisioner& provisioner_;
+  const std::chrono::milliseconds retry_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;  // guarded by mu_
+  size_t busy_ = 0;         // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace toposched::provision
+
+#endif  // TOPOSCHED_PROVISION_REAPER_H_

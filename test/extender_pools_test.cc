@@ -1,0 +1,254 @@
+// The extender on shared pools with bind-time provisioning against the fake partition service:
+// a bind creates the partition and names it on the Binding; failures and timeouts roll back
+// completely; a deleted pod's devices stay held until its partition is gone; a restart removes
+// orphans and reports pods whose partition vanished.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "extender/offline.h"
+#include "extender/service.h"
+#include "pools_fixtures.h"
+
+namespace toposched::extender {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+// Records bindings and events; can be told to refuse binds.
+class RecordingWriter : public ClusterWriter {
+ public:
+  Status Bind(const std::string&, const std::string&, const std::string& uid,
+              const std::string& node,
+              const std::map<std::string, std::string>& annotations) override {
+    std::lock_guard lock(mu);
+    if (refuse) return Error{"pods \"p\" not found"};
+    bindings[uid] = {node, annotations};
+    return OkStatus();
+  }
+  void Event(const std::string&, const std::string&, const std::string& uid, std::string_view,
+             std::string_view reason, std::string_view message) override {
+    std::lock_guard lock(mu);
+    events.push_back({uid, std::string(reason), std::string(message)});
+  }
+  struct Ev {
+    std::string uid, reason, message;
+  };
+  std::mutex mu;
+  bool refuse = false;
+  std::map<std::string, OfflineClusterWriter::Binding> bindings;
+  std::vector<Ev> events;
+};
+
+class ExtenderPoolsTest : public ::testing::Test {
+ protected:
+  ExtenderPoolsTest()
+      : pools_(*topology::PoolSet::Parse(testing::kTwoPools, "pools.yaml",
+                                         topology::Catalog::Embedded())),
+        fake_(provision::FakeServiceOptions{40ms, 40ms, 0, "", 7}, testing::SteadyNowNs),
+        service_(fake_),
+        provisioner_(service_, provision::ProvisionOptions{400ms, 5ms, 300ms},
+                     testing::SteadyNowNs, testing::RealSleep()) {
+    Start();
+  }
+
+  void Start(std::vector<kube::Pod> pods = {}) {
+    ExtenderOptions options;
+    options.resources.device.push_back("graphcore.ai/ipu");
+    options.pools = &pools_;
+    options.provisioner = &provisioner_;
+    options.removal_retry = 20ms;
+    ext_.reset();
+    ext_ = std::make_unique<ExtenderService>(topology::Catalog::Embedded(), options, writer_,
+                                             metrics_, testing::SteadyNowNs,
+                                             [] { return int64_t{1743574052764891534}; });
+    ext_->ReplaceNodes({testing::PoolNode("head-1", "pod-a"), testing::PoolNode("head-2", "pod-a"),
+                        testing::PoolNode("head-x", "pod-nope")});
+    ext_->ReplacePods(pods);
+  }
+
+  std::string Bind(const std::string& name, const std::string& uid, int n,
+                   const std::string& node) {
+    ext_->UpsertPod(testing::IpuPod(name, uid, n));
+    return json::parse(ext_->Bind({name, "default", uid, node}))["Error"];
+  }
+
+  uint64_t PoolBusy() { return ext_->tracker().PoolUsage("pod-a")->busy_devices(); }
+
+  // Every device of the pool is either free or in a partition the service has, and vice versa.
+  void ExpectNoLeak() {
+    uint64_t in_partitions = 0;
+    for (const auto& p : fake_.Snapshot()) {
+      for (int id : p.ipus) in_partitions |= uint64_t{1} << id;
+    }
+    EXPECT_EQ(PoolBusy(), in_partitions);
+  }
+
+  void WaitForRemovals() {
+    for (int i = 0; i < 300 && ext_->PendingRemovals() != 0; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(ext_->PendingRemovals(), 0u);
+  }
+
+  topology::PoolSet pools_;
+  provision::FakePartitionService fake_;
+  testing::InProcessService service_;
+  provision::Provisioner provisioner_;
+  RecordingWriter writer_;
+  Metrics metrics_;
+  std::unique_ptr<ExtenderService> ext_;
+};
+
+TEST_F(ExtenderPoolsTest, BindCreatesThePartitionAndNamesItOnTheBinding) {
+  EXPECT_TRUE(ext_->Ready());
+  ASSERT_EQ(Bind("p", "uid-p", 8, "head-1"), "");
+  const auto& b = writer_.bindings.at("uid-p");
+  EXPECT_EQ(b.node, "head-1");
+  EXPECT_EQ(b.annotations.at("toposched.io/partition"), "ts-uid-p");
+  EXPECT_EQ(b.annotations.at("AWS_NEURON_IDS"), "0,1,2,3,4,5,6,7");
+  auto parts = fake_.Snapshot();
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].state, provision::PartitionState::kActive);
+  EXPECT_EQ(parts[0].pool, "pod-a");
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kCommitted);
+  // The other head node of the pod sees those IPUs gone.
+  ASSERT_EQ(Bind("q", "uid-q", 8, "head-2"), "");
+  EXPECT_EQ(writer_.bindings.at("uid-q").annotations.at("AWS_NEURON_IDS"),
+            "8,9,10,11,12,13,14,15");
+  EXPECT_THAT(Bind("r", "uid-r", 1, "head-1"), HasSubstr("does not fit"));
+  ExpectNoLeak();
+}
+
+TEST_F(ExtenderPoolsTest, UnknownPoolLabelFailsFilterNamingThePool) {
+  const auto pod = R"({"metadata":{"name":"p","namespace":"default","uid":"u1"},"spec":{"containers":[{"name":"main","resources":{"limits":{"graphcore.ai/ipu":"4"}}}]}})";
+  const simdjson::padded_string padded(std::string(R"({"Pod":)") + pod +
+                                       R"(,"NodeNames":["head-1","head-x"]})");
+  auto args = DecodeExtenderArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  const json r = json::parse(ext_->Filter(*args));
+  EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("head-1"));
+  EXPECT_THAT(r["FailedAndUnresolvableNodes"]["head-x"].get<std::string>(),
+              HasSubstr("no pool 'pod-nope' is defined"));
+}
+
+TEST_F(ExtenderPoolsTest, ProvisioningFailureRollsBackCompletely) {
+  fake_.SetFailureRate(1.0);
+  EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("failed"));
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+  EXPECT_TRUE(writer_.bindings.empty());
+  fake_.SetFailureRate(0);
+  EXPECT_EQ(Bind("p2", "uid-p2", 16, "head-2"), "");  // every IPU is free again
+}
+
+TEST_F(ExtenderPoolsTest, ProvisioningTimeoutRollsBackCompletely) {
+  fake_.SetLatency(5s);
+  EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("not active after 400 ms"));
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ExtenderPoolsTest, GarbageFromTheServiceKeepsIdsHeldUntilTheRemovalIsConfirmed) {
+  fake_.SetGarbage(true);
+  EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("stay held"));
+  EXPECT_EQ(PoolBusy(), 0xFu);  // nobody else may get them while the partition may exist
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kReleasing);
+  fake_.SetGarbage(false);
+  WaitForRemovals();
+  EXPECT_EQ(PoolBusy(), 0u);
+  ExpectNoLeak();
+}
+
+TEST_F(ExtenderPoolsTest, FailedBindingRemovesThePartitionAndFreesTheIds) {
+  writer_.refuse = true;
+  EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("not found"));
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ExtenderPoolsTest, DeletedPodKeepsItsIdsUntilThePartitionIsGone) {
+  ASSERT_EQ(Bind("p", "uid-p", 16, "head-1"), "");
+  fake_.SetRemoveLatency(300ms);
+  auto pod = testing::IpuPod("p", "uid-p", 16);
+  pod.node_name = "head-1";
+  ext_->DeletePod(pod);
+  // Removal takes 300 ms at the service: until then the IPUs are not free for anyone.
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kReleasing);
+  EXPECT_EQ(PoolBusy(), 0xFFFFu);
+  EXPECT_THAT(Bind("q", "uid-q", 1, "head-2"), HasSubstr("does not fit"));
+  WaitForRemovals();
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+  EXPECT_EQ(Bind("q2", "uid-q2", 16, "head-2"), "");
+}
+
+TEST_F(ExtenderPoolsTest, PodDeletedWhileBindingIsCleanedUpByTheBind) {
+  fake_.SetLatency(150ms);
+  std::thread binder([&] { EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("deleted while binding")); });
+  for (int i = 0; i < 500 && !ext_->tracker().Find("uid-p"); ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(ext_->tracker().Find("uid-p").has_value());
+  ext_->DeletePod(testing::IpuPod("p", "uid-p", 4));
+  binder.join();
+  WaitForRemovals();
+  for (int i = 0; i < 100 && ext_->tracker().Find("uid-p"); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ExtenderPoolsTest, RestartRemovesOrphansAndReportsMissingPartitions) {
+  // Before the restart: two pods bound, then one pod's partition is removed behind our back and
+  // the other pod is deleted while we were down.
+  ASSERT_EQ(Bind("live", "uid-live", 4, "head-1"), "");
+  ASSERT_EQ(Bind("dead", "uid-dead", 8, "head-2"), "");
+  ASSERT_EQ(Bind("lost", "uid-lost", 2, "head-2"), "");
+  ASSERT_TRUE(provisioner_.RemoveAndWait("ts-uid-lost", 500ms).ok());
+  fake_.SetRemoveLatency(300ms);
+  std::vector<kube::Pod> pods;
+  for (const char* name : {"live", "lost"}) {
+    const std::string uid = std::string("uid-") + name;
+    auto pod = testing::IpuPod(name, uid, 1);
+    pod.containers[0].requests["graphcore.ai/ipu"] = name == std::string("live") ? 4 : 2;
+    pod.containers[0].limits = pod.containers[0].requests;
+    pod.phase = "Running";
+    const auto& b = writer_.bindings.at(uid);
+    pod.node_name = b.node;
+    for (const auto& [k, v] : b.annotations) pod.annotations[k] = v;
+    pods.push_back(pod);
+  }
+  Start(pods);
+  EXPECT_TRUE(ext_->Ready());
+  // The orphan's IPUs (8-15) are held while it is being removed, the live pod's (0-3) stay.
+  EXPECT_EQ(PoolBusy() & 0xFF0Fu, 0xFF0Fu);
+  {
+    std::lock_guard lock(writer_.mu);
+    ASSERT_EQ(writer_.events.size(), 1u);
+    EXPECT_EQ(writer_.events[0].uid, "uid-lost");
+    EXPECT_EQ(writer_.events[0].reason, "PartitionMissing");
+    EXPECT_THAT(writer_.events[0].message, HasSubstr("ts-uid-lost"));
+  }
+  WaitForRemovals();
+  auto parts = fake_.Snapshot();
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].name, "ts-uid-live");
+  EXPECT_EQ(PoolBusy() & 0xFF00u, 0u);
+  EXPECT_EQ(ext_->tracker().Find("uid-live")->state, tracker::HoldState::kCommitted);
+}
+
+TEST_F(ExtenderPoolsTest, NotReadyUntilThePartitionServiceWasListed) {
+  fake_.SetGarbage(true);
+  Start();
+  EXPECT_FALSE(ext_->Ready());
+  EXPECT_FALSE(ext_->ReconcilePartitions().ok());
+  fake_.SetGarbage(false);
+  EXPECT_TRUE(ext_->ReconcilePartitions().ok());
+  EXPECT_TRUE(ext_->Ready());
+}
+
+}  // namespace
+}  // namespace toposched::extender

@@ -1,0 +1,208 @@
+// Bind-time provisioning pieces: the partition JSON (untrusted answers), the fake service, the
+// create/wait/remove steps with failures, timeouts and garbage, the background reaper, and the
+// HTTP client against the fake served over loopback.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "extender/http_server.h"
+#include "pools_fixtures.h"
+#include "provision/partition.h"
+#include "provision/reaper.h"
+#include "provision/service.h"
+
+namespace toposched::provision {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+TEST(PartitionJsonTest, RoundTripsAndNamesOwners) {
+  Partition p{"ts-uid-1", "pod-a", {4, 5, 6, 7}, PartitionState::kActive, ""};
+  auto back = ParsePartition(EncodePartition(p));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->name, "ts-uid-1");
+  EXPECT_EQ(back->pool, "pod-a");
+  EXPECT_THAT(back->ipus, ElementsAre(4, 5, 6, 7));
+  EXPECT_EQ(back->state, PartitionState::kActive);
+  EXPECT_EQ(OwnerOf(PartitionNameFor("abc")), "abc");
+  EXPECT_EQ(OwnerOf("someone-elses"), "");
+  auto list = ParsePartitionList(EncodePartitionList({p, p}));
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+}
+
+TEST(PartitionJsonTest, GarbageIsAClearErrorNeverACrash) {
+  for (const char* bad : {"", "{", "null", "[]", "{\"name\":5,\"state\":\"active\"}",
+                          "{\"name\":\"a\"}", "{\"name\":\"a\",\"state\":\"dancing\"}",
+                          "{\"name\":\"../etc\",\"state\":\"active\"}",
+                          "{\"name\":\"a\",\"state\":\"active\",\"ipus\":[-1]}",
+                          "{\"name\":\"a\",\"state\":\"active\",\"ipus\":\"0-3\"}"}) {
+    auto p = ParsePartition(bad);
+    EXPECT_FALSE(p.ok()) << bad;
+  }
+  EXPECT_FALSE(ParsePartitionList("{\"partitions\":{}}").ok());
+  EXPECT_FALSE(ParsePartitionList("{\"partitions\":[{\"name\":\"x\"}]}").ok());
+  EXPECT_THAT(ParsePartition("<html>").error(), HasSubstr("malformed JSON"));
+}
+
+class ProvisionerTest : public ::testing::Test {
+ protected:
+  ProvisionerTest()
+      : fake_(FakeServiceOptions{50ms, 20ms, 0, "", 1}, testing::SteadyNowNs),
+        service_(fake_),
+        provisioner_(service_, ProvisionOptions{500ms, 5ms, 500ms}, testing::SteadyNowNs,
+                     testing::RealSleep()) {}
+
+  Partition Want(const std::string& name) { return {name, "pod-a", {0, 1, 2, 3}, {}, ""}; }
+
+  FakePartitionService fake_;
+  testing::InProcessService service_;
+  Provisioner provisioner_;
+};
+
+TEST_F(ProvisionerTest, CreatesAndWaitsUntilActive) {
+  bool left = true;
+  ASSERT_TRUE(provisioner_.CreateAndWait(Want("ts-a"), &left).ok());
+  EXPECT_FALSE(left);
+  auto all = fake_.Snapshot();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].state, PartitionState::kActive);
+  ASSERT_TRUE(provisioner_.RemoveAndWait("ts-a", 500ms).ok());
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ProvisionerTest, FailureRemovesWhatWasMade) {
+  fake_.SetFailureRate(1.0);
+  bool left = true;
+  auto s = provisioner_.CreateAndWait(Want("ts-a"), &left);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("failed"));
+  EXPECT_FALSE(left);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ProvisionerTest, TimeoutRemovesWhatWasMade) {
+  fake_.SetLatency(10s);
+  bool left = true;
+  auto s = provisioner_.CreateAndWait(Want("ts-a"), &left);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("not active after 500 ms"));
+  EXPECT_FALSE(left);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ProvisionerTest, OverlapIsRefusedByTheService) {
+  bool left = false;
+  ASSERT_TRUE(provisioner_.CreateAndWait(Want("ts-a"), &left).ok());
+  auto s = provisioner_.CreateAndWait(Want("ts-b"), &left);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("is in partition ts-a"));
+  EXPECT_EQ(fake_.Snapshot().size(), 1u);  // ts-a untouched
+}
+
+TEST_F(ProvisionerTest, GarbageAnswersAreErrorsAndLeaveNothingConfirmed) {
+  fake_.SetGarbage(true);
+  bool left = false;
+  auto s = provisioner_.CreateAndWait(Want("ts-a"), &left);
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(left);  // nothing could be confirmed gone: the caller keeps the ids held
+  fake_.SetGarbage(false);
+  EXPECT_TRUE(provisioner_.RemoveAndWait("ts-a", 500ms).ok());
+}
+
+TEST_F(ProvisionerTest, RemovalRetriesUntilTheServiceSaysGone) {
+  bool left = false;
+  ASSERT_TRUE(provisioner_.CreateAndWait(Want("ts-a"), &left).ok());
+  fake_.SetRemoveRefusals(5);
+  ASSERT_TRUE(provisioner_.RemoveAndWait("ts-a", 500ms).ok());
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST_F(ProvisionerTest, ReaperRunsTheCallbackOnlyOnceGone) {
+  bool left = false;
+  ASSERT_TRUE(provisioner_.CreateAndWait(Want("ts-a"), &left).ok());
+  fake_.SetGarbage(true);  // the first attempts cannot be confirmed
+  std::atomic<int> gone{0};
+  {
+    Reaper reaper(provisioner_, 20ms);
+    reaper.Remove("ts-a", [&] { ++gone; });
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(gone.load(), 0);
+    EXPECT_EQ(reaper.Pending(), 1u);
+    fake_.SetGarbage(false);
+    for (int i = 0; i < 200 && gone.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(gone.load(), 1);
+    EXPECT_EQ(reaper.Pending(), 0u);
+  }
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+TEST(HttpServiceTest, TalksToTheFakeOverLoopbackWithAToken) {
+  FakePartitionService fake(FakeServiceOptions{20ms, 10ms, 0, "s3cret", 1}, testing::SteadyNowNs);
+  extender::HttpServerOptions http;
+  http.address = "127.0.0.1";
+  http.port = 0;
+  auto server = extender::HttpServer::Start(
+      http, [&](extender::HttpRequest&& r, extender::Responder respond) {
+        auto a = fake.Handle(r.method, r.target, r.body, r.authorization);
+        respond({a.status, "application/json", a.body});
+      });
+  ASSERT_TRUE(server.ok()) << server.error();
+  const std::string url = fmt::format("http://127.0.0.1:{}", (*server)->port());
+
+  auto wrong = MakeHttpService({url, "nope", "", 2000ms});
+  ASSERT_TRUE(wrong.ok());
+  auto refused = (*wrong)->List();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("credentials"));
+
+  auto client = MakeHttpService({url, "s3cret", "", 2000ms});
+  ASSERT_TRUE(client.ok());
+  Provisioner provisioner(**client, ProvisionOptions{2000ms, 5ms, 2000ms}, testing::SteadyNowNs,
+                          testing::RealSleep());
+  bool left = false;
+  ASSERT_TRUE(provisioner.CreateAndWait({"ts-h", "pod-a", {8, 9}, {}, ""}, &left).ok());
+  auto listed = (*client)->List();
+  ASSERT_TRUE(listed.ok()) << listed.error();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_THAT((*listed)[0].ipus, ElementsAre(8, 9));
+  ASSERT_TRUE(provisioner.RemoveAndWait("ts-h", 2000ms).ok());
+  EXPECT_TRUE((*client)->List()->empty());
+  fake.SetGarbage(true);
+  EXPECT_THAT((*client)->List().error(), HasSubstr("malformed JSON"));
+  (*server)->Stop();
+  // A service that is not there: a clear error naming it, within the timeout.
+  auto gone = (*client)->Get("ts-h");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_THAT(gone.error(), HasSubstr(url));
+  EXPECT_FALSE(MakeHttpService({"ftp://x", "", "", 1000ms}).ok());
+}
+
+TEST(HttpServiceTest, ASlowServiceTimesOut) {
+  extender::HttpServerOptions http;
+  http.address = "127.0.0.1";
+  http.port = 0;
+  auto server = extender::HttpServer::Start(
+      http, [&](extender::HttpRequest&&, extender::Responder respond) {
+        std::thread([respond] {
+          std::this_thread::sleep_for(1500ms);
+          respond({200, "application/json", "{\"partitions\":[]}"});
+        }).detach();
+      });
+  ASSERT_TRUE(server.ok()) << server.error();
+  auto client =
+      MakeHttpService({fmt::format("http://127.0.0.1:{}", (*server)->port()), "", "", 200ms});
+  ASSERT_TRUE(client.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto listed = (*client)->List();
+  EXPECT_FALSE(listed.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
+  std::this_thread::sleep_for(1600ms);  // let the detached responder finish before Stop
+  (*server)->Stop();
+}
+
+}  // namespace
+}  // namespace toposched::provision
