@@ -57,7 +57,8 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--fleet", opts->fleet,
                   fmt::format("Nodes as TYPE=COUNT pairs in fleet order, e.g. "
-                              "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog). "
+                              "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog); "
+                              "ipu-pod16=2/4 is 2 shared IPU-PODs reached by 4 head nodes each. "
                               "Default: {} in dynamic mode, {} in fill mode",
                               sim::kDefaultDynamicFleet, sim::kDefaultFillFleet));
   cmd->add_option("--mode", opts->mode,

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "topology/pools.h"
 #include "tracker/tracker.h"
 
 namespace toposched::sim {
@@ -54,6 +55,7 @@ struct NodeView {
 struct FleetNode {
   std::string name;
   NodeShape shape;
+  std::string pool;  // a shared pool's name, or empty
 };
 
 // The largest N for which a request of N devices would be granted on this node now, asking the
@@ -78,23 +80,32 @@ std::string RequestLabel(const Request& request) {
 class PolicyRun {
  public:
   PolicyRun(const topology::Catalog& catalog, Policy policy, const std::vector<FleetNode>& fleet,
-            size_t jobs, bool keep_owners)
-      : tracker_(catalog, policy), policy_(policy), keep_owners_(keep_owners) {
+            const topology::PoolSet* pools, size_t jobs, bool keep_owners)
+      : tracker_(catalog, policy, pools), policy_(policy), keep_owners_(keep_owners) {
     names_.reserve(fleet.size());
     nodes_.reserve(fleet.size());
+    std::map<std::string, size_t> first_head;
     for (const auto& node : fleet) {
       // The fleet's types were checked before; an error here would be a bug, and Fit names it.
-      (void)tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc});
+      (void)tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc, node.pool});
       names_.push_back(node.name);
       NodeView view;
       view.name = node.name;
       view.shape = node.shape;
       if (keep_owners_) view.core_owner.assign(static_cast<size_t>(node.shape.cores), -1);
+      // A shared pool's devices are counted once, on its first head node.
+      size_t counted = nodes_.size();
+      if (!node.pool.empty()) {
+        counted = first_head.emplace(node.pool, nodes_.size()).first->second;
+      }
+      counted_on_.push_back(counted);
       nodes_.push_back(std::move(view));
-      total_devices_ += node.shape.devices;
+      if (counted == counted_on_.size() - 1) total_devices_ += node.shape.devices;
       units_per_device_ = std::lcm(units_per_device_, int64_t{node.shape.cores_per_device});
     }
-    for (size_t i = 0; i < nodes_.size(); ++i) Refresh(i);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (counted_on_[i] == i) Refresh(i);
+    }
     placed_on_.assign(jobs, -1);
     unresolvable_.assign(nodes_.size(), false);
   }
@@ -116,8 +127,8 @@ class PolicyRun {
           fmt::format("internal error: commit of {} failed: {}", job.pod.name, committed.error())};
     }
     placed_on_[job_index] = node;
-    if (keep_owners_) SetOwner(static_cast<size_t>(node), reserved.value(), job.task);
-    Refresh(static_cast<size_t>(node));
+    if (keep_owners_) SetOwner(counted_on_[static_cast<size_t>(node)], reserved.value(), job.task);
+    Refresh(counted_on_[static_cast<size_t>(node)]);
     return std::optional<RejectReason>();
   }
 
@@ -127,12 +138,12 @@ class PolicyRun {
     if (node < 0) return;
     if (keep_owners_) {
       if (auto hold = tracker_.Find(job.pod.uid)) {
-        SetOwner(static_cast<size_t>(node), hold->allocation, -1);
+        SetOwner(counted_on_[static_cast<size_t>(node)], hold->allocation, -1);
       }
     }
     tracker_.Forget(job.pod.uid);
     placed_on_[job_index] = -1;
-    Refresh(static_cast<size_t>(node));
+    Refresh(counted_on_[static_cast<size_t>(node)]);
   }
 
   // Device-equivalents: a core counts as 1/cores_per_device of its device.
@@ -153,7 +164,9 @@ class PolicyRun {
   std::vector<DeviceMap> DeviceMaps() const {
     std::vector<DeviceMap> maps;
     std::map<std::string, int, std::less<>> per_type;
-    for (const auto& node : nodes_) {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeView& node = nodes_[i];
+      if (counted_on_[i] != i) continue;  // a pool is drawn once, on its first head
       if (static_cast<int>(maps.size()) >= kMapNodesTotal) break;
       if (per_type[node.shape.type->name]++ >= kMapNodesPerType) continue;
       maps.push_back({node.name, node.shape.type->name, node.shape.devices,
@@ -194,7 +207,7 @@ class PolicyRun {
       if (unresolvable_[i]) continue;
       any_resolvable = true;
       // Enough free units, counted without topology, means topology is what said no.
-      const NodeView& node = nodes_[i];
+      const NodeView& node = nodes_[counted_on_[i]];
       if (topology::Allocate(node.shape, node.usage, request, Policy::kCountOnly).ok()) {
         return RejectReason::kNoLegalSet;
       }
@@ -235,6 +248,9 @@ class PolicyRun {
   const bool keep_owners_;
   std::vector<std::string> names_;
   std::vector<NodeView> nodes_;
+  // Per node: the view whose usage and totals stand for its devices (itself, or its pool's
+  // first head).
+  std::vector<size_t> counted_on_;
   std::vector<int> placed_on_;      // per job: node index, -1 when not placed
   std::vector<bool> unresolvable_;  // per node, for the last ChooseNode that found none
   int total_devices_ = 0;
@@ -303,13 +319,14 @@ std::vector<Event> BuildEvents(const std::vector<Job>& jobs, uint64_t seed) {
 }
 
 Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
-                                const std::vector<FleetNode>& fleet, const std::vector<Job>& jobs,
+                                const std::vector<FleetNode>& fleet,
+                                const topology::PoolSet* pools, const std::vector<Job>& jobs,
                                 const std::vector<Event>& events, const Options& options,
                                 Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;
-  PolicyRun run(catalog, policy, fleet, jobs.size(), record);
+  PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
   const int64_t start = events.empty() ? 0 : events.front().t;
   int64_t now = start;
   double device_seconds = 0;
@@ -371,13 +388,13 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
 // Tasks in order (shuffled for a nonzero seed), none leaving, until the fleet refuses; then on
 // to the end, counting.
 Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
-                             const std::vector<FleetNode>& fleet, const std::vector<Job>& jobs,
-                             const std::vector<size_t>& order, const Options& options,
-                             Progress& progress) {
+                             const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
+                             const std::vector<Job>& jobs, const std::vector<size_t>& order,
+                             const Options& options, Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;
-  PolicyRun run(catalog, policy, fleet, jobs.size(), record);
+  PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t j = order[k];
     const Job& job = jobs[j];
@@ -489,7 +506,20 @@ Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology:
       return Error{fmt::format("fleet entry '{}' must be TYPE=COUNT, e.g. trn1.32xlarge=4", entry)};
     }
     const std::string_view type = TrimSpaces(entry.substr(0, eq));
-    const std::string_view count_text = TrimSpaces(entry.substr(eq + 1));
+    std::string_view count_text = TrimSpaces(entry.substr(eq + 1));
+    int heads = 0;
+    if (const size_t slash = count_text.find('/'); slash != std::string_view::npos) {
+      const std::string_view heads_text = TrimSpaces(count_text.substr(slash + 1));
+      count_text = TrimSpaces(count_text.substr(0, slash));
+      const auto [hend, hec] =
+          std::from_chars(heads_text.data(), heads_text.data() + heads_text.size(), heads);
+      if (hec != std::errc{} || hend != heads_text.data() + heads_text.size() || heads < 1 ||
+          heads > 64) {
+        return Error{fmt::format(
+            "fleet entry '{}': POOLS/HEADS needs a head count from 1 to 64, e.g. ipu-pod16=2/4",
+            entry)};
+      }
+    }
     if (type.empty()) return Error{fmt::format("fleet entry '{}' names no instance type", entry)};
     if (catalog.Find(type) == nullptr) return Error{topology::Catalog::UnknownTypeMessage(type)};
     int count = 0;
@@ -500,7 +530,17 @@ Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology:
       return Error{fmt::format("fleet entry '{}': the count must be a number from 1 to {}", entry,
                                kMaxNodesPerGroup)};
     }
-    fleet.push_back({std::string(type), count});
+    if (heads > 0) {
+      const topology::InstanceType* kind = catalog.Find(type);
+      if (kind->rule != topology::LegalSetRule::kAligned ||
+          !std::has_single_bit(static_cast<unsigned>(kind->devices))) {
+        return Error{fmt::format(
+            "fleet entry '{}': {} cannot be a shared pool (needs rule aligned and a power-of-two "
+            "device count, like ipu-pod16)",
+            entry, type)};
+      }
+    }
+    fleet.push_back({std::string(type), count, heads});
   }
   if (fleet.empty()) {
     return Error{"the fleet is empty: give TYPE=COUNT pairs, e.g. trn1.32xlarge=4,inf2.48xlarge=2"};
@@ -513,6 +553,7 @@ std::string FormatFleet(const std::vector<NodeGroup>& fleet) {
   for (const auto& group : fleet) {
     if (!out.empty()) out += ',';
     out += fmt::format("{}={}", group.instance_type, group.count);
+    if (group.heads > 0) out += fmt::format("/{}", group.heads);
   }
   return out;
 }
@@ -533,6 +574,7 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
   result.seed = options.seed;
   result.fleet = options.fleet;
   std::vector<FleetNode> fleet;
+  std::string pools_yaml = "pools:\n";
   std::map<std::string, int, std::less<>> per_type;
   for (const auto& group : options.fleet) {
     const topology::InstanceType* type = catalog.Find(group.instance_type);
@@ -547,11 +589,25 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
     }
     for (int k = 0; k < group.count; ++k) {
       const int index = per_type[type->name]++;
-      fleet.push_back({fmt::format("{}-{}", type->name, index), shape.value()});
+      if (group.heads == 0) {
+        fleet.push_back({fmt::format("{}-{}", type->name, index), shape.value(), ""});
+      } else {
+        const std::string pool = fmt::format("{}-pool{}", type->name, index);
+        pools_yaml += fmt::format("  - {{name: {}, kind: {}}}\n", pool, type->name);
+        for (int h = 0; h < group.heads; ++h) {
+          fleet.push_back({fmt::format("{}-head{}", pool, h), shape.value(), pool});
+        }
+      }
       result.total_devices += shape->devices;
     }
   }
   result.nodes = static_cast<int>(fleet.size());
+  topology::PoolSet pools;
+  if (pools_yaml != "pools:\n") {
+    auto parsed = topology::PoolSet::Parse(pools_yaml, "fleet", catalog);
+    if (!parsed.ok()) return Error{parsed.error()};
+    pools = std::move(parsed).value();
+  }
 
   result.rows = static_cast<int>(trace.tasks.size()) + trace.bad_rows;
   result.bad_rows = trace.bad_rows;
@@ -605,8 +661,8 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
   for (Policy policy : options.policies) {
     Result<PolicyResult> run =
         options.mode == Mode::kDynamic
-            ? RunDynamic(catalog, policy, fleet, jobs, events, options, progress)
-            : RunFill(catalog, policy, fleet, jobs, order, options, progress);
+            ? RunDynamic(catalog, policy, fleet, &pools, jobs, events, options, progress)
+            : RunFill(catalog, policy, fleet, &pools, jobs, order, options, progress);
     if (!run.ok()) return Error{run.error()};
     result.policies.push_back(std::move(run).value());
   }

@@ -23,13 +23,18 @@
 
 namespace toposched::sim {
 
-// `count` nodes of one instance type, named "<type>-<k>".
+// `count` nodes of one instance type, named "<type>-<k>". With `heads` > 0 the type is a shared
+// pool kind (rule aligned, e.g. ipu-pod16): `count` pools "<type>-pool<k>", each reached by
+// `heads` head nodes "<type>-pool<k>-head<h>" (docs/pools.md); a pod placed through one head
+// takes the devices from every head of that pool.
 struct NodeGroup {
   std::string instance_type;
   int count = 0;
+  int heads = 0;
 };
 
-// Parses "trn1.32xlarge=40,inf2.48xlarge=20". The order is the fleet order (first-fit and ties
+// Parses "trn1.32xlarge=40,inf2.48xlarge=20,ipu-pod16=2/4" (the last: 2 IPU-PODs of 16, each
+// shared by 4 head nodes). The order is the fleet order (first-fit and ties
 // take the first node in it). Unknown types are an error naming the type and how to add it.
 Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog);
 std::string FormatFleet(const std::vector<NodeGroup>& fleet);
