@@ -39,16 +39,15 @@ struct World {
       : pools(topology::PoolSet::Parse(kPools, "bench", topology::Catalog::Embedded()).value()),
         fake({2000ms, 5ms, 0, "", 1}, testing::SteadyNowNs),
         service(fake),
-        provisioner(service, {10000ms, 250ms, 2000ms}, testing::SteadyNowNs,
-                    testing::RealSleep()) {
+        provisioner(service, {10000ms, 250ms, 2000ms}, testing::SteadyNowNs, testing::RealSleep()) {
     spdlog::set_level(spdlog::level::warn);
     extender::ExtenderOptions options;
     options.resources.device.push_back("graphcore.ai/ipu");
     options.pools = &pools;
     options.provisioner = &provisioner;
-    ext = std::make_unique<extender::ExtenderService>(
-        topology::Catalog::Embedded(), options, writer, metrics, testing::SteadyNowNs,
-        [] { return int64_t{1}; });
+    ext = std::make_unique<extender::ExtenderService>(topology::Catalog::Embedded(), options,
+                                                      writer, metrics, testing::SteadyNowNs,
+                                                      [] { return int64_t{1}; });
     std::vector<kube::Node> nodes;
     for (int i = 0; i < 1000; ++i) {
       kube::Node node;
@@ -58,8 +57,8 @@ struct World {
       names.push_back(node.name);
     }
     for (int i = 0; i < 64; ++i) {
-      nodes.push_back(testing::PoolNode("ipu-head-" + std::to_string(i),
-                                        "pod-" + std::to_string(i % 4)));
+      nodes.push_back(
+          testing::PoolNode("ipu-head-" + std::to_string(i), "pod-" + std::to_string(i % 4)));
       names.push_back(nodes.back().name);
     }
     ext->ReplaceNodes(nodes);
@@ -129,10 +128,10 @@ struct World {
 
   std::mutex mu;
   std::condition_variable cv;
-  int in_flight = 0;    // guarded by mu
-  int completed = 0;    // guarded by mu
-  int next = 0;         // guarded by mu; pod names are never reused across runs
-  bool stop = false;    // guarded by mu
+  int in_flight = 0;  // guarded by mu
+  int completed = 0;  // guarded by mu
+  int next = 0;       // guarded by mu; pod names are never reused across runs
+  bool stop = false;  // guarded by mu
   std::thread feeder;
 };
 

@@ -49,8 +49,8 @@ class ExtenderPoolsTest : public ::testing::Test {
                                          topology::Catalog::Embedded())),
         fake_(provision::FakeServiceOptions{40ms, 40ms, 0, "", 7}, testing::SteadyNowNs),
         service_(fake_),
-        provisioner_(service_, provision::ProvisionOptions{400ms, 5ms, 300ms},
-                     testing::SteadyNowNs, testing::RealSleep()) {
+        provisioner_(service_, provision::ProvisionOptions{400ms, 5ms, 300ms}, testing::SteadyNowNs,
+                     testing::RealSleep()) {
     Start();
   }
 
@@ -114,14 +114,14 @@ TEST_F(ExtenderPoolsTest, BindCreatesThePartitionAndNamesItOnTheBinding) {
   EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kCommitted);
   // The other head node of the pod sees those IPUs gone.
   ASSERT_EQ(Bind("q", "uid-q", 8, "head-2"), "");
-  EXPECT_EQ(writer_.bindings.at("uid-q").annotations.at("AWS_NEURON_IDS"),
-            "8,9,10,11,12,13,14,15");
+  EXPECT_EQ(writer_.bindings.at("uid-q").annotations.at("AWS_NEURON_IDS"), "8,9,10,11,12,13,14,15");
   EXPECT_THAT(Bind("r", "uid-r", 1, "head-1"), HasSubstr("does not fit"));
   ExpectNoLeak();
 }
 
 TEST_F(ExtenderPoolsTest, UnknownPoolLabelFailsFilterNamingThePool) {
-  const auto pod = R"({"metadata":{"name":"p","namespace":"default","uid":"u1"},"spec":{"containers":[{"name":"main","resources":{"limits":{"graphcore.ai/ipu":"4"}}}]}})";
+  const auto pod =
+      R"({"metadata":{"name":"p","namespace":"default","uid":"u1"},"spec":{"containers":[{"name":"main","resources":{"limits":{"graphcore.ai/ipu":"4"}}}]}})";
   const simdjson::padded_string padded(std::string(R"({"Pod":)") + pod +
                                        R"(,"NodeNames":["head-1","head-x"]})");
   auto args = DecodeExtenderArgs(padded);
@@ -189,7 +189,8 @@ TEST_F(ExtenderPoolsTest, DeletedPodKeepsItsIdsUntilThePartitionIsGone) {
 
 TEST_F(ExtenderPoolsTest, PodDeletedWhileBindingIsCleanedUpByTheBind) {
   fake_.SetLatency(150ms);
-  std::thread binder([&] { EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("deleted while binding")); });
+  std::thread binder(
+      [&] { EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("deleted while binding")); });
   for (int i = 0; i < 500 && !ext_->tracker().Find("uid-p"); ++i) std::this_thread::sleep_for(1ms);
   ASSERT_TRUE(ext_->tracker().Find("uid-p").has_value());
   ext_->DeletePod(testing::IpuPod("p", "uid-p", 4));

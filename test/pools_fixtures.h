@@ -29,8 +29,8 @@ class InProcessService : public provision::PartitionService {
 
   Status Create(const provision::Partition& p) override {
     auto a = fake_.Handle("POST", "/partitions",
-                          fmt::format(R"({{"name":"{}","pool":"{}","ipus":[{}]}})", p.name,
-                                      p.pool, fmt::join(p.ipus, ",")),
+                          fmt::format(R"({{"name":"{}","pool":"{}","ipus":[{}]}})", p.name, p.pool,
+                                      fmt::join(p.ipus, ",")),
                           "");
     if (a.status != 201) return Error{fmt::format("HTTP {}: {}", a.status, a.body)};
     return OkStatus();

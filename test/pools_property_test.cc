@@ -36,8 +36,8 @@ struct Head {
   const char* node;
   const char* pool;
 };
-const Head kHeads[] = {{"a1", "pod-a"}, {"a2", "pod-a"}, {"a3", "pod-a"}, {"b1", "pod64"},
-                       {"b2", "pod64"}};
+const Head kHeads[] = {
+    {"a1", "pod-a"}, {"a2", "pod-a"}, {"a3", "pod-a"}, {"b1", "pod64"}, {"b2", "pod64"}};
 
 uint64_t MaskOf(const std::vector<int>& ids) {
   uint64_t m = 0;
@@ -74,8 +74,8 @@ TEST(PoolTrackerPropertyTest, RandomOperationsKeepPoolsConsistent) {
         const int sizes[] = {1, 1, 2, 4, 8, 16, 3, 32};
         const int n = sizes[std::uniform_int_distribution<int>(0, 7)(rng)];
         const std::string uid = "u" + std::to_string(next++);
-        auto r = t.Reserve({uid, uid, {{"main", {topology::Unit::kDevice, n}, false}}}, h.node,
-                           1000);
+        auto r =
+            t.Reserve({uid, uid, {{"main", {topology::Unit::kDevice, n}, false}}}, h.node, 1000);
         if (r.ok()) {
           const auto& ids = r->containers.at(0).placement.ids;
           ASSERT_TRUE(std::has_single_bit(ids.size())) << seed << ":" << step;

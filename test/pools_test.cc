@@ -1,10 +1,11 @@
 // Shared pools: the pools file, the buddy-tree rules on an IPU-POD, and the tracker sharing one
 // pool between several head nodes.
+#include "topology/pools.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "pools_fixtures.h"
-#include "topology/pools.h"
 #include "tracker/tracker.h"
 
 namespace toposched {

@@ -1,10 +1,10 @@
 // Bind-time provisioning pieces: the partition JSON (untrusted answers), the fake service, the
 // create/wait/remove steps with failures, timeouts and garbage, the background reaper, and the
 // HTTP client against the fake served over loopback.
+#include <atomic>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <atomic>
 
 #include "extender/http_server.h"
 #include "pools_fixtures.h"
@@ -35,11 +35,11 @@ TEST(PartitionJsonTest, RoundTripsAndNamesOwners) {
 }
 
 TEST(PartitionJsonTest, GarbageIsAClearErrorNeverACrash) {
-  for (const char* bad : {"", "{", "null", "[]", "{\"name\":5,\"state\":\"active\"}",
-                          "{\"name\":\"a\"}", "{\"name\":\"a\",\"state\":\"dancing\"}",
-                          "{\"name\":\"../etc\",\"state\":\"active\"}",
-                          "{\"name\":\"a\",\"state\":\"active\",\"ipus\":[-1]}",
-                          "{\"name\":\"a\",\"state\":\"active\",\"ipus\":\"0-3\"}"}) {
+  for (const char* bad :
+       {"", "{", "null", "[]", "{\"name\":5,\"state\":\"active\"}", "{\"name\":\"a\"}",
+        "{\"name\":\"a\",\"state\":\"dancing\"}", "{\"name\":\"../etc\",\"state\":\"active\"}",
+        "{\"name\":\"a\",\"state\":\"active\",\"ipus\":[-1]}",
+        "{\"name\":\"a\",\"state\":\"active\",\"ipus\":\"0-3\"}"}) {
     auto p = ParsePartition(bad);
     EXPECT_FALSE(p.ok()) << bad;
   }
@@ -185,8 +185,8 @@ TEST(HttpServiceTest, ASlowServiceTimesOut) {
   extender::HttpServerOptions http;
   http.address = "127.0.0.1";
   http.port = 0;
-  auto server = extender::HttpServer::Start(
-      http, [&](extender::HttpRequest&&, extender::Responder respond) {
+  auto server =
+      extender::HttpServer::Start(http, [&](extender::HttpRequest&&, extender::Responder respond) {
         std::thread([respond] {
           std::this_thread::sleep_for(1500ms);
           respond({200, "application/json", "{\"partitions\":[]}"});

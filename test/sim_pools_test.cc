@@ -66,8 +66,7 @@ TEST(SimPoolsTest, FillModeOnAMixedFleetReportsTheSameMetrics) {
   }
   auto trace = ParseTrace(csv, "fill.csv");
   ASSERT_TRUE(trace.ok()) << trace.error();
-  auto result =
-      Simulate(Cat(), *trace, PoolOptions(Mode::kFill, "trn1.32xlarge=1,ipu-pod16=2/3"));
+  auto result = Simulate(Cat(), *trace, PoolOptions(Mode::kFill, "trn1.32xlarge=1,ipu-pod16=2/3"));
   ASSERT_TRUE(result.ok()) << result.error();
   EXPECT_EQ(result->nodes, 7);
   EXPECT_EQ(result->total_devices, 48);

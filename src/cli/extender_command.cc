@@ -106,8 +106,7 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "--partition-remove-timeout, under the scheduler's extender httpTimeout")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
-  cmd->add_option("--provision-poll", o->provision_poll_s,
-                  "Seconds between partition status calls")
+  cmd->add_option("--provision-poll", o->provision_poll_s, "Seconds between partition status calls")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 60.0));
   cmd->add_option("--partition-remove-timeout", o->partition_remove_timeout_s,

@@ -250,9 +250,10 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
       // Deleted while binding: DeletePod left the partition to us.
       ReleasePartition(args.pod_uid, partition);
       metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
-      return EncodeBindingResult(fmt::format("pod {} was deleted while binding; partition {} "
-                                             "removed",
-                                             key, partition));
+      return EncodeBindingResult(
+          fmt::format("pod {} was deleted while binding; partition {} "
+                      "removed",
+                      key, partition));
     }
     std::unique_lock lock(mu_);
     annotated_[args.pod_uid] = {key, partition};
@@ -350,8 +351,8 @@ Status ExtenderService::ReconcilePartitions() {
   if (options_.provisioner == nullptr || !pods_synced_) return OkStatus();
   auto listed = options_.provisioner->service().List();
   if (!listed.ok()) {
-    return Error{fmt::format("cannot list partitions to reconcile them after a start: {}",
-                             listed.error())};
+    return Error{
+        fmt::format("cannot list partitions to reconcile them after a start: {}", listed.error())};
   }
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
   {
@@ -366,11 +367,10 @@ Status ExtenderService::ReconcilePartitions() {
     if (owner.empty()) continue;  // not ours
     auto hold = tracker_.Find(owner);
     if (hold && hold->state != tracker::HoldState::kReleasing) continue;  // a live pod owns it
-    if (hold) continue;  // already being removed
+    if (hold) continue;                                                   // already being removed
     ++orphans;
     const std::string hold_id = "partition/" + p.name;
-    if (auto s = tracker_.HoldReleasing(hold_id, "partition " + p.name, p.pool, p.ipus);
-        !s.ok()) {
+    if (auto s = tracker_.HoldReleasing(hold_id, "partition " + p.name, p.pool, p.ipus); !s.ok()) {
       spdlog::warn("orphan {}", s.error());
     }
     spdlog::info("partition {} (pool {}) has no live pod; removing it", p.name, p.pool);

@@ -8,10 +8,10 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -115,9 +115,8 @@ class ExtenderService {
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const;
   // Creates the pod's partition and waits until it is active; on failure the ids are released
   // (or held until the partition is confirmed gone) and the reason returned.
-  Status ProvisionPartition(const std::string& uid, const std::string& key,
-                            const std::string& pool, const std::string& partition,
-                            const tracker::PodAllocation& allocation);
+  Status ProvisionPartition(const std::string& uid, const std::string& key, const std::string& pool,
+                            const std::string& partition, const tracker::PodAllocation& allocation);
   // Removes the partition (briefly in the caller's thread, else in the background) and frees the
   // pod's ids once it is gone.
   void ReleasePartition(const std::string& uid, const std::string& partition);

@@ -1,9 +1,9 @@
 #include "provision/fake_service.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <set>
-
-#include <simdjson.h>
 
 #include <fmt/format.h>
 
@@ -88,8 +88,8 @@ FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_vie
       if (e.partition.pool != p.pool) continue;
       for (int id : e.partition.ipus) {
         if (mine.count(id) != 0) {
-          return Fail(409, fmt::format("ipu {} of pool {} is in partition {}", id, p.pool,
-                                       other_name));
+          return Fail(409,
+                      fmt::format("ipu {} of pool {} is in partition {}", id, p.pool, other_name));
         }
       }
     }

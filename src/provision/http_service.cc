@@ -4,10 +4,9 @@
 //   GET    <url>/partitions/<name>                           -> 200 partition | 404
 //   DELETE <url>/partitions/<name>                           -> 202 | 404 (gone already)
 //   GET    <url>/partitions                                  -> 200 {"partitions":[...]}
-#include <curl/curl.h>
-
 #include <algorithm>
 
+#include <curl/curl.h>
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
@@ -62,8 +61,8 @@ class HttpService : public PartitionService {
     auto parsed = ParsePartition(reply->body);
     if (!parsed.ok()) return Error{parsed.error()};
     if (parsed->name != name) {
-      return Error{fmt::format("asked for partition {}, the service answered about {}", name,
-                               parsed->name)};
+      return Error{
+          fmt::format("asked for partition {}, the service answered about {}", name, parsed->name)};
     }
     return std::optional<Partition>(std::move(parsed).value());
   }
@@ -85,8 +84,8 @@ class HttpService : public PartitionService {
 
  private:
   Error Refused(std::string_view what, const Reply& reply) const {
-    return Error{fmt::format("partition service at {} refused {} (HTTP {}): {}", config_.url,
-                             what, reply.status, ErrorText(reply.body))};
+    return Error{fmt::format("partition service at {} refused {} (HTTP {}): {}", config_.url, what,
+                             reply.status, ErrorText(reply.body))};
   }
 
   Result<Reply> Call(const char* method, const std::string& path, const std::string& body) {
@@ -125,17 +124,18 @@ class HttpService : public PartitionService {
     curl_easy_cleanup(easy);
     curl_slist_free_all(headers);
     if (reply.too_large) {
-      return Error{fmt::format("partition service at {}: answer over {} bytes", config_.url,
-                               kMaxBody)};
+      return Error{
+          fmt::format("partition service at {}: answer over {} bytes", config_.url, kMaxBody)};
     }
     if (code != CURLE_OK) {
       return Error{fmt::format("partition service at {}: {} {}: {}", config_.url, method, path,
                                error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code))};
     }
     if (reply.status == 401 || reply.status == 403) {
-      return Error{fmt::format("partition service at {} refused our credentials (HTTP {}): {}; "
-                               "check --partition-service-token",
-                               config_.url, reply.status, ErrorText(reply.body))};
+      return Error{
+          fmt::format("partition service at {} refused our credentials (HTTP {}): {}; "
+                      "check --partition-service-token",
+                      config_.url, reply.status, ErrorText(reply.body))};
     }
     return reply;
   }
@@ -147,8 +147,8 @@ class HttpService : public PartitionService {
 
 Result<std::unique_ptr<PartitionService>> MakeHttpService(const HttpServiceConfig& config) {
   if (!config.url.starts_with("http://") && !config.url.starts_with("https://")) {
-    return Error{fmt::format("partition service URL '{}' must start with http:// or https://",
-                             config.url)};
+    return Error{
+        fmt::format("partition service URL '{}' must start with http:// or https://", config.url)};
   }
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
   if (init != CURLE_OK) return Error{"libcurl failed to initialise"};

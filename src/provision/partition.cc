@@ -29,8 +29,7 @@ Status DecodeOne(simdjson::dom::element element, Partition& out) {
       }
       if (key == "name") {
         if (!ValidPartitionName(text)) {
-          return Error{fmt::format("partition name '{}' is not a valid name",
-                                   text.substr(0, 64))};
+          return Error{fmt::format("partition name '{}' is not a valid name", text.substr(0, 64))};
         }
         out.name = std::string(text);
         has_name = true;
@@ -48,9 +47,10 @@ Status DecodeOne(simdjson::dom::element element, Partition& out) {
         } else if (text == "removing") {
           out.state = PartitionState::kRemoving;
         } else {
-          return Error{fmt::format("unknown partition state '{}' (expected creating, active, "
-                                   "failed or removing)",
-                                   text.substr(0, 32))};
+          return Error{
+              fmt::format("unknown partition state '{}' (expected creating, active, "
+                          "failed or removing)",
+                          text.substr(0, 32))};
         }
         has_state = true;
       }
@@ -150,8 +150,7 @@ Result<Partition> ParsePartition(std::string_view json) {
   if (!root.ok()) return Error{root.error()};
   Partition out;
   if (auto s = DecodeOne(*root, out); !s.ok()) {
-    return Error{fmt::format("the partition service answered an invalid partition: {}",
-                             s.error())};
+    return Error{fmt::format("the partition service answered an invalid partition: {}", s.error())};
   }
   return out;
 }
@@ -169,8 +168,7 @@ Result<std::vector<Partition>> ParsePartitionList(std::string_view json) {
     if (out.size() >= kMaxPartitions) return Error{"the partition list is too long"};
     Partition p;
     if (auto s = DecodeOne(item, p); !s.ok()) {
-      return Error{fmt::format("the partition service's list entry {}: {}", out.size(),
-                               s.error())};
+      return Error{fmt::format("the partition service's list entry {}: {}", out.size(), s.error())};
     }
     out.push_back(std::move(p));
   }

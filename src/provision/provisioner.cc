@@ -12,8 +12,8 @@ Provisioner::Provisioner(PartitionService& service, ProvisionOptions options, Cl
 Status Provisioner::CreateAndWait(const Partition& want, bool* left_behind) {
   if (left_behind != nullptr) *left_behind = false;
   const int64_t deadline =
-      clock_() + std::chrono::duration_cast<std::chrono::nanoseconds>(options_.create_timeout)
-                     .count();
+      clock_() +
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.create_timeout).count();
   std::string failure;
   if (auto created = service_.Create(want); !created.ok()) {
     failure = fmt::format("creating partition {}: {}", want.name, created.error());
@@ -28,8 +28,8 @@ Status Provisioner::CreateAndWait(const Partition& want, bool* left_behind) {
         break;
       } else if ((*got)->state == PartitionState::kActive) {
         if ((*got)->ipus != want.ipus || (*got)->pool != want.pool) {
-          failure = fmt::format("partition {} is active but on other ipus than asked for",
-                                want.name);
+          failure =
+              fmt::format("partition {} is active but on other ipus than asked for", want.name);
           break;
         }
         return OkStatus();
@@ -42,10 +42,9 @@ Status Provisioner::CreateAndWait(const Partition& want, bool* left_behind) {
         break;
       }
       if (clock_() >= deadline) {
-        failure = fmt::format(
-            "partition {} was not active after {} ms{}", want.name,
-            options_.create_timeout.count(),
-            got.ok() ? "" : fmt::format(" (last status call: {})", got.error()));
+        failure = fmt::format("partition {} was not active after {} ms{}", want.name,
+                              options_.create_timeout.count(),
+                              got.ok() ? "" : fmt::format(" (last status call: {})", got.error()));
         break;
       }
       sleep_(options_.poll_interval);
@@ -55,8 +54,8 @@ Status Provisioner::CreateAndWait(const Partition& want, bool* left_behind) {
   auto removed = RemoveAndWait(want.name, options_.remove_timeout);
   if (!removed.ok()) {
     if (left_behind != nullptr) *left_behind = true;
-    return Error{fmt::format("{}; and removing it is not confirmed yet: {}", failure,
-                             removed.error())};
+    return Error{
+        fmt::format("{}; and removing it is not confirmed yet: {}", failure, removed.error())};
   }
   return Error{std::move(failure)};
 }

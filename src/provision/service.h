@@ -31,9 +31,9 @@ class PartitionService {
 
 // Where the real service is and how to authenticate (configuration, never hard-coded).
 struct HttpServiceConfig {
-  std::string url;          // e.g. http://127.0.0.1:8191 (a path prefix is kept)
-  std::string token;        // sent as "Authorization: Bearer <token>" when set
-  std::string ca_file;      // https: trust this CA instead of the system's
+  std::string url;                          // e.g. http://127.0.0.1:8191 (a path prefix is kept)
+  std::string token;                        // sent as "Authorization: Bearer <token>" when set
+  std::string ca_file;                      // https: trust this CA instead of the system's
   std::chrono::milliseconds timeout{5000};  // per request
 };
 
@@ -49,7 +49,7 @@ struct ProvisionOptions {
 // The steps, with the clock and sleep injected (tests run them on real but short timings).
 class Provisioner {
  public:
-  using Clock = std::function<int64_t()>;                          // steady ns
+  using Clock = std::function<int64_t()>;                        // steady ns
   using Sleep = std::function<void(std::chrono::milliseconds)>;  // may return early
 
   Provisioner(PartitionService& service, ProvisionOptions options, Clock clock, Sleep sleep);

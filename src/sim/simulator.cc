@@ -319,10 +319,9 @@ std::vector<Event> BuildEvents(const std::vector<Job>& jobs, uint64_t seed) {
 }
 
 Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
-                                const std::vector<FleetNode>& fleet,
-                                const topology::PoolSet* pools, const std::vector<Job>& jobs,
-                                const std::vector<Event>& events, const Options& options,
-                                Progress& progress) {
+                                const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
+                                const std::vector<Job>& jobs, const std::vector<Event>& events,
+                                const Options& options, Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;

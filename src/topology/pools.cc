@@ -59,8 +59,8 @@ Result<PoolSet> PoolSet::Parse(std::string_view yaml_text, std::string_view sour
       def.kind = ReadName(item, "kind", fmt::format("pool {}: kind", def.name));
       const InstanceType* kind = catalog.Find(def.kind);
       if (kind == nullptr) {
-        Fail(item["kind"], fmt::format("pool {}: kind '{}' is not in the catalog", def.name,
-                                       def.kind));
+        Fail(item["kind"],
+             fmt::format("pool {}: kind '{}' is not in the catalog", def.name, def.kind));
       }
       if (kind->rule != LegalSetRule::kAligned) {
         Fail(item["kind"],
@@ -103,8 +103,8 @@ Result<PoolSet> PoolSet::Parse(std::string_view yaml_text, std::string_view sour
       set.pools_.emplace(def.name, std::move(def));
     }
   } catch (const PoolError& e) {
-    return Error{fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1,
-                             e.message)};
+    return Error{
+        fmt::format("{}:{}:{}: {}", source_name, e.mark.line + 1, e.mark.column + 1, e.message)};
   } catch (const YAML::Exception& e) {
     return Error{fmt::format("{}: {}", source_name, e.what())};
   }

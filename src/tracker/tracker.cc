@@ -145,8 +145,7 @@ bool PodSpec::AsksForAnything() const {
                      [](const ContainerRequest& c) { return c.request.count != 0; });
 }
 
-Tracker::Tracker(const topology::Catalog& catalog, Policy policy,
-                 const topology::PoolSet* pools)
+Tracker::Tracker(const topology::Catalog& catalog, Policy policy, const topology::PoolSet* pools)
     : catalog_(catalog), policy_(policy), pools_(pools) {
   if (pools_ == nullptr) return;
   shared_.reserve(pools_->pools().size());
@@ -171,11 +170,11 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
     if (it != shared_.end()) {
       fresh.shared = &it->second;
     } else {
-      fresh.own.error = pools_ == nullptr
-                            ? fmt::format("node {} is labelled {}={}, but the extender was "
-                                          "started without a --pools file",
-                                          info.name, topology::kPoolLabel, info.pool)
-                            : pools_->UnknownPoolMessage(info.name, info.pool);
+      fresh.own.error = pools_ == nullptr ? fmt::format(
+                                                "node {} is labelled {}={}, but the extender was "
+                                                "started without a --pools file",
+                                                info.name, topology::kPoolLabel, info.pool)
+                                          : pools_->UnknownPoolMessage(info.name, info.pool);
     }
   } else if (const auto* type = catalog_.Find(info.instance_type)) {
     auto shape = NodeShape::Make(*type, info.lnc);

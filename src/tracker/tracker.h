@@ -89,7 +89,7 @@ struct Hold {
   PodAllocation allocation;
   HoldState state = HoldState::kReserved;
   int64_t deadline_ns = 0;  // kReserved only
-  std::string pool;          // the shared pool the ids are in; empty = the node's own
+  std::string pool;         // the shared pool the ids are in; empty = the node's own
 };
 
 // A pod's allocation as recorded on the pod (annotation), for Rebuild.
@@ -244,7 +244,7 @@ class Tracker {
   std::unordered_map<std::string, Hold> holds_;       // guarded by mu_
   // The uids of holds in the reserved state, so that Stats and expiry cost O(reservations),
   // not O(pods): bind reads the count on every call.
-  std::unordered_set<std::string> reserved_uids_;  // guarded by mu_
+  std::unordered_set<std::string> reserved_uids_;   // guarded by mu_
   std::unordered_set<std::string> releasing_uids_;  // guarded by mu_
 };
 
