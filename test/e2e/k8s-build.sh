@@ -14,8 +14,8 @@ cache="${TOPOSCHED_E2E_CACHE:-/var/cache/toposched-e2e}"
 dest="$cache/k8s-$want_version"
 bins=(kube-apiserver kube-scheduler kubelet kubectl)
 
-# The build's identity: Kubernetes version plus the one change we make to Debian's tree (below).
-stamp="v$want_version+reflect2-1.0.2"
+# The build's identity: Kubernetes version plus the two changes we make to Debian's tree (below).
+stamp="v$want_version+reflect2-1.0.2+pr103030"
 have_all() {
   [ -f "$dest/VERSION" ] && [ "$(cat "$dest/VERSION")" = "$stamp" ] || return 1
   for b in "${bins[@]}"; do [ -x "$dest/bin/$b" ] || return 1; done
@@ -76,6 +76,14 @@ rm -rf "$tree/vendor/github.com/modern-go/reflect2"
 mkdir -p "$tree/vendor/github.com/modern-go/reflect2"
 cp "$reflect2"/*.go "$reflect2"/*.s "$tree/vendor/github.com/modern-go/reflect2/" 2>/dev/null ||
   cp "$reflect2"/*.go "$tree/vendor/github.com/modern-go/reflect2/"
+# kube-scheduler 1.20.0-1.20.9 never calls an extender's preempt verb: the framework is built
+# without its extenders (kubernetes/kubernetes#102971). Apply the one-line upstream fix, the 1.20
+# cherry-pick #103030 (released in 1.20.10), so preemption through the extender can be tested.
+factory="$tree/pkg/scheduler/factory.go"
+if ! grep -q 'frameworkruntime.WithExtenders(extenders)' "$factory"; then
+  sed -i 's|^\(\s*\)frameworkruntime.WithPodNominator(nominator),$|&\n\1frameworkruntime.WithExtenders(extenders),|' "$factory"
+  grep -q 'frameworkruntime.WithExtenders(extenders)' "$factory" || { echo "k8s-build: could not apply #103030 to $factory" >&2; exit 1; }
+fi
 echo "k8s-build: building ${bins[*]} in $tree (about 4-5 minutes on 2 cores)" >&2
 start=$(date +%s)
 (

@@ -13,7 +13,8 @@
 # Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
 # Environment: TOPOSCHED_BIN (the toposched binary), TOPOSCHED_E2E_CACHE, TOPOSCHED_E2E_TIMEOUT (s),
 # TOPOSCHED_E2E_K8S_BIN (use these Kubernetes binaries instead of k8s-build.sh's), TOPOSCHED_E2E_KUBECTL,
-# TOPOSCHED_E2E_KEEP=1 keeps the work dir, TOPOSCHED_E2E_PORT_BASE (default 23000).
+# TOPOSCHED_E2E_KEEP=1 keeps the work dir, TOPOSCHED_E2E_PORT_BASE (default 23000),
+# TOPOSCHED_E2E_EXTENDER_ARGS (more flags for the extender, e.g. "--log-level debug").
 
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -296,7 +297,7 @@ e2e_extender() {
   EXT_LOG_N=$((${EXT_LOG_N:-0} + 1))
   EXT_LOG="$W/extender-$EXT_LOG_N.log"
   start extender "$EXT_LOG" "$TOPOSCHED_BIN" extender --listen "127.0.0.1:$EXT_PORT" \
-    --kubeconfig "$W/extender.kubeconfig" "$@"
+    --kubeconfig "$W/extender.kubeconfig" ${TOPOSCHED_E2E_EXTENDER_ARGS:-} "$@"
   wait_for 60 "extender /readyz" curl -sf "http://127.0.0.1:$EXT_PORT/readyz"
 }
 

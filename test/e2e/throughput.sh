@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Scheduling throughput of a real kube-scheduler 1.20.2 (`my-scheduler`) with 500 patched nodes and
+# 2,000 pods created before the scheduler starts, client QPS/burst raised to 1000/2000, in
+# alternating rounds of four configurations:
+#   (a) no extender
+#   (b) a do-nothing extender (noop_extender.py: filter returns every name, prioritize scores 0)
+#   (c) toposched extender: filter + prioritize + bind, nodeCacheCapable: true (names only)
+#   (d) toposched extender: filter + prioritize + bind, nodeCacheCapable: false (full Node objects)
+# pods/s is (pods - 1) / (last bind - first bind) from the scheduler's own "Successfully bound" log
+# lines; CPU per pod is the process's user+system time over that window / pods.
+#   test/e2e/throughput.sh [--rounds N] [--nodes N] [--pods N] [--out FILE]
+source "$(dirname "$0")/lib.sh"
+rounds=2 nodes=500 pods=2000 out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2;; --nodes) nodes="$2"; shift 2;; --pods) pods="$2"; shift 2;;
+    --out) out="$2"; shift 2;; *) echo "unknown flag $1" >&2; exit 2;;
+  esac
+done
+export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-1500}"
+e2e_init throughput
+e2e_control_plane
+e2e_nodes n- "$nodes" inf2.48xlarge trn1.32xlarge inf2.8xlarge trn2.48xlarge inf1.24xlarge inf2.24xlarge
+export API="https://127.0.0.1:$API_PORT" TOKEN="$ADMIN_TOKEN" CA="$W/pki/ca.crt"
+start noop-extender "$W/noop.log" python3 "$E2E_DIR/noop_extender.py" "$NOOP_PORT"
+wait_for 20 "noop extender" curl -sf "http://127.0.0.1:$NOOP_PORT/healthz"
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+hz=$(getconf CLK_TCK)
+bound_lines() { grep -c 'Successfully bound pod to node' "$SCHED_LOG" 2>/dev/null || true; }
+
+# run CONFIG: one measurement; prints "config pods/s sched_ms_per_pod ext_ms_per_pod"
+run() {
+  local cfg="$1"
+  python3 "$E2E_DIR/kpods.py" delete
+  wait_for 60 "pods deleted" bash -c "[ \"\$(python3 $E2E_DIR/kpods.py count)\" = 0 ]"
+  python3 "$E2E_DIR/kpods.py" create "$pods" aws.amazon.com/neuron 1
+  local ext_pid=""
+  case "$cfg" in
+    a) e2e_scheduler_config "$W/sched-a.yaml" true 1000 none ;;
+    b) e2e_scheduler_config "$W/sched-b.yaml" true 1000 filter+prioritize "http://127.0.0.1:$NOOP_PORT"; ext_pid=$(pid_of noop-extender) ;;
+    c|d) e2e_extender; ext_pid=$(pid_of extender)
+       e2e_scheduler_config "$W/sched-$cfg.yaml" "$([ "$cfg" = c ] && echo true || echo false)" 1000 filter+prioritize+bind ;;
+  esac
+  SCHED_LOG="$W/sched-$cfg-$round.log"
+  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/sched-$cfg.yaml" --port 0 --secure-port 0 --logtostderr --v=2
+  local spid; spid=$(pid_of my-scheduler)
+  local deadline=$(($(date +%s) + 300))
+  until [ "$(bound_lines)" -ge 1 ]; do [ "$(date +%s)" -lt $deadline ] || die "($cfg) nothing bound"; sleep 0.05; done
+  local s0 e0; s0=$(cpu_ticks "$spid"); e0=$([ -n "$ext_pid" ] && cpu_ticks "$ext_pid" || echo 0)
+  until [ "$(bound_lines)" -ge "$pods" ]; do
+    [ "$(date +%s)" -lt $deadline ] || die "($cfg) only $(bound_lines) of $pods bound in 300 s"; sleep 0.2
+  done
+  local s1 e1; s1=$(cpu_ticks "$spid"); e1=$([ -n "$ext_pid" ] && cpu_ticks "$ext_pid" || echo 0)
+  stop my-scheduler
+  [ "$cfg" = c ] || [ "$cfg" = d ] && stop extender
+  python3 - "$SCHED_LOG" "$pods" "$cfg" "$((s1 - s0))" "$((e1 - e0))" "$hz" <<'PY'
+import re, sys
+log, pods, cfg, sticks, eticks, hz = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+ts = []
+for line in open(log):
+    if "Successfully bound pod to node" in line:
+        m = re.match(r'^I\d{4} (\d\d):(\d\d):(\d\d\.\d+)', line)
+        ts.append(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)))
+span = ts[-1] - ts[0]
+if span < 0: span += 86400
+print(f"{cfg} {(len(ts) - 1) / span:.1f} {sticks / hz * 1000 / pods:.2f} {eticks / hz * 1000 / pods:.2f}")
+PY
+}
+
+results="$W/results.txt"; : >"$results"
+for ((round = 1; round <= rounds; round++)); do
+  for cfg in a b c d; do
+    run "$cfg" >>"$results"
+    line=$(tail -1 "$results")
+    log "round $round: $line (config pods/s scheduler-ms/pod extender-ms/pod)"
+  done
+done
+
+report=$(python3 - "$results" "$nodes" "$pods" "$rounds" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+nodes, pods, rounds = sys.argv[2:5]
+by = {}
+for cfg, rate, s, e in rows:
+    by.setdefault(cfg, []).append((float(rate), float(s), float(e)))
+names = {"a": "(a) no extender", "b": "(b) do-nothing extender, names only (filter+prioritize)",
+         "c": "(c) toposched, filter+prioritize+bind, nodeCacheCapable: true",
+         "d": "(d) toposched, filter+prioritize+bind, nodeCacheCapable: false"}
+med = {c: statistics.median(r[0] for r in v) for c, v in by.items()}
+print(f"| configuration | pods/s (median of {rounds}; each run) | / (a) | / (b) | scheduler CPU ms/pod | extender CPU ms/pod |")
+print("|---|---|---|---|---|---|")
+for c in "abcd":
+    v = by[c]
+    runs = ", ".join(f"{r[0]:.0f}" for r in v)
+    print(f"| {names[c]} | **{med[c]:.0f}** ({runs}) | {med[c] / med['a']:.2f} | {med[c] / med['b']:.2f} | "
+          f"{statistics.median(r[1] for r in v):.2f} | {'-' if c == 'a' else format(statistics.median(r[2] for r in v), '.2f')} |")
+ratio = med["c"] / med["b"]
+print(f"\n(c)/(b) = {ratio:.2f} (target >= 0.9): {'met' if ratio >= 0.9 else 'NOT met'}. {nodes} nodes, {pods} pods, {rounds} rounds.")
+PY
+)
+echo "$report"
+[ -n "$out" ] && echo "$report" >"$out"
