@@ -180,7 +180,11 @@ TEST_F(ExtenderPoolsTest, DeletedPodKeepsItsIdsUntilThePartitionIsGone) {
   EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kReleasing);
   EXPECT_EQ(PoolBusy(), 0xFFFFu);
   EXPECT_THAT(Bind("q", "uid-q", 1, "head-2"), HasSubstr("does not fit"));
+  ext_->ExpireReservations();  // the housekeeping tick also publishes the pending removals
+  EXPECT_THAT(metrics_.Serialize(), HasSubstr("toposched_partition_removals_pending 1"));
   WaitForRemovals();
+  ext_->ExpireReservations();
+  EXPECT_THAT(metrics_.Serialize(), HasSubstr("toposched_partition_removals_pending 0"));
   EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
   EXPECT_EQ(PoolBusy(), 0u);
   EXPECT_TRUE(fake_.Snapshot().empty());

@@ -31,6 +31,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                        .Help("Ids reserved by a bind in flight, not yet committed")
                        .Register(*registry_)
                        .Add({});
+  removals_pending_ = &prometheus::BuildGauge()
+                           .Name("toposched_partition_removals_pending")
+                           .Help("Partitions being removed; their devices are held until gone")
+                           .Register(*registry_)
+                           .Add({});
   rebuild_conflicts_ = &prometheus::BuildCounter()
                             .Name("toposched_rebuild_conflicts_total")
                             .Help("Pods whose recorded ids conflicted with another pod's")
@@ -58,6 +63,8 @@ void Metrics::CountAllocation(std::string_view resource) {
 }
 
 void Metrics::SetOutstandingReservations(int count) { reservations_->Set(count); }
+
+void Metrics::SetPartitionRemovalsPending(int count) { removals_pending_->Set(count); }
 
 void Metrics::CountRebuildConflicts(int count) { rebuild_conflicts_->Increment(count); }
 

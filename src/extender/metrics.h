@@ -28,6 +28,8 @@ class Metrics {
   void CountRebuildConflicts(int count);
   void CountApiError(std::string_view operation);
   void SetReady(bool ready);
+  // Shared pools: partitions being removed, whose devices stay held until they are gone.
+  void SetPartitionRemovalsPending(int count);
 
   // The Prometheus text exposition of every metric.
   std::string Serialize() const;
@@ -41,6 +43,7 @@ class Metrics {
   prometheus::Counter* rebuild_conflicts_;
   prometheus::Family<prometheus::Counter>* api_errors_;
   prometheus::Gauge* ready_;
+  prometheus::Gauge* removals_pending_;
 };
 
 }  // namespace toposched::extender

@@ -390,6 +390,7 @@ Status ExtenderService::ReconcilePartitions() {
 }
 
 void ExtenderService::ExpireReservations() {
+  if (reaper_) metrics_.SetPartitionRemovalsPending(static_cast<int>(reaper_->Pending()));
   const auto expired = tracker_.ExpireReservations(steady_ns_());
   for (const auto& uid : expired) {
     spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
