@@ -53,7 +53,7 @@ e2e_init() {
   E2E_PORT_BASE="${TOPOSCHED_E2E_PORT_BASE:-23000}"
   ETCD_PORT=$((E2E_PORT_BASE + 79)); ETCD_PEER_PORT=$((E2E_PORT_BASE + 80))
   API_PORT=$((E2E_PORT_BASE + 443)); EXT_PORT=$((E2E_PORT_BASE + 345))
-  NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250))
+  NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250)); SCHED_HEALTH_PORT=$((E2E_PORT_BASE + 251))
   trap 'e2e_teardown' EXIT
   trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
   trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
@@ -311,9 +311,9 @@ e2e_scheduler_config() {
   k -n kube-system get configmap my-scheduler-config -o 'jsonpath={.data.my-scheduler-config\.yaml}' >"$file.orig" ||
     die "cannot read ConfigMap my-scheduler-config"
   [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
-  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" <<'PY'
+  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" <<'PY'
 import re, sys
-src, dst, cache, qps, verbs, url, kc = sys.argv[1:]
+src, dst, cache, qps, verbs, url, kc, hport = sys.argv[1:]
 text = open(src).read()
 def sub(pattern, repl):
     global text
@@ -323,6 +323,8 @@ def sub(pattern, repl):
     text = new
 sub(r'^apiVersion: kubescheduler\.config\.k8s\.io/v1$', 'apiVersion: kubescheduler.config.k8s.io/v1beta1')
 sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
+# v1beta1 serves healthz and metrics on 0.0.0.0:10251 unless told otherwise (v1 dropped the fields).
+sub(r'^kind: KubeSchedulerConfiguration$', f'kind: KubeSchedulerConfiguration\nhealthzBindAddress: 127.0.0.1:{hport}\nmetricsBindAddress: 127.0.0.1:{hport}')
 sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
 sub(r'^(\s*- urlPrefix: ).*$', rf'\g<1>{url}')
 sub(r'^(\s*)nodeCacheCapable: true$', rf'\1nodeCacheCapable: {cache}')
