@@ -3,7 +3,10 @@
 #   1. release build: unit, integration (loopback HTTP, fake API server, fake kubelet) and CLI tests
 #   2. ASan+UBSan build: the same tests under the sanitizers
 #   3. libFuzzer (clang): every parser of untrusted input, a few seconds each
-# Set TOPOSCHED_SKIP_ASAN=1 or TOPOSCHED_SKIP_FUZZ=1 to leave a tier out.
+#   4. end to end (scripts/e2e.sh): a real Kubernetes 1.20.2 control plane, kubelet and containerd;
+#      only as root, and only while at least TOPOSCHED_E2E_BUDGET_MIN (default 25) minutes remain of
+#      TOPOSCHED_TEST_LIMIT_MIN (default 90); it says so when it skips
+# Set TOPOSCHED_SKIP_ASAN=1, TOPOSCHED_SKIP_FUZZ=1 or TOPOSCHED_SKIP_E2E=1 to leave a tier out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -22,4 +25,15 @@ if [ "${TOPOSCHED_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== libFuzzer targets (ASan+UBSan, a few seconds each) =="
   scripts/build.sh fuzz
   ctest --preset fuzz
+fi
+
+if [ "${TOPOSCHED_SKIP_E2E:-0}" = "1" ]; then
+  echo "== end to end: skipped (TOPOSCHED_SKIP_E2E=1) =="
+elif [ "$(id -u)" != 0 ]; then
+  echo "== end to end: skipped (needs root: apt-get, kubelet, containerd; see docs/e2e.md) =="
+elif [ $((SECONDS / 60 + ${TOPOSCHED_E2E_BUDGET_MIN:-25})) -gt "${TOPOSCHED_TEST_LIMIT_MIN:-90}" ]; then
+  echo "== end to end: skipped (the other tiers took $((SECONDS / 60)) min; the e2e tier needs up to ${TOPOSCHED_E2E_BUDGET_MIN:-25} of the ${TOPOSCHED_TEST_LIMIT_MIN:-90}) =="
+else
+  echo "== end to end: real Kubernetes 1.20.2 (scripts/e2e.sh) =="
+  scripts/e2e.sh
 fi
