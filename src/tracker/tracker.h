@@ -77,7 +77,8 @@ struct NodeInfo {
   std::string instance_type;
   int lnc = 0;  // 0 = the type's default
   // A shared pool this node reaches (label toposched.io/ipu-pool); empty = its own devices.
-  std::string pool;
+  // Initialized so that {name, type, lnc} stays warning-free.
+  std::string pool{};
 };
 
 // kReleasing: the pod is gone or its bind failed, but what was made for it (a partition) still
