@@ -58,7 +58,8 @@ e2e_init() {
   trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
   trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
   local limit="${TOPOSCHED_E2E_TIMEOUT:-600}"
-  ( sleep "$limit"; log "watchdog: $E2E_NAME ran over ${limit}s"; kill -TERM $$ ) 2>/dev/null &
+  # The sleep must not hold our stdout/stderr open: ctest waits for every writer of its pipe.
+  ( sleep "$limit" </dev/null >/dev/null 2>&1; log "watchdog: $E2E_NAME ran over ${limit}s"; kill -TERM $$ ) 2>/dev/null &
   E2E_WATCHDOG=$!
   log "$E2E_NAME: k8s $K8S_BIN, toposched $TOPOSCHED_BIN, work dir $W"
 }
@@ -120,7 +121,10 @@ e2e_teardown() {
   local rc=$?
   set +e
   [ $rc = 0 ] || [ $rc = 77 ] || E2E_FAILED=1
-  [ -n "${E2E_WATCHDOG:-}" ] && kill "$E2E_WATCHDOG" 2>/dev/null
+  if [ -n "${E2E_WATCHDOG:-}" ]; then
+    pkill -P "$E2E_WATCHDOG" -x sleep 2>/dev/null
+    kill "$E2E_WATCHDOG" 2>/dev/null
+  fi
   if [ "$E2E_FAILED" = 1 ] && [ -n "${W:-}" ]; then
     log "failure: last lines of each log in $W"
     local f
