@@ -252,6 +252,46 @@ TEST_F(ServiceTest, RebuildRestoresRecordedPodsAndReportsConflicts) {
   EXPECT_EQ(writer_.Bindings().at("uid-n").annotations.at("AWS_NEURON_IDS"), "8,9,10,11");
 }
 
+TEST_F(ServiceTest, PodsPlacedByAwsExtenderCountAsUsed) {
+  // AWS's extender writes only AWS_NEURON_IDS (every container's ids, init containers first).
+  kube::Pod pod;
+  pod.ns = "default";
+  pod.name = "aws-placed";
+  pod.uid = "uid-aws";
+  pod.node_name = "trn-a";
+  pod.phase = "Running";
+  kube::Container init;
+  init.name = "warmup";
+  init.requests["aws.amazon.com/neuron"] = 1;
+  pod.init_containers.push_back(init);
+  kube::Container main;
+  main.name = "main";
+  main.requests["aws.amazon.com/neuron"] = 4;
+  pod.containers.push_back(main);
+  pod.annotations["AWS_NEURON_IDS"] = "8,4,5,6,7";
+  pod.annotations["NEURON_ALLOCATED"] = "true";
+  pod.annotations["NEURON_ALLOC_TIME"] = "100";
+  service_.ReplacePods({pod});
+  auto hold = service_.tracker().Find("uid-aws");
+  ASSERT_TRUE(hold.has_value());
+  // A new 4-device pod does not get the AWS-placed row.
+  Filter(testing::PodJson("n", "uid-n", "aws.amazon.com/neuron", 4), {"trn-a"});
+  EXPECT_EQ(Bind("n", "uid-n", "trn-a")["Error"], "");
+  EXPECT_NE(writer_.Bindings().at("uid-n").annotations.at("AWS_NEURON_IDS"), "4,5,6,7");
+
+  // A count that does not add up is reported, not guessed.
+  kube::Pod broken = pod;
+  broken.uid = "uid-broken";
+  broken.name = "broken";
+  broken.annotations["AWS_NEURON_IDS"] = "0,1";
+  service_.UpsertPod(broken);
+  EXPECT_FALSE(service_.tracker().Find("uid-broken").has_value());
+  service_.ReplacePods({pod, broken});
+  EXPECT_TRUE(service_.tracker().Find("uid-aws").has_value());
+  EXPECT_FALSE(service_.tracker().Find("uid-broken").has_value());
+  EXPECT_THAT(metrics_.Serialize(), ::testing::HasSubstr("toposched_rebuild_conflicts_total 1"));
+}
+
 TEST_F(ServiceTest, FullNodeObjectsAnswerWithNodesNotNames) {
   const std::string body =
       testing::NodesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuroncore", 9),

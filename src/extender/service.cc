@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kube/allocation_record.h"
+#include "topology/id_ranges.h"
 
 namespace toposched::extender {
 namespace {
@@ -429,12 +430,60 @@ void ExtenderService::DeleteNode(const kube::Node& node) {
   tracker_.RemoveNode(node.name);
 }
 
+namespace {
+
+bool HasAllocationAnnotation(const kube::Pod& pod) {
+  return pod.annotations.count(kube::kAnnotationRecord) != 0 ||
+         pod.annotations.count(kube::kAnnotationNeuronIds) != 0;
+}
+
+// A pod placed by AWS's extender carries only AWS_NEURON_IDS: every container's ids together, in
+// kubelet's order (init containers, then app containers; devices before cores). Splits them back
+// the way the device plugin does, so that such pods count as used after a switch to toposched.
+Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, const std::string& text,
+                                                const ResourceNames& names) {
+  auto ids = topology::ParseIdRanges(text, topology::kMaxCores);
+  if (!ids.ok()) {
+    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, ids.error())};
+  }
+  auto requests = RequestsOf(pod, names);
+  if (!requests.ok()) return Error{requests.error()};
+  size_t wanted = 0;
+  for (const auto& c : requests->spec.containers) wanted += static_cast<size_t>(c.request.count);
+  if (wanted != ids->size()) {
+    return Error{fmt::format("annotation {} lists {} ids but the pod's containers ask for {}",
+                             kube::kAnnotationNeuronIds, ids->size(), wanted)};
+  }
+  kube::AllocationRecord record;
+  record.node = pod.node_name;
+  size_t next = 0;
+  for (size_t i = 0; i < requests->spec.containers.size(); ++i) {
+    const auto& c = requests->spec.containers[i];
+    const auto count = static_cast<size_t>(c.request.count);
+    record.containers.push_back(
+        {c.name, requests->resource_of[i],
+         std::vector<int>(ids->begin() + static_cast<std::ptrdiff_t>(next),
+                          ids->begin() + static_cast<std::ptrdiff_t>(next + count))});
+    next += count;
+  }
+  return record;
+}
+
+}  // namespace
+
 Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
-  auto it = pod.annotations.find(kube::kAnnotationRecord);
-  if (it == pod.annotations.end()) return Error{"no allocation record"};
-  auto record = kube::ParseAllocationRecord(it->second);
-  if (!record.ok())
-    return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
+  Result<kube::AllocationRecord> record = Error{"no allocation record"};
+  if (auto it = pod.annotations.find(kube::kAnnotationRecord); it != pod.annotations.end()) {
+    record = kube::ParseAllocationRecord(it->second);
+    if (!record.ok())
+      return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
+  } else if (auto aws = pod.annotations.find(kube::kAnnotationNeuronIds);
+             aws != pod.annotations.end()) {
+    record = RecordFromAwsIds(pod, aws->second, options_.resources);
+    if (!record.ok()) return Error{record.error()};
+  } else {
+    return Error{"no allocation record"};
+  }
   if (record->node != pod.node_name) {
     return Error{fmt::format("allocation record names node {} but the pod runs on {}", record->node,
                              pod.node_name)};
@@ -494,7 +543,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     if (pod.node_name.empty()) continue;
     auto rec = RecordedFromPod(pod);
     if (!rec.ok()) {
-      if (pod.annotations.count(kube::kAnnotationRecord) != 0) {
+      if (HasAllocationAnnotation(pod)) {
         ++invalid;
         ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
       }
@@ -548,7 +597,7 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   if (pod.node_name.empty()) return;
   auto rec = RecordedFromPod(pod);
   if (!rec.ok()) {
-    if (pod.annotations.count(kube::kAnnotationRecord) != 0) {
+    if (HasAllocationAnnotation(pod)) {
       ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
     }
     return;
