@@ -345,6 +345,14 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
   {
     std::lock_guard lock(mutex_);
     auto pods = pods_.PodsOnNode();
+    // As in Allocate: the cached list may trail kubelet, which asks for a preference right after
+    // the binding (seen with a real kubelet 1.20, test/e2e/kubelet.sh: 28 ms after the bind the
+    // cache had no annotation, kubelet's checkpoint got topology's ids, the container the
+    // recorded ones). Ask the API itself before choosing by topology.
+    if (!pods.ok() || Candidates(*pods, resource, size, nullptr).empty()) {
+      auto fresh = pods_.PodsOnNodeFresh();
+      if (fresh.ok() || !pods.ok()) pods = std::move(fresh);
+    }
     if (pods.ok()) {
       for (const Candidate& candidate : Candidates(*pods, resource, size, nullptr)) {
         if (IsSubset(candidate.claim.ids, avail) && IsSubset(must_include, candidate.claim.ids)) {
