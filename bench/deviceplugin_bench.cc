@@ -204,7 +204,8 @@ void BM_AllocateThroughApi100Pods(benchmark::State& state) {
     return;
   }
   // 99 pods already there: 90 without Neuron devices, 9 served ones on devices 8-15 and 3.
-  for (int i = 0; i < 90; ++i) api.UpsertPod(ApiPodJson("web-" + std::to_string(i), "", 0, true, 0));
+  for (int i = 0; i < 90; ++i)
+    api.UpsertPod(ApiPodJson("web-" + std::to_string(i), "", 0, true, 0));
   for (int d = 8; d < 16; ++d) {
     api.UpsertPod(ApiPodJson("served-" + std::to_string(d), std::to_string(d), 1, true, d));
   }
@@ -367,8 +368,8 @@ void BM_PreferredAllocation128Cores(benchmark::State& state) {
     v1beta1::PreferredAllocationResponse response;
     const auto t0 = std::chrono::steady_clock::now();
     const grpc::Status status = stub->GetPreferredAllocation(&context, request, &response);
-    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     if (!status.ok() || response.container_responses(0).deviceids_size() != state.range(0)) {
       state.SkipWithError("GetPreferredAllocation failed or answered the wrong size");
       break;

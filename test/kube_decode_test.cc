@@ -41,9 +41,8 @@ TEST(KubeDecodeTest, EksNodeKeepsExtendedResourcesAndInstanceType) {
   EXPECT_EQ(node->resource_version, "48213377");
   EXPECT_EQ(node->instance_type, "trn1.32xlarge");
   // Only the labels toposched reads are kept (the other 17 are checked, then dropped).
-  EXPECT_THAT(node->labels,
-              ElementsAre(Pair("beta.kubernetes.io/instance-type", "trn1.32xlarge"),
-                          Pair("node.kubernetes.io/instance-type", "trn1.32xlarge")));
+  EXPECT_THAT(node->labels, ElementsAre(Pair("beta.kubernetes.io/instance-type", "trn1.32xlarge"),
+                                        Pair("node.kubernetes.io/instance-type", "trn1.32xlarge")));
   EXPECT_TRUE(IsNodeLabelWeRead("toposched.io/ipu-pool"));
   EXPECT_FALSE(IsNodeLabelWeRead("topology.k8s.aws/zone-id"));
   EXPECT_FALSE(node->unschedulable);

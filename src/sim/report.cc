@@ -413,10 +413,10 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
                      JsonQuote(trace_name), r.seed);
   out += ",\"fleet\":[";
   for (size_t i = 0; i < r.fleet.size(); ++i) {
-    out += fmt::format("{}{{\"instance_type\":{},\"count\":{}{}}}", i == 0 ? "" : ",",
-                       JsonQuote(r.fleet[i].instance_type), r.fleet[i].count,
-                       r.fleet[i].heads > 0 ? fmt::format(",\"heads\":{}", r.fleet[i].heads)
-                                            : std::string());
+    out += fmt::format(
+        "{}{{\"instance_type\":{},\"count\":{}{}}}", i == 0 ? "" : ",",
+        JsonQuote(r.fleet[i].instance_type), r.fleet[i].count,
+        r.fleet[i].heads > 0 ? fmt::format(",\"heads\":{}", r.fleet[i].heads) : std::string());
   }
   out += fmt::format(
       "],\"nodes\":{},\"total_devices\":{},\"rows\":{},\"gpu_tasks\":{},\"device_requests\":{},"

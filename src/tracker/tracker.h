@@ -241,8 +241,9 @@ class Tracker {
   mutable std::shared_mutex mu_;
   // Open addressing: filter looks up thousands of names per call, and the chained map's pointer
   // walks were a third of that. Entries move on rehash; no pointer into it outlives a lock.
-  boost::unordered_flat_map<std::string, NodeEntry, std::hash<std::string>> nodes_;  // guarded by mu_
-  std::unordered_map<std::string, Hold> holds_;       // guarded by mu_
+  boost::unordered_flat_map<std::string, NodeEntry, std::hash<std::string>>
+      nodes_;                                    // guarded by mu_
+  std::unordered_map<std::string, Hold> holds_;  // guarded by mu_
   // The uids of holds in the reserved state, so that Stats and expiry cost O(reservations),
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_;   // guarded by mu_
