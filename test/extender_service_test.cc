@@ -252,6 +252,21 @@ TEST_F(ServiceTest, RebuildRestoresRecordedPodsAndReportsConflicts) {
   EXPECT_EQ(writer_.Bindings().at("uid-n").annotations.at("AWS_NEURON_IDS"), "8,9,10,11");
 }
 
+TEST_F(ServiceTest, StrippedNodesHandedBackByTheSchedulerTeachNothing) {
+  // With nodeCacheCapable: false, kube-scheduler 1.20 passes our filter answer's Node objects
+  // (only metadata.name) on to prioritize.
+  const std::string stripped =
+      "{\"Pod\":" + testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4) +
+      ",\"Nodes\":{\"items\":[{\"metadata\":{\"name\":\"trn-a\"}}]}}";
+  auto padded = Padded(stripped);
+  auto args = DecodeExtenderArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  (void)service_.Prioritize(*args);
+  const json r = json::parse(service_.Filter(*args));
+  ASSERT_EQ(r["Nodes"]["items"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["Nodes"]["items"][0]["metadata"]["name"], "trn-a");
+}
+
 TEST_F(ServiceTest, PodsPlacedByAwsExtenderCountAsUsed) {
   // AWS's extender writes only AWS_NEURON_IDS (every container's ids, init containers first).
   kube::Pod pod;

@@ -255,8 +255,10 @@ std::string EncodeFilterResult(const FilterResult& r) {
     }
     out += "]";
   } else {
-    // kube-scheduler maps the answer back to its own Node objects by name, so each item carries
-    // only metadata.name instead of echoing megabytes of Node JSON.
+    // Each item carries only metadata.name instead of echoing megabytes of Node JSON.
+    // kube-scheduler (1.20, pkg/scheduler/core/extender.go) passes these objects as they are to
+    // later extenders and to prioritize: the service ignores them as a source of node facts
+    // (ExtenderService::LearnNode), and looks nodes up by name.
     out += "{\"Nodes\":{\"metadata\":{},\"items\":[";
     for (size_t i = 0; i < r.passed.size(); ++i) {
       if (i != 0) out += ',';

@@ -48,6 +48,10 @@ ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptio
 }
 
 void ExtenderService::LearnNode(const kube::Node& node) {
+  if (node.resource_version.empty() && node.labels.empty() && node.allocatable.empty()) {
+    // A stripped Node, e.g. our own filter answer handed back by kube-scheduler: no facts in it.
+    return;
+  }
   NodeFacts facts;
   facts.instance_type = node.instance_type;
   if (auto label = node.labels.find(topology::kPoolLabel); label != node.labels.end()) {
