@@ -349,12 +349,18 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
     // the binding (seen with a real kubelet 1.20, test/e2e/kubelet.sh: 28 ms after the bind the
     // cache had no annotation, kubelet's checkpoint got topology's ids, the container the
     // recorded ones). Ask the API itself before choosing by topology.
-    if (!pods.ok() || Candidates(*pods, resource, size, nullptr).empty()) {
+    std::vector<Candidate> candidates;
+    if (pods.ok()) candidates = Candidates(*pods, resource, size, nullptr);
+    if (!pods.ok() || candidates.empty()) {
       auto fresh = pods_.PodsOnNodeFresh();
-      if (fresh.ok() || !pods.ok()) pods = std::move(fresh);
+      if (fresh.ok() || !pods.ok()) {
+        pods = std::move(fresh);
+        candidates.clear();
+        if (pods.ok()) candidates = Candidates(*pods, resource, size, nullptr);
+      }
     }
     if (pods.ok()) {
-      for (const Candidate& candidate : Candidates(*pods, resource, size, nullptr)) {
+      for (const Candidate& candidate : candidates) {
         if (IsSubset(candidate.claim.ids, avail) && IsSubset(must_include, candidate.claim.ids)) {
           spdlog::debug("preferring {} for {} container {} ({})",
                         topology::FormatIdRanges(candidate.claim.ids), PodKey(*candidate.pod),
