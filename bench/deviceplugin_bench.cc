@@ -171,6 +171,26 @@ void BM_AllocateRoundTrip(benchmark::State& state) {
 }
 BENCHMARK(BM_AllocateRoundTrip)->Arg(1)->Arg(50)->UseRealTime();
 
+// Serves `resource` of `allocations` on a unix socket in `dir` and dials it, as kubelet would.
+struct SocketServer {
+  std::unique_ptr<deviceplugin::PluginEndpoint> endpoint;
+  std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
+};
+Result<SocketServer> ServeOnSocket(const deviceplugin::ResourceSpec& resource,
+                                   deviceplugin::AllocationService& allocations,
+                                   const NodeShape& shape, deviceplugin::HealthBoard& health,
+                                   const std::string& dir, const std::string& socket) {
+  SocketServer out;
+  out.endpoint = std::make_unique<deviceplugin::PluginEndpoint>(
+      resource, dir, socket,
+      deviceplugin::EndpointContext{&shape, &health, &allocations,
+                                    deviceplugin::CoreNumbering::kContainer});
+  if (auto started = out.endpoint->Start(); !started.ok()) return Error{started.error()};
+  out.stub = v1beta1::DevicePlugin::NewStub(
+      grpc::CreateChannel("unix://" + dir + "/" + socket, grpc::InsecureChannelCredentials()));
+  return out;
+}
+
 // A pod of the node as the API serves it. `ids` empty: a pod without Neuron devices.
 std::string ApiPodJson(const std::string& name, const std::string& ids, int count, bool allocated,
                        int64_t alloc_time) {
@@ -228,16 +248,14 @@ void BM_AllocateThroughApi100Pods(benchmark::State& state) {
       source, shape,
       {"n", deviceplugin::CoreNumbering::kContainer,
        deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore")});
-  deviceplugin::PluginEndpoint endpoint(
-      allocations.options().resources[0], dir, "bench.sock",
-      deviceplugin::EndpointContext{&shape, &health, &allocations,
-                                    deviceplugin::CoreNumbering::kContainer});
-  if (auto started = endpoint.Start(); !started.ok()) {
-    state.SkipWithError(started.error().c_str());
+  auto served =
+      ServeOnSocket(allocations.options().resources[0], allocations, shape, health, dir, "a.sock");
+  if (!served.ok()) {
+    state.SkipWithError(served.error().c_str());
     return;
   }
-  auto stub = v1beta1::DevicePlugin::NewStub(
-      grpc::CreateChannel("unix://" + dir + "/bench.sock", grpc::InsecureChannelCredentials()));
+  deviceplugin::PluginEndpoint& endpoint = *served->endpoint;
+  auto& stub = served->stub;
   v1beta1::AllocateRequest request;
   auto* container = request.add_container_requests();
   for (int d = 4; d < 8; ++d) container->add_devices_ids("neuron" + std::to_string(d));
@@ -311,16 +329,14 @@ void BM_PreferredAllocation128Cores(benchmark::State& state) {
        deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore")});
   char pattern[] = "/tmp/tsdpb.XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
-  deviceplugin::PluginEndpoint endpoint(
-      allocations.options().resources[1], dir, "cores.sock",
-      deviceplugin::EndpointContext{&shape, &health, &allocations,
-                                    deviceplugin::CoreNumbering::kContainer});
-  if (auto started = endpoint.Start(); !started.ok()) {
-    state.SkipWithError(started.error().c_str());
+  auto served = ServeOnSocket(allocations.options().resources[1], allocations, shape, health, dir,
+                              "cores.sock");
+  if (!served.ok()) {
+    state.SkipWithError(served.error().c_str());
     return;
   }
-  auto stub = v1beta1::DevicePlugin::NewStub(
-      grpc::CreateChannel("unix://" + dir + "/cores.sock", grpc::InsecureChannelCredentials()));
+  deviceplugin::PluginEndpoint& endpoint = *served->endpoint;
+  auto& stub = served->stub;
   // kubelet offers all 128 cores but every other one of the first half; ask for 16 including one.
   v1beta1::PreferredAllocationRequest request;
   auto* ask = request.add_container_requests();
