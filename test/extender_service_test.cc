@@ -128,6 +128,37 @@ TEST_F(ServiceTest, BindOfUnknownOrAlreadyBoundPodIsAnErrorAndChangesNothing) {
   EXPECT_EQ(service_.tracker().Stats().committed, before.committed);
 }
 
+TEST_F(ServiceTest, BeforeTheFirstSyncNeuronPodsAreRefusedAndRetriedNotGuessed) {
+  // A restarted extender that has not listed the pods yet would hand out ids running pods hold.
+  ExtenderService fresh(
+      topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_, [this] { return now_; },
+      [] { return int64_t{1}; });
+  auto node = kube::DecodeNode(testing::EksNodeJson("trn-a", "trn1.32xlarge", 16, 32));
+  ASSERT_TRUE(node.ok());
+  fresh.ReplaceNodes({*node});  // nodes listed, pods not yet
+  ASSERT_FALSE(fresh.Ready());
+  const auto neuron = Padded(
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4), {"trn-a"}));
+  const json r = json::parse(fresh.Filter(*DecodeExtenderArgs(neuron)));
+  EXPECT_TRUE(r["NodeNames"].empty());
+  EXPECT_TRUE(r["FailedAndUnresolvableNodes"].empty());  // resolvable: the scheduler retries
+  EXPECT_THAT(r["FailedNodes"]["trn-a"].get<std::string>(), ::testing::HasSubstr("starting"));
+  EXPECT_THAT(
+      json::parse(fresh.Bind({"p", "default", "uid-p", "trn-a"}))["Error"].get<std::string>(),
+      ::testing::HasSubstr("starting"));
+  EXPECT_TRUE(writer_.Bindings().empty());
+  // Pods that ask for no Neuron resource are not ours to hold back.
+  const auto other =
+      Padded(testing::NamesArgs(testing::PodJson("o", "uid-o", "example.com/other", 1), {"trn-a"}));
+  EXPECT_THAT(json::parse(fresh.Filter(*DecodeExtenderArgs(other)))["NodeNames"],
+              ElementsAre("trn-a"));
+  fresh.ReplacePods({});
+  ASSERT_TRUE(fresh.Ready());
+  EXPECT_THAT(json::parse(fresh.Filter(*DecodeExtenderArgs(neuron)))["NodeNames"],
+              ElementsAre("trn-a"));
+  EXPECT_EQ(json::parse(fresh.Bind({"p", "default", "uid-p", "trn-a"}))["Error"], "");
+}
+
 TEST_F(ServiceTest, FailedBindRollsBack) {
   Filter(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 16), {"trn-a"});
   // A pod the writer already has (another binder got there first) makes the write fail.

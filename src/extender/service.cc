@@ -113,6 +113,11 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
     result.passed.assign(names.begin(), names.end());  // not ours: every node passes untouched
     return EncodeFilterResult(result);
   }
+  if (!Ready()) {
+    // Resolvable, so kube-scheduler retries the pod once we know what is taken.
+    for (const auto& n : names) result.failed[n] = std::string(kNotReadyReason);
+    return EncodeFilterResult(result);
+  }
   result.passed.reserve(names.size());
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
@@ -150,6 +155,7 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
 
 std::string ExtenderService::Bind(const BindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
+  if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
   PodRequests requests;
   {
     std::shared_lock lock(mu_);
@@ -280,6 +286,7 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
     return EncodePreemptionResult(args.node_victims);  // not ours to judge
   }
   std::map<std::string, Victims> out;
+  if (!Ready()) return EncodePreemptionResult(out);  // no victims for ids we cannot see yet
   for (const auto& [node, victims] : args.node_victims) {
     // Victims holding none of our ids were chosen for other resources (cpu, memory): keep them.
     // Among those holding ids, keep only the fewest that free a legal set.

@@ -29,6 +29,12 @@
 
 namespace toposched::extender {
 
+// Filter and bind refuse Neuron pods until the first sync is done: before the pods are listed,
+// the tracker cannot know which ids running pods hold (e.g. a restart while pods arrive).
+inline constexpr std::string_view kNotReadyReason =
+    "toposched is starting: the nodes and pods are not yet listed from the API server; the pod "
+    "will be retried";
+
 // Where bind writes go: the API server, or memory in offline mode.
 class ClusterWriter {
  public:
