@@ -1,6 +1,7 @@
 #include "deviceplugin/manager.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -90,8 +91,16 @@ DevicePluginManager::~DevicePluginManager() = default;
 
 bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
   std::string last_error;
+  std::optional<Inventory> previous;  // the last scan that found devices, not yet confirmed
   while (!stop) {
     auto inventory = Discover(options_.host);
+    if (inventory.ok() && previous != *inventory) {
+      // First sight, or the tree changed since: the driver may still be making it. Look again.
+      if (previous) spdlog::info("sysfs changed while being read; reading it again");
+      previous = *inventory;
+      if (!SleepUnlessStopped(stop, options_.discovery_settle)) break;
+      continue;
+    }
     Result<NodeTopology> resolved =
         inventory.ok() ? ResolveTopology(catalog_, *inventory, options_.instance_type_override)
                        : Result<NodeTopology>(Error{inventory.error()});

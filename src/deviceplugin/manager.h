@@ -38,6 +38,9 @@ struct PluginOptions {
 
   std::chrono::milliseconds health_interval{250};
   std::chrono::milliseconds discovery_interval{10000};
+  // A found inventory is used only once a second scan this much later agrees (the driver makes
+  // its sysfs entries one device at a time while it loads).
+  std::chrono::milliseconds discovery_settle{300};
   std::chrono::milliseconds register_retry{2000};
   std::chrono::milliseconds register_timeout{10000};
   // Period of the PodResources pass (0 = only after an unannotated grant), and the delay after

@@ -46,6 +46,7 @@ struct SysfsDevice {
   int index = 0;
   int physical_cores = 0;
   std::vector<int> connected;
+  bool operator==(const SysfsDevice&) const = default;
 };
 
 struct Inventory {
@@ -53,6 +54,7 @@ struct Inventory {
   std::vector<SysfsDevice> devices;   // ascending index
   int lnc = 0;                        // 0 when the node has no LNC file
   std::vector<std::string> warnings;  // unreadable or malformed parts that were skipped
+  bool operator==(const Inventory&) const = default;
 };
 
 // Reads the whole inventory. An error means there is nothing to serve (no driver, no devices),
