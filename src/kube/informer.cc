@@ -298,7 +298,11 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
   if (*status != 200 || error_event) {
     if (*status != 200) {
       request_errors_.fetch_add(1);
-      spdlog::warn("informer {}: watch answered HTTP {}", kind, *status);
+      spdlog::warn("informer {}: watch answered HTTP {}{}", kind, *status,
+                   *status == 401 || *status == 403
+                       ? " (not allowed: the account's role must grant watch on this resource; "
+                         "see deploy/*-rbac.yaml)"
+                       : "");
     }
     return WatchEnd::kFailed;
   }

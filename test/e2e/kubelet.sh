@@ -78,3 +78,8 @@ pass "kubelet restarted: the plugin registered again and served the next pod"
 
 ids_disjoint "$(pod_ids dev-3)" "$(pod_ids dev-2)" "$(pod_ids dev-1)" || die "device ids overlap on kn"
 check_no_double_allocation >&2 || die "an id was given twice"
+# Both ran with exactly the RBAC of deploy/*-rbac.yaml: a refused list, watch or write is a defect
+# of the manifests even when a fallback hid it (the plugin's Allocate lists when its cache misses).
+denied=$(grep -hE "HTTP 40[13]|[Ff]orbidden" "$W"/device-plugin-*.log "$W"/extender-*.log | head -3 || true)
+[ -z "$denied" ] || die "the API server refused a request of ours (RBAC in deploy/): $denied"
+pass "neither the device plugin nor the extender was refused anything by the API server"
