@@ -257,6 +257,21 @@ TEST(Catalog, NonNeuronExamplesAreAsDocumented) {
   EXPECT_EQ(ipu.sizes, (std::vector<int>{1, 2, 4, 8, 16}));
 }
 
+TEST(Catalog, SageMakerNamesAreTheSameMachinesAsTheirEc2Names) {
+  for (const char* ec2 : {"inf2.xlarge", "inf2.8xlarge", "inf2.24xlarge", "inf2.48xlarge",
+                          "trn1.2xlarge", "trn1.32xlarge", "trn1n.32xlarge"}) {
+    SCOPED_TRACE(ec2);
+    const InstanceType& a = TypeOf(ec2);
+    const InstanceType& ml = TypeOf(std::string("ml.") + ec2);
+    EXPECT_EQ(ml.name, std::string("ml.") + ec2);
+    EXPECT_EQ(ml.devices, a.devices);
+    EXPECT_EQ(ml.cores_per_device, a.cores_per_device);
+    EXPECT_EQ(ml.rule, a.rule);
+    EXPECT_EQ(ml.sizes, a.sizes);
+    EXPECT_EQ(ml.adjacency, a.adjacency);
+  }
+}
+
 TEST(Catalog, FindReturnsNullForUnknownTypes) {
   EXPECT_EQ(Embedded().Find("trn9.huge"), nullptr);
   EXPECT_EQ(Embedded().Find(""), nullptr);
