@@ -134,7 +134,7 @@ class HttpService : public PartitionService {
     if (reply.status == 401 || reply.status == 403) {
       return Error{
           fmt::format("partition service at {} refused our credentials (HTTP {}): {}; "
-                      "check --partition-service-token",
+                      "check --partition-service-token-file",
                       config_.url, reply.status, ErrorText(reply.body))};
     }
     return reply;
