@@ -637,6 +637,21 @@ TEST_F(TrackerTest, AdoptRecordsCommittedAllocationsAndRefusesConflicts) {
   ASSERT_TRUE(tracker_.Adopt(RecordedPod{"mine", "ns/mine", r.value()}).ok());
   EXPECT_EQ(tracker_.Find("mine")->state, HoldState::kCommitted);
   EXPECT_THAT(tracker_.ExpireReservations(10), IsEmpty());
+  // Recorded on the same node with other ids than it holds (another writer's bind): the record
+  // wins when those ids are free; refused, keeping the hold, when another pod has them.
+  auto other = tracker_.Reserve(DevPod("other", 1), "inf", 10);
+  ASSERT_TRUE(other.ok());
+  const std::vector<int> held = tracker_.Find("mine")->allocation.containers[0].placement.ids;
+  ASSERT_TRUE(tracker_.Adopt(Record("mine", "inf", {DevicePlacement({9})})).ok());
+  EXPECT_THAT(tracker_.Find("mine")->allocation.containers[0].placement.ids, ElementsAre(9));
+  EXPECT_THAT(BusyDevices("inf"),
+              ::testing::UnorderedElementsAre(9, other->containers[0].placement.ids[0]));
+  auto taken =
+      tracker_.Adopt(Record("mine", "inf", {DevicePlacement(other->containers[0].placement.ids)}));
+  ASSERT_FALSE(taken.ok());
+  EXPECT_THAT(taken.error(), HasSubstr("held by other"));
+  EXPECT_THAT(tracker_.Find("mine")->allocation.containers[0].placement.ids, ElementsAre(9));
+  EXPECT_NE(held, std::vector<int>{9});
   // Recorded on another node than the one it holds: an error.
   EXPECT_FALSE(tracker_.Adopt(Record("mine", "trn", {DevicePlacement({0})})).ok());
   EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(Range(4, 7)));

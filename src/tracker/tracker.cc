@@ -619,6 +619,21 @@ std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
   return expired;
 }
 
+namespace {
+bool SameIds(const PodAllocation& a, const PodAllocation& b) {
+  if (a.containers.size() != b.containers.size()) return false;
+  for (size_t i = 0; i < a.containers.size(); ++i) {
+    const topology::Placement& x = a.containers[i].placement;
+    const topology::Placement& y = b.containers[i].placement;
+    if (a.containers[i].container != b.containers[i].container || x.unit != y.unit ||
+        x.ids != y.ids) {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 Status Tracker::Adopt(const RecordedPod& pod) {
   std::unique_lock lock(mu_);
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
@@ -626,6 +641,26 @@ Status Tracker::Adopt(const RecordedPod& pod) {
       return Error{fmt::format("pod {} is being released", pod.name)};
     }
     if (it->second.allocation.node == pod.allocation.node) {
+      if (!SameIds(it->second.allocation, pod.allocation)) {
+        // The pod's record is what the device plugin will serve: hold exactly that, or refuse
+        // and keep what is held.
+        auto nit = nodes_.find(pod.allocation.node);
+        if (nit == nodes_.end()) {
+          return Error{fmt::format("node {} is not known", pod.allocation.node)};
+        }
+        PoolState& pool = nit->second.pool();
+        if (auto s = ValidateAllocation(pool, pod.allocation); !s.ok()) return s;
+        ReleaseLocked(pool, pod.uid, it->second.allocation);
+        if (!TakeLocked(pool, pod.allocation)) {
+          const auto holders = HoldersOverlapping(pool, pod.allocation);
+          TakeLocked(pool, it->second.allocation);  // just released, so it fits again
+          pool.pods.push_back(pod.uid);
+          return Error{fmt::format("pod {} records ids on {} that are held by {}", pod.name,
+                                   pod.allocation.node, fmt::join(holders, ", "))};
+        }
+        pool.pods.push_back(pod.uid);
+        it->second.allocation = pod.allocation;
+      }
       it->second.state = HoldState::kCommitted;  // our own bind, seen again through the watch
       it->second.deadline_ns = 0;
       reserved_uids_.erase(pod.uid);
