@@ -9,6 +9,9 @@
 #   e2e_scheduler [nodeCache] [qps] kube-scheduler `my-scheduler` with deploy/my-scheduler.yaml's config
 #   e2e_node NAME TYPE [cpu]       a Node object of an instance type, status patched, taint removed
 #   e2e_kubelet_node NAME TYPE     containerd + kubelet + `toposched device-plugin` on a fake sysfs tree
+#   e2e_images                     (pods.sh) the toposched and pause images, built by scripts/image.sh (or SKIP);
+#                                  then e2e_control_plane runs with in-cluster credentials (E2E_IN_CLUSTER=1),
+#                                  and e2e_kubelet_node imports the images and starts no local device plugin
 #
 # Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
 # Environment: TOPOSCHED_BIN (the toposched binary), TOPOSCHED_E2E_CACHE, TOPOSCHED_E2E_TIMEOUT (s),
@@ -132,7 +135,22 @@ e2e_teardown() {
   fi
   local i
   for ((i = ${#E2E_PIDS[@]} - 1; i >= 0; i--)); do
+    [ "${E2E_NAMES[$i]}" = containerd ] && e2e_containerd_cleanup
     [ "${E2E_NAMES[$i]}" = "(stopped)" ] || stop "${E2E_NAMES[$i]}"
+  done
+  local d e
+  for d in "${E2E_VARLOG[@]}"; do
+    [ -d "$d" ] || continue
+    # The containers' logs first go to the work dir, where the failure report shows them.
+    [ "$d" = /var/log/pods ] && [ -n "${W:-}" ] && [ -d "$W" ] && ls -A "$d" | while read -r e; do
+      { [ -f "$W/varlog-pods.made" ] || ! grep -qxF -- "$e" "$W/varlog-pods.before"; } &&
+        cat "$d/$e"/*/*.log >"$W/pod-${e%_*}.log" 2>/dev/null
+    done
+    if [ -f "$W/varlog-$(basename "$d").made" ]; then
+      rm -rf "$d"
+    else
+      ls -A "$d" | while read -r e; do grep -qxF -- "$e" "$W/varlog-$(basename "$d").before" || rm -rf "${d:?}/$e"; done
+    fi
   done
   if [ -n "${W:-}" ] && [ -d "$W" ]; then
     # containerd-shim or runc leftovers and mounts under the work dir (kubelet, containerd).
@@ -148,16 +166,25 @@ e2e_teardown() {
   exit $rc
 }
 
-# Kills processes whose command line mentions DIR (shims started by our containerd), by pid.
+# Kills processes whose command line mentions DIR (shims started by our containerd), or that run in
+# the cgroup of a container of our containerd (cgroupsPath /k8s.io/<id>, <id> a task in its state
+# under DIR; their /proc/PID/root reads "/" from here), by pid.
 pkill_under() {
   local dir="$1" p
   for p in /proc/[0-9]*; do
     [ -r "$p/cmdline" ] || continue
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$dir"; then
+    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$dir" || in_our_container "$dir" "$p"; then
       local pid="${p#/proc/}"
       [ "$pid" = $$ ] || [ "$pid" = "$BASHPID" ] || kill -KILL "$pid" 2>/dev/null
     fi
   done
+}
+
+# in_our_container DIR /proc/PID: PID's cgroup is a container of the containerd whose state is in DIR.
+in_our_container() {
+  local id
+  id=$(awk -F/ '/k8s\.io\// {print $NF; exit}' "$2/cgroup" 2>/dev/null)
+  [ -n "$id" ] && [ -d "$1/ctd/state/io.containerd.runtime.v2.task/k8s.io/$id" ]
 }
 
 # wait_for SECONDS DESCRIPTION CMD...: polls CMD every 0.2 s until it succeeds or time runs out.
@@ -242,7 +269,7 @@ e2e_control_plane() {
     --token-auth-file "$W/pki/tokens.csv" --authorization-mode RBAC \
     --service-account-key-file "$W/pki/sa.pub" --service-account-signing-key-file "$W/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
-    --service-cluster-ip-range 10.96.0.0/16 --disable-admission-plugins ServiceAccount \
+    --service-cluster-ip-range 10.96.0.0/16 $(e2e_sa_admission_flags) \
     --enable-priority-and-fairness=false --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
     --profiling=false --logtostderr --v=0
   kubeconfig "$W/admin.kubeconfig" "$ADMIN_TOKEN"
@@ -252,7 +279,37 @@ e2e_control_plane() {
   wait_for 60 "bootstrap ClusterRole system:kube-scheduler" k get clusterrole system:kube-scheduler
   wait_for 60 "priority class system-node-critical" k get priorityclass system-node-critical
   log "kube-apiserver $(k version --short 2>/dev/null | tail -1) ready on 127.0.0.1:$API_PORT"
+  [ "${E2E_IN_CLUSTER:-0}" = 1 ] && e2e_in_cluster_objects
   e2e_apply_deploy
+}
+
+# Pods get ServiceAccount credentials only with E2E_IN_CLUSTER=1 (pods.sh). Otherwise the
+# ServiceAccount admission plugin is off: no controller-manager runs to create the `default`
+# ServiceAccounts it insists on, and no pod starts anyway.
+# With it on, BoundServiceAccountTokenVolume (alpha in 1.20, default from 1.21) makes the plugin
+# mount a projected volume (a TokenRequest token kubelet fetches and refreshes, the kube-root-ca.crt
+# ConfigMap, the namespace) instead of a legacy token Secret, which only the token controller fills.
+e2e_sa_admission_flags() {
+  if [ "${E2E_IN_CLUSTER:-0}" = 1 ]; then
+    echo --enable-admission-plugins ServiceAccount --feature-gates BoundServiceAccountTokenVolume=true
+  else
+    echo --disable-admission-plugins ServiceAccount
+  fi
+}
+
+# What kube-controller-manager would publish and nobody else does: the `default` ServiceAccount of
+# each namespace (serviceaccount controller) and the kube-root-ca.crt ConfigMap with the cluster's CA
+# (root-ca-cert-publisher), in default and kube-system.
+e2e_in_cluster_objects() {
+  local ns ca out
+  ca=$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$W/pki/ca.crt")
+  for ns in default kube-system; do
+    out=$(api POST "/api/v1/namespaces/$ns/serviceaccounts" "{\"apiVersion\":\"v1\",\"kind\":\"ServiceAccount\",\"metadata\":{\"name\":\"default\"}}") || die "create ServiceAccount $ns/default"
+    grep -q -e '"kind": *"ServiceAccount"' -e AlreadyExists <<<"$out" || die "create ServiceAccount $ns/default: $out"
+    out=$(api POST "/api/v1/namespaces/$ns/configmaps" "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"kube-root-ca.crt\"},\"data\":{\"ca.crt\":$ca}}") || die "create ConfigMap $ns/kube-root-ca.crt"
+    grep -q '"kind": *"ConfigMap"' <<<"$out" || die "create ConfigMap $ns/kube-root-ca.crt: $out"
+  done
+  log "in-cluster credentials: ServiceAccount admission with bound token volumes; default ServiceAccounts and kube-root-ca.crt created as kube-controller-manager would"
 }
 
 # The operator's manifests, applied as they are. No controller-manager runs here, so the
@@ -366,7 +423,7 @@ type_shape() {
   python3 - "$E2E_REPO/catalog/instance-types.yaml" "$t" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
-m = re.search(r'^  ' + re.escape(sys.argv[2]) + r':\n((?:    .*\n|\s*\n)+)', text, re.M)
+m = re.search(r'^  ' + re.escape(sys.argv[2]) + r':(?: &\S+)?\n((?:    .*\n|\s*\n)+)', text, re.M)
 body = m.group(1)
 d = int(re.search(r'^    devices: (\d+)', body, re.M).group(1))
 c = int(re.search(r'^    cores_per_device: (\d+)', body, re.M).group(1))
@@ -469,7 +526,7 @@ import json, re, sys
 pods = json.load(open(sys.argv[1]))["items"]
 cat = open(sys.argv[2]).read()
 def cores_per_device(t):
-    m = re.search(r'^  ' + re.escape(t) + r':\n((?:    .*\n|\s*\n)+)', cat, re.M)
+    m = re.search(r'^  ' + re.escape(t) + r':(?: &\S+)?\n((?:    .*\n|\s*\n)+)', cat, re.M)
     body = m.group(1)
     lnc = re.search(r'lnc: \{physical_cores_per_device: (\d+), allowed: \[[^\]]*\], default: (\d+)\}', body)
     c = int(re.search(r'^    cores_per_device: (\d+)', body, re.M).group(1))
@@ -608,14 +665,78 @@ state = "$c/state"
   path = "$c/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   enable_selinux = false
+  # kubelet asks for oom_score_adj -998 (sandboxes) and -997 (critical pods); lowering it needs
+  # CAP_SYS_RESOURCE, which a test machine (a VM sandbox, a container) may not give root, and then
+  # runc fails with "can't get final child's PID from pipe". Clamped to containerd's own value instead.
+  restrict_oom_score_adj = true
+${E2E_PAUSE_IMAGE:+  sandbox_image = \"$E2E_PAUSE_IMAGE\"}
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # runc's state in the work dir, not /run/containerd/runc (the machine's containerd's).
+        Root = "$c/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$c/cni/bin"
     conf_dir = "$c/cni/conf"
 TOML
   start containerd "$W/containerd.log" containerd --config "$c/config.toml"
   wait_for 30 "containerd socket" test -S "$c/c.sock"
+}
+
+ctr_() { timeout 30 ctr --address "$W/ctd/c.sock" -n k8s.io "$@"; }
+
+# Before our containerd stops: kill and delete every task and container it runs, so the shims exit
+# (and remove their sockets under /run/containerd/s) instead of being SIGKILLed with containers left.
+e2e_containerd_cleanup() {
+  [ -S "$W/ctd/c.sock" ] || return 0
+  local id n=0
+  for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1; n=$((n + 1)); done
+  [ $n = 0 ] && [ -z "$(ctr_ containers ls -q 2>/dev/null)" ] && return 0
+  sleep 1
+  for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks delete -f "$id" >/dev/null 2>&1; done
+  for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
+  log "containerd: killed $n tasks, $(ctr_ containers ls -q 2>/dev/null | wc -l) containers left"
+}
+
+# --- images (pods.sh): toposched and a pause program, from scratch, imported into our containerd ---
+
+E2E_IMAGE_TAG=e2e
+# e2e_images: builds both image archives into $W/images with scripts/image.sh (buildah from Debian;
+# installed when missing) and the static pause program (test/e2e/pause.c); SKIP when that fails.
+e2e_images() {
+  local d="$W/images" rc=0
+  mkdir -p "$d"
+  command -v gcc >/dev/null || skip "no gcc to build test/e2e/pause.c"
+  gcc -static -O2 -o "$d/pause" "$E2E_DIR/pause.c" >"$d/gcc.log" 2>&1 || skip "gcc -static test/e2e/pause.c failed: $(head -3 "$d/gcc.log")"
+  nice -n 19 "$E2E_REPO/scripts/image.sh" --name localhost/toposched-pause --tag "$E2E_IMAGE_TAG" \
+    --entrypoint /pause --user 65535:65535 -o "$d/pause.tar" "$d/pause" >"$d/image-pause.log" 2>&1 || rc=$?
+  [ $rc = 0 ] || { tail -5 "$d/image-pause.log" >&2; skip "scripts/image.sh could not build the pause image ($rc)"; }
+  nice -n 19 "$E2E_REPO/scripts/image.sh" --tag "$E2E_IMAGE_TAG" -o "$d/toposched.tar" "$TOPOSCHED_BIN" \
+    >"$d/image-toposched.log" 2>&1 || rc=$?
+  [ $rc = 0 ] || { tail -5 "$d/image-toposched.log" >&2; skip "scripts/image.sh could not build the toposched image ($rc)"; }
+  E2E_PAUSE_IMAGE="localhost/toposched-pause:$E2E_IMAGE_TAG"
+  E2E_IMAGE="localhost/toposched:$E2E_IMAGE_TAG"
+  E2E_IMAGES=1
+  log "images: $(grep '^\[image\]' "$d/image-toposched.log" | tail -1 | cut -c9-); $(grep '^\[image\]' "$d/image-pause.log" | tail -1 | cut -c9-)"
+}
+
+# e2e_import_images: into our containerd's k8s.io namespace (where the CRI plugin looks), unpacked
+# into the native snapshotter the CRI plugin uses (ctr's default would be overlayfs).
+e2e_import_images() {
+  local f
+  for f in pause toposched; do
+    ctr_ images import --snapshotter native "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
+      { cat "$W/images/import.log" >&2; die "ctr images import $f.tar failed"; }
+  done
+  local have; have=$(ctr_ images ls -q)
+  for f in "$E2E_PAUSE_IMAGE" "$E2E_IMAGE"; do
+    grep -qx "$f" <<<"$have" || die "image $f is not in containerd after the import"
+  done
+  [ -n "$(ctr_ snapshots --snapshotter native ls 2>/dev/null | tail -n +2)" ] || die "no native snapshots after the import"
+  log "imported $E2E_PAUSE_IMAGE and $E2E_IMAGE into containerd (k8s.io, native snapshotter)"
 }
 
 kubelet_args() {
@@ -627,10 +748,20 @@ kubelet_args() {
     --register-node=true --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE" \
     --make-iptables-util-chains=false --volume-plugin-dir="$W/kubelet/volume-plugins" \
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 --node-status-update-frequency=4s \
-    --logtostderr --v=2
+    ${E2E_PAUSE_IMAGE:+--pod-infra-container-image=$E2E_PAUSE_IMAGE} --logtostderr --v=2
 }
 
+# kubelet 1.20 writes container logs to the fixed /var/log/pods (and links in /var/log/containers):
+# what appears there while the scenario runs is removed at teardown, and the directories if it made them.
+E2E_VARLOG=()
 e2e_kubelet() {
+  if [ ${#E2E_VARLOG[@]} = 0 ]; then
+    local d
+    for d in /var/log/pods /var/log/containers; do
+      if [ -d "$d" ]; then ls -A "$d" >"$W/varlog-$(basename "$d").before"; else : >"$W/varlog-$(basename "$d").made"; fi
+      E2E_VARLOG+=("$d")
+    done
+  fi
   KUBELET_LOG_N=$((${KUBELET_LOG_N:-0} + 1))
   KUBELET_LOG="$W/kubelet-$KUBELET_LOG_N.log"
   # shellcheck disable=SC2046
@@ -660,13 +791,16 @@ e2e_kubelet_node() {
   [ -d /var/lib/kubelet ] || E2E_MADE_KUBELET_DIR=1
   fake_host "$W/host" "$KUBELET_TYPE"
   e2e_containerd
+  [ "${E2E_IMAGES:-0}" = 1 ] && e2e_import_images
   e2e_kubelet
   wait_for 60 "node $KUBELET_NODE registered" k get node "$KUBELET_NODE"
   # TaintNodesByCondition put node.kubernetes.io/not-ready on it; no CNI, so it stays NotReady.
   api PATCH "/api/v1/nodes/$KUBELET_NODE" '{"spec":{"taints":null}}' application/merge-patch+json >/dev/null
-  e2e_device_plugin
   local shape; shape=$(type_shape "$KUBELET_TYPE")
   KUBELET_DEVICES=${shape% *}; KUBELET_CORES=$(( ${shape% *} * ${shape#* } ))
+  # With images (pods.sh) the device plugin runs as a pod, started by the scenario.
+  [ "${E2E_IMAGES:-0}" = 1 ] && return 0
+  e2e_device_plugin
   wait_for 60 "$KUBELET_NODE allocatable aws.amazon.com/neuron=$KUBELET_DEVICES" \
     bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node $KUBELET_NODE -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuron}')\" = $KUBELET_DEVICES ]"
   wait_for 30 "$KUBELET_NODE allocatable aws.amazon.com/neuroncore=$KUBELET_CORES" \
