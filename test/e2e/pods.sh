@@ -22,11 +22,11 @@
 #   extender    --listen 127.0.0.1:<EXT_PORT> and containerPort <EXT_PORT> instead of 0.0.0.0:12345
 #               (the harness's port range; hostNetwork would open 12345 on every interface)
 # A problem of the manifests themselves (not of this harness) is a FINDING: the scenario works around
-# it where it can, to check everything else, and fails at the end naming it. Found so far:
-#   * the DaemonSet mounts /dev read-only at /dev and keeps the default terminationMessagePath
-#     /dev/termination-log: runc cannot create that mount point in a read-only /dev and the container
-#     never starts ("read-only file system"), on any node. Seen for real first; then the pod is made
-#     again with terminationMessagePath /tmp/termination-log.
+# it where it can, to check everything else, and fails at the end naming it. Watched for:
+#   * a read-only /dev at /dev (as deploy/device-plugin.yaml had it, found here and fixed: the host's
+#     /dev is now at /host/dev): runc cannot create /dev/termination-log in it and the container never
+#     starts ("read-only file system"), on any node; the pod is made again with
+#     terminationMessagePath /tmp/termination-log to check the rest.
 #   * a 403/forbidden in either pod's log: a verb missing from deploy/*-rbac.yaml.
 # Skips (77) when buildah cannot be installed or the images cannot be built.
 source "$(dirname "$0")/lib.sh"
@@ -36,17 +36,11 @@ E2E_IN_CLUSTER=1
 e2e_control_plane
 e2e_scheduler
 e2e_kubelet_node kn inf2.48xlarge
-# The fake /dev gets what every host's /dev has and a container started with the host's /dev needs:
-# shm/ (CRI mounts the sandbox's shm there; runc cannot create the mount point in a read-only /dev)
-# and the character devices null, zero, full, random, urandom (runc stats /dev/null to set up the
-# user's stdio: "unable to setup user: stat /dev/null").
-mkdir -p "$W/host/dev/shm"
 # `kubectl logs` goes through the API server to the kubelet at the Node's address, but kubelet 1.20
 # refuses to publish a loopback address ("nodeIP can't be loopback address") and leaves
 # status.addresses empty: the harness puts 127.0.0.1 there (the kubelet keeps it: its address setter fails).
 api PATCH "/api/v1/nodes/$KUBELET_NODE/status" '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}' \
   application/strategic-merge-patch+json >/dev/null || die "patch the address of $KUBELET_NODE"
-for d in null:3 zero:5 full:7 random:8 urandom:9; do mknod -m 666 "$W/host/dev/${d%:*}" c 1 "${d#*:}" || die "mknod $W/host/dev/${d%:*}"; done
 
 checkpoint=/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 
