@@ -33,7 +33,7 @@ struct ExtenderOptions {
   std::string policy = "best-fit";
   double reservation_timeout_s = 30;
   size_t body_limit_mib = 256;
-  int threads = 2;
+  int threads = 1;
   int bind_threads = 8;
   std::string log_level = "info";
   std::string pools_file;
@@ -82,7 +82,9 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Largest request body accepted, in MiB (413 above)")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--threads", o->threads, "HTTP server threads")
+  cmd->add_option("--threads", o->threads,
+                  "HTTP server threads. One is enough for kube-scheduler, which filters one pod at "
+                  "a time (binds wait on their own threads); more add hand-offs between threads")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")

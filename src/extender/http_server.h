@@ -35,7 +35,7 @@ using HttpHandler = std::function<void(HttpRequest&&, Responder)>;
 struct HttpServerOptions {
   std::string address = "0.0.0.0";
   uint16_t port = 12345;  // 0 picks a free port (tests)
-  int threads = 2;
+  int threads = 1;
   size_t body_limit = 256 << 20;  // bytes; larger bodies get 413
   std::string tls_cert_file;      // PEM; TLS is on when both cert and key are set
   std::string tls_key_file;
