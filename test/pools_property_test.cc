@@ -24,14 +24,6 @@ namespace {
 using namespace std::chrono_literals;
 using tracker::HoldState;
 
-const char* kPoolsYaml = R"(pools:
-  - name: pod-a
-    kind: ipu-pod16
-  - name: pod64
-    kind: ipu-pod16
-    size: 64
-)";
-
 struct Head {
   const char* node;
   const char* pool;
@@ -47,7 +39,8 @@ uint64_t MaskOf(const std::vector<int>& ids) {
 
 TEST(PoolTrackerPropertyTest, RandomOperationsKeepPoolsConsistent) {
   auto pools =
-      topology::PoolSet::Parse(kPoolsYaml, "pools.yaml", topology::Catalog::Embedded()).value();
+      topology::PoolSet::Parse(testing::kTwoPools, "pools.yaml", topology::Catalog::Embedded())
+          .value();
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     std::mt19937_64 rng(seed);
     tracker::Tracker t(topology::Catalog::Embedded(), topology::Policy::kBestFit, &pools);
@@ -154,7 +147,8 @@ class Writer : public extender::ClusterWriter {
 
 TEST(PoolProvisioningPropertyTest, ConcurrentBindsAndDeletesWithFailuresNeverLeak) {
   auto pools =
-      topology::PoolSet::Parse(kPoolsYaml, "pools.yaml", topology::Catalog::Embedded()).value();
+      topology::PoolSet::Parse(testing::kTwoPools, "pools.yaml", topology::Catalog::Embedded())
+          .value();
   provision::FakePartitionService fake({5ms, 5ms, 0.25, "", 3}, testing::SteadyNowNs);
   testing::InProcessService service(fake);
   provision::Provisioner provisioner(service, {60ms, 2ms, 40ms}, testing::SteadyNowNs,
