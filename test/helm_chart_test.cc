@@ -1,0 +1,382 @@
+// The Helm chart deploy/helm/toposched, through the real helm (scripts/install-tools.sh puts it in
+// /opt/toposched-tools/bin): `helm lint`, and `helm template` with AWS's install commands, an AWS
+// values file, toposched's own values and bad values, asserting the rendered objects.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <yaml-cpp/yaml.h>
+
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kChart[] = TOPOSCHED_SOURCE_DIR "/deploy/helm/toposched";
+
+// $HELM, else where scripts/install-tools.sh puts it, else the PATH.
+std::string Helm() {
+  if (const char* env = std::getenv("HELM"); env != nullptr && *env != '\0') return env;
+  if (::access("/opt/toposched-tools/bin/helm", X_OK) == 0) return "/opt/toposched-tools/bin/helm";
+  return "helm";
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Outcome RunHelm(const std::string& args) {
+  static int counter = 0;
+  const std::string base = ::testing::TempDir() + "helm_chart_" + std::to_string(::getpid()) +
+                           "_" + std::to_string(counter++);
+  const std::string cmd =
+      "'" + Helm() + "' " + args + " >'" + base + ".out' 2>'" + base + ".err'";
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = ReadFile(base + ".out");
+  o.err = ReadFile(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  if (o.exit_code == 127) {
+    ADD_FAILURE() << "helm not found: run scripts/install-deps.sh (or set HELM)\n" << o.err;
+  }
+  return o;
+}
+
+// The objects of one `helm template` run.
+class Rendered {
+ public:
+  explicit Rendered(const std::string& set_args) {
+    outcome_ = RunHelm("template toposched '" + std::string(kChart) + "' " + set_args);
+    if (outcome_.exit_code != 0) return;
+    for (const YAML::Node& doc : YAML::LoadAll(outcome_.out)) {
+      if (doc.IsMap()) objects_.push_back(doc);
+    }
+  }
+  const Outcome& outcome() const { return outcome_; }
+  const std::vector<YAML::Node>& objects() const { return objects_; }
+
+  // The object of this kind and name; a null node when there is none.
+  YAML::Node Get(const std::string& kind, const std::string& name) const {
+    for (const YAML::Node& o : objects_) {
+      if (o["kind"].as<std::string>() == kind && o["metadata"]["name"].as<std::string>() == name) {
+        return o;
+      }
+    }
+    return YAML::Node();
+  }
+  std::vector<std::string> KindsAndNames() const {
+    std::vector<std::string> out;
+    for (const YAML::Node& o : objects_) {
+      out.push_back(o["kind"].as<std::string>() + "/" + o["metadata"]["name"].as<std::string>());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  Outcome outcome_;
+  std::vector<YAML::Node> objects_;
+};
+
+std::vector<std::string> Strings(const YAML::Node& sequence) {
+  std::vector<std::string> out;
+  for (const YAML::Node& item : sequence) out.push_back(item.as<std::string>());
+  return out;
+}
+
+YAML::Node Container(const YAML::Node& workload) {
+  return workload["spec"]["template"]["spec"]["containers"][0];
+}
+
+// The KubeSchedulerConfiguration held by a ConfigMap.
+YAML::Node ConfigIn(const YAML::Node& config_map, const std::string& key) {
+  return YAML::Load(config_map["data"][key].as<std::string>());
+}
+
+const char kSecondScheduler[] = "--set scheduler.enabled=true --set npd.enabled=false";
+const char kDefaultScheduler[] =
+    "--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false "
+    "--set scheduler.defaultScheduler.enabled=true --set npd.enabled=false";
+
+TEST(HelmChart, LintsCleanInBothModes) {
+  for (const char* values : {"", kSecondScheduler, kDefaultScheduler}) {
+    const Outcome o = RunHelm("lint --strict '" + std::string(kChart) + "' " + values);
+    EXPECT_EQ(o.exit_code, 0) << values << "\n" << o.out << o.err;
+    EXPECT_THAT(o.out, HasSubstr("0 chart(s) failed")) << values;
+  }
+}
+
+TEST(HelmChart, DefaultsInstallTheDevicePluginOnlyAsAwsDoes) {
+  const Rendered r("");
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  EXPECT_THAT(r.KindsAndNames(),
+              ElementsAre("ClusterRole/neuron-device-plugin",
+                          "ClusterRoleBinding/neuron-device-plugin",
+                          "DaemonSet/neuron-device-plugin-daemonset",
+                          "ServiceAccount/neuron-device-plugin"));
+  const YAML::Node ds = r.Get("DaemonSet", "neuron-device-plugin-daemonset");
+  EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "kube-system");
+  const YAML::Node terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+                             ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                             [0]["matchExpressions"];
+  EXPECT_EQ(terms[0]["key"].as<std::string>(), "node.kubernetes.io/instance-type");
+  const std::vector<std::string> types = Strings(terms[0]["values"]);
+  EXPECT_EQ(types.size(), 20u);
+  EXPECT_THAT(types, Contains("trn2.48xlarge"));
+  EXPECT_THAT(types, Contains("ml.trn1n.32xlarge"));
+  EXPECT_THAT(Strings(terms[1]["values"]), ElementsAre("fargate", "hybrid", "auto"));
+  const YAML::Node c = Container(ds);
+  EXPECT_THAT(Strings(c["command"]),
+              ElementsAre("/usr/local/bin/toposched", "device-plugin", "--dev-root", "/host/dev"));
+  EXPECT_EQ(c["image"].as<std::string>(), "toposched:latest");
+  ASSERT_EQ(c["env"].size(), 1u);
+  EXPECT_EQ(c["env"][0]["name"].as<std::string>(), "NODE_NAME");
+}
+
+TEST(HelmChart, AwsSecondSchedulerCommand) {
+  const Rendered r(kSecondScheduler);
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  const std::vector<std::string> names = r.KindsAndNames();
+  for (const char* want :
+       {"Deployment/k8s-neuron-scheduler", "Service/k8s-neuron-scheduler",
+        "ServiceAccount/k8s-neuron-scheduler", "ClusterRole/k8s-neuron-scheduler",
+        "ClusterRoleBinding/k8s-neuron-scheduler", "ConfigMap/my-scheduler-config",
+        "Deployment/my-scheduler", "ServiceAccount/my-scheduler", "Role/my-scheduler",
+        "RoleBinding/my-scheduler", "ClusterRoleBinding/my-scheduler-as-kube-scheduler",
+        "ClusterRoleBinding/my-scheduler-as-volume-scheduler",
+        "DaemonSet/neuron-device-plugin-daemonset"}) {
+    EXPECT_THAT(names, Contains(want));
+  }
+  EXPECT_THAT(names, Not(Contains("ConfigMap/k8s-neuron-scheduler-config")));
+
+  const YAML::Node extender = r.Get("Deployment", "k8s-neuron-scheduler");
+  EXPECT_EQ(extender["spec"]["strategy"]["type"].as<std::string>(), "Recreate");
+  const YAML::Node c = Container(extender);
+  const std::vector<std::string> command = Strings(c["command"]);
+  ASSERT_GE(command.size(), 4u);
+  EXPECT_THAT(std::vector<std::string>(command.begin(), command.begin() + 4),
+              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345"));
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
+  EXPECT_FALSE(extender["spec"]["template"]["spec"]["hostNetwork"].IsDefined());
+  const YAML::Node service = r.Get("Service", "k8s-neuron-scheduler");
+  EXPECT_EQ(service["spec"]["ports"][0]["port"].as<int>(), 12345);
+  EXPECT_EQ(service["spec"]["selector"]["app"].as<std::string>(),
+            extender["spec"]["template"]["metadata"]["labels"]["app"].as<std::string>());
+
+  const YAML::Node config =
+      ConfigIn(r.Get("ConfigMap", "my-scheduler-config"), "my-scheduler-config.yaml");
+  EXPECT_EQ(config["apiVersion"].as<std::string>(), "kubescheduler.config.k8s.io/v1");
+  EXPECT_EQ(config["profiles"][0]["schedulerName"].as<std::string>(), "my-scheduler");
+  const YAML::Node entry = config["extenders"][0];
+  EXPECT_EQ(entry["urlPrefix"].as<std::string>(),
+            "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345");
+  EXPECT_EQ(entry["weight"].as<int>(), 100);
+  EXPECT_TRUE(entry["nodeCacheCapable"].as<bool>());
+  EXPECT_FALSE(entry["ignorable"].as<bool>());
+  EXPECT_EQ(entry["bindVerb"].as<std::string>(), "bind");
+  EXPECT_EQ(entry["preemptVerb"].as<std::string>(), "preempt");
+  EXPECT_EQ(entry["managedResources"].size(), 2u);
+
+  const YAML::Node scheduler = r.Get("Deployment", "my-scheduler");
+  EXPECT_THAT(Strings(Container(scheduler)["command"]),
+              Contains("--config=/etc/kubernetes/my-scheduler/my-scheduler-config.yaml"));
+  EXPECT_EQ(scheduler["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+                .as<std::string>(),
+            "my-scheduler-config");
+}
+
+TEST(HelmChart, AwsDefaultSchedulerCommand) {
+  const Rendered r(kDefaultScheduler);
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  const std::vector<std::string> names = r.KindsAndNames();
+  EXPECT_THAT(names, Contains("Deployment/k8s-neuron-scheduler"));
+  EXPECT_THAT(names, Contains("ConfigMap/k8s-neuron-scheduler-config"));
+  EXPECT_THAT(names, Contains("ClusterRole/k8s-neuron-scheduler"));
+  EXPECT_THAT(names, Contains("DaemonSet/neuron-device-plugin-daemonset"));
+  EXPECT_THAT(names, Not(Contains("Deployment/my-scheduler")));
+  EXPECT_THAT(names, Not(Contains("ConfigMap/my-scheduler-config")));
+  EXPECT_THAT(names, Not(Contains("Service/k8s-neuron-scheduler")));
+
+  const YAML::Node extender = r.Get("Deployment", "k8s-neuron-scheduler");
+  const YAML::Node pod = extender["spec"]["template"]["spec"];
+  EXPECT_TRUE(pod["hostNetwork"].as<bool>());
+  EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 1);
+  EXPECT_TRUE(pod["nodeSelector"]["node-role.kubernetes.io/control-plane"].IsDefined());
+  const std::vector<std::string> command = Strings(Container(extender)["command"]);
+  EXPECT_THAT(std::vector<std::string>(command.begin(), command.begin() + 4),
+              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700"));
+
+  const YAML::Node config =
+      ConfigIn(r.Get("ConfigMap", "k8s-neuron-scheduler-config"), "kube-scheduler-config.yaml");
+  EXPECT_EQ(config["clientConnection"]["kubeconfig"].as<std::string>(),
+            "/etc/kubernetes/scheduler.conf");
+  YAML::Node entry = config["extenders"][0];
+  EXPECT_EQ(entry["urlPrefix"].as<std::string>(), "http://127.0.0.1:32700");
+
+  // The same entry as the second scheduler's, apart from the URL.
+  const Rendered second(kSecondScheduler);
+  YAML::Node other = ConfigIn(second.Get("ConfigMap", "my-scheduler-config"),
+                              "my-scheduler-config.yaml")["extenders"][0];
+  entry["urlPrefix"] = "x";
+  other["urlPrefix"] = "x";
+  EXPECT_EQ(YAML::Dump(entry), YAML::Dump(other));
+}
+
+TEST(HelmChart, AnAwsValuesFileMostlyWorks) {
+  // Keys as AWS's values.yaml writes them: its env (KUBECONFIG would point our plugin at a file it
+  // does not have), its affinity placeholders, its instance list, its replicaCount.
+  const std::string values = ::testing::TempDir() + "aws-values-" + std::to_string(::getpid());
+  {
+    std::ofstream out(values);
+    out << R"(neuronInstances: [trn2.48xlarge, trn2u.48xlarge]
+devicePlugin:
+  fullnameOverride: neuron-device-plugin
+  env:
+    - name: KUBECONFIG
+      value: /etc/kubernetes/kubelet.conf
+    - name: NODE_NAME
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    - name: EXTRA
+      value: "1"
+  tolerations:
+    - {key: sagemaker.amazonaws.com/node-health-status, operator: Equal, value: Unschedulable, effect: NoSchedule}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - key: "__INSTANCE_TYPE_KEY__"
+                operator: In
+                values: "__NEURON_INSTANCES__"
+scheduler:
+  enabled: true
+  replicaCount: 1
+  env:
+    - name: PORT
+      value: "12345"
+npd:
+  enabled: true
+)";
+  }
+  const Rendered r("-f '" + values + "'");
+  std::remove(values.c_str());
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  const YAML::Node ds = r.Get("DaemonSet", "neuron-device-plugin-daemonset");
+  const YAML::Node expression = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+                                  ["requiredDuringSchedulingIgnoredDuringExecution"]
+                                  ["nodeSelectorTerms"][0]["matchExpressions"][0];
+  EXPECT_EQ(expression["key"].as<std::string>(), "node.kubernetes.io/instance-type");
+  EXPECT_THAT(Strings(expression["values"]), ElementsAre("trn2.48xlarge", "trn2u.48xlarge"));
+  std::vector<std::string> env;
+  for (const YAML::Node& e : Container(ds)["env"]) env.push_back(e["name"].as<std::string>());
+  EXPECT_THAT(env, ElementsAre("NODE_NAME", "EXTRA"));
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["tolerations"][0]["key"].as<std::string>(),
+            "sagemaker.amazonaws.com/node-health-status");
+  EXPECT_TRUE(r.Get("Deployment", "my-scheduler").IsDefined());
+  EXPECT_TRUE(r.Get("Deployment", "k8s-neuron-scheduler").IsDefined());
+}
+
+TEST(HelmChart, ToposchedsOwnValues) {
+  const Rendered r(
+      "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "
+      "--set extender.port=8443 --set extender.tls.enabled=true --set extender.tls.secretName=ext-tls "
+      "--set extender.tls.caBundle=Q0E= --set scheduler.namespaceOverride=neuron "
+      "--set scheduler.customScheduler.namespaceOverride=neuron "
+      "--set devicePlugin.namespaceOverride=neuron --set devicePlugin.image.repository=reg/t "
+      "--set devicePlugin.image.tag=1.2 --set scheduler.image.repository=reg/t "
+      "--set scheduler.image.tag=1.2 --set scheduler.customScheduler.configApiVersion=v1beta1");
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  for (const YAML::Node& o : r.objects()) {
+    const std::string kind = o["kind"].as<std::string>();
+    if (kind.rfind("Cluster", 0) == 0) continue;
+    EXPECT_EQ(o["metadata"]["namespace"].as<std::string>(), "neuron") << kind;
+  }
+  const YAML::Node extender = r.Get("Deployment", "k8s-neuron-scheduler");
+  EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 3);
+  const YAML::Node c = Container(extender);
+  EXPECT_EQ(c["image"].as<std::string>(), "reg/t:1.2");
+  EXPECT_EQ(Container(r.Get("DaemonSet", "neuron-device-plugin-daemonset"))["image"]
+                .as<std::string>(),
+            "reg/t:1.2");
+  const std::vector<std::string> command = Strings(c["command"]);
+  EXPECT_THAT(command, Contains("0.0.0.0:8443"));
+  EXPECT_THAT(command, Contains("/etc/toposched/tls/tls.crt"));
+  EXPECT_THAT(command, Contains("debug"));
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
+  EXPECT_EQ(extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+                .as<std::string>(),
+            "ext-tls");
+  const YAML::Node config =
+      ConfigIn(r.Get("ConfigMap", "my-scheduler-config"), "my-scheduler-config.yaml");
+  EXPECT_EQ(config["apiVersion"].as<std::string>(), "kubescheduler.config.k8s.io/v1beta1");
+  EXPECT_EQ(config["leaderElection"]["resourceNamespace"].as<std::string>(), "neuron");
+  const YAML::Node entry = config["extenders"][0];
+  EXPECT_EQ(entry["urlPrefix"].as<std::string>(),
+            "https://k8s-neuron-scheduler.neuron.svc.cluster.local:8443");
+  EXPECT_TRUE(entry["enableHTTPS"].as<bool>());
+  EXPECT_EQ(entry["tlsConfig"]["caData"].as<std::string>(), "Q0E=");
+  EXPECT_EQ(r.Get("ClusterRoleBinding", "k8s-neuron-scheduler")["subjects"][0]["namespace"]
+                .as<std::string>(),
+            "neuron");
+}
+
+TEST(HelmChart, AChangedValueRollsTheSchedulerOnUpgrade) {
+  const Rendered before(kSecondScheduler);
+  const Rendered after(std::string(kSecondScheduler) + " --set extender.httpTimeout=30s");
+  ASSERT_EQ(after.outcome().exit_code, 0) << after.outcome().err;
+  auto stamp = [](const Rendered& r) {
+    return r.Get("Deployment", "my-scheduler")["spec"]["template"]["metadata"]["annotations"]
+                ["toposched.io/config-sha256"]
+                    .as<std::string>();
+  };
+  EXPECT_NE(stamp(before), stamp(after));
+}
+
+TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
+  struct Case {
+    const char* values;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"--set draDriver.enabled=true", "toposched's chart has no DRA driver"},
+           Case{"--set scheduler.enabled=true --set devicePlugin.enabled=false",
+                "needs devicePlugin.enabled=true"},
+           Case{"--set scheduler.enabled=true --set scheduler.defaultScheduler.enabled=true",
+                "mutually exclusive"},
+           Case{"--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false",
+                "needs one of scheduler.customScheduler.enabled"},
+           Case{"--set scheduler.enabled=true --set extender.tls.enabled=true",
+                "needs extender.tls.secretName"},
+           Case{"--set extender.replicas=0", "/extender/replicas"},
+           Case{"--set extender.logLevel=loud", "/extender/logLevel"},
+           Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},
+       }) {
+    const Rendered r(c.values);
+    EXPECT_NE(r.outcome().exit_code, 0) << c.values;
+    EXPECT_THAT(r.outcome().err, HasSubstr(c.message)) << c.values;
+  }
+}
+
+}  // namespace
