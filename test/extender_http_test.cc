@@ -1,5 +1,6 @@
 // The extender over real loopback HTTP(S): routing, status codes, body limits, TLS, metrics and
 // concurrent filter+bind from many threads.
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -216,6 +217,50 @@ TEST_F(HttpTest, ConcurrentFilterAndBindNeverDoubleBook) {
   }
   EXPECT_GT(bound, 20);
   EXPECT_EQ(service_->tracker().Stats().committed, bound);
+}
+
+
+TEST_F(HttpTest, AStandbyRefusesEveryVerbAndIsNotReady) {
+  std::atomic<bool> leader{false};
+  Start();
+  router_->SetLeaderGate([&leader] { return leader.load(); });
+  const std::string filter =
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4), {"trn-0"});
+  const std::string bind =
+      R"({"PodName":"p","PodNamespace":"default","PodUID":"uid-p","Node":"trn-0"})";
+  for (const char* verb : {"/filter", "/prioritize", "/bind"}) {
+    const Reply r = Request(base_ + verb, verb == std::string("/bind") ? &bind : &filter);
+    EXPECT_EQ(r.status, 503) << verb;
+    EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(),
+                ::testing::HasSubstr("standby (another replica holds the leader lease)"));
+  }
+  const Reply ready = Request(base_ + "/readyz", nullptr);
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_THAT(ready.body, ::testing::HasSubstr("standby"));
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);  // alive: never restarted for it
+  EXPECT_TRUE(writer_.Bindings().empty());
+
+  leader = true;  // takes over: serves at once, with the state it kept warm
+  EXPECT_EQ(Request(base_ + "/readyz", nullptr).status, 200);
+  EXPECT_EQ(Request(base_ + "/filter", &filter).status, 200);
+  const Reply r = Request(base_ + "/bind", &bind);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["Error"], "");
+  EXPECT_EQ(writer_.Bindings().count("uid-p"), 1u);
+  EXPECT_THAT(Request(base_ + "/metrics", nullptr).body,
+              ::testing::HasSubstr("toposched_extender_requests_total{code=\"503\",verb=\"bind\"} 1"));
+}
+
+TEST(LeaderMetrics, RoleAndTransitions) {
+  Metrics metrics;
+  metrics.SetLeader(true);
+  metrics.CountLeaderTransition(true);
+  metrics.CountLeaderTransition(false);
+  metrics.CountLeaderTransition(true);
+  const std::string text = metrics.Serialize();
+  EXPECT_THAT(text, ::testing::HasSubstr("toposched_leader 1"));
+  EXPECT_THAT(text, ::testing::HasSubstr("toposched_leader_transitions_total{to=\"leader\"} 2"));
+  EXPECT_THAT(text, ::testing::HasSubstr("toposched_leader_transitions_total{to=\"standby\"} 1"));
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 // The extender against a loopback fake API server over TLS with a token: informers feed it,
-// binds go out as Binding objects, restarts rebuild from the pods' records.
+// binds go out as Binding objects, restarts rebuild from the pods' records, a standby takes over.
+#include <atomic>
+#include <functional>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -12,6 +16,7 @@
 #include "extender_fixtures.h"
 #include "kube/client.h"
 #include "kube/informer.h"
+#include "kube/leader_election.h"
 #include "support/fake_apiserver.h"
 
 namespace toposched::extender {
@@ -47,11 +52,12 @@ std::string BoundPodJson(const std::string& name, const std::string& uid, const 
 
 // One extender instance: client, writer, service and informers, as `toposched extender` wires them.
 struct Extender {
-  explicit Extender(const std::string& kubeconfig) {
+  // `may_write`: the leader gate, as `toposched extender --leader-elect` wires it.
+  explicit Extender(const std::string& kubeconfig, std::function<bool()> may_write = nullptr) {
     auto made = kube::ApiClient::FromKubeconfig(kubeconfig);
     EXPECT_TRUE(made.ok()) << made.error();
     client = std::move(made).value();
-    writer = std::make_unique<ApiClusterWriter>(*client);
+    writer = std::make_unique<ApiClusterWriter>(*client, std::move(may_write));
     service = std::make_unique<ExtenderService>(
         topology::Catalog::Embedded(), ExtenderOptions{}, *writer, metrics,
         [] { return int64_t{0}; }, [] { return int64_t{1743574052764891534}; });
@@ -190,6 +196,71 @@ TEST_F(OnlineTest, BindFailuresRollBackAndFilterKeepsAnswering) {
   EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-1"));
   EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
   EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+}
+
+
+// Two replicas with leader election over the same API server, each with its own fake clock: the
+// standby follows the leader's binds through its watch, takes over once the lease has not changed
+// for 15 s on its clock, and binds ids nobody holds; the old leader, its lease lost, writes nothing.
+TEST_F(OnlineTest, AWarmStandbyTakesOverAndNoIdIsGivenTwice) {
+  constexpr int64_t kSecond = 1000000000;
+  std::atomic<int64_t> now_a{kSecond};
+  std::atomic<int64_t> now_b{kSecond};
+  auto election_client = [&] { return std::move(kube::ApiClient::FromKubeconfig(kubeconfig_)).value(); };
+  auto client_a = election_client();
+  auto client_b = election_client();
+  kube::LeaderElectionConfig config;
+  config.lease_name = "k8s-neuron-scheduler";
+  config.identity = "a";
+  kube::LeaderElector elector_a(*client_a, config, [&] { return now_a.load(); },
+                                [&] { return now_a.load(); });
+  config.identity = "b";
+  kube::LeaderElector elector_b(*client_b, config, [&] { return now_b.load(); },
+                                [&] { return now_b.load(); });
+  Extender a(kubeconfig_, [&] { return elector_a.IsLeader(); });
+  Extender b(kubeconfig_, [&] { return elector_b.IsLeader(); });
+  ASSERT_TRUE(elector_a.Step());
+  ASSERT_FALSE(elector_b.Step());
+
+  const std::string p1 = testing::PodJson("p1", "uid-p1", "aws.amazon.com/neuron", 4);
+  server_.UpsertPod(p1);
+  a.Filter(p1, {"trn-0"});
+  ASSERT_EQ(a.Bind("p1", "uid-p1", "trn-0"), "");
+  // The standby learns the leader's bind from its own watch: warm, no relist needed.
+  ASSERT_TRUE(Eventually([&] { return b.service->tracker().Find("uid-p1").has_value(); }));
+
+  // The leader's process freezes: no more renewals. Its own clock closes its gate 10 s after the
+  // last successful renewal, before the standby may take over (15 s after it last saw a change).
+  now_a = 11 * kSecond;
+  EXPECT_FALSE(elector_a.IsLeader());
+  const std::string p3 = testing::PodJson("p3", "uid-p3", "aws.amazon.com/neuron", 4);
+  server_.UpsertPod(p3);
+  a.Filter(p3, {"trn-0"});
+  EXPECT_THAT(a.Bind("p3", "uid-p3", "trn-0"), ::testing::HasSubstr("lost the leader lease"));
+  EXPECT_TRUE(server_.RequestsMatching("POST", "/api/v1/namespaces/default/pods/p3/").empty());
+
+  int64_t t = kSecond;
+  while (!elector_b.Step()) {
+    t += 2 * kSecond;  // the retry period
+    now_b = t;
+    ASSERT_LT(t, 40 * kSecond) << "the standby never took over";
+  }
+  EXPECT_GE(t - kSecond, 15 * kSecond);
+  EXPECT_LE(t - kSecond, 17 * kSecond);  // lease duration + one retry period
+
+  const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 4);
+  server_.UpsertPod(p2);
+  b.Filter(p2, {"trn-0"});
+  ASSERT_EQ(b.Bind("p2", "uid-p2", "trn-0"), "");
+  std::set<int> held;
+  for (const char* name : {"old", "p1", "p2"}) {
+    const json pod = json::parse(*server_.GetPodJson("default", name));
+    std::stringstream ids(pod["metadata"]["annotations"]["AWS_NEURON_IDS"].get<std::string>());
+    for (std::string id; std::getline(ids, id, ',');) {
+      EXPECT_TRUE(held.insert(std::stoi(id)).second) << "device " << id << " given twice";
+    }
+  }
+  EXPECT_EQ(held.size(), 12u);
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ class Rendered {
   const Outcome& outcome() const { return outcome_; }
   const std::vector<YAML::Node>& objects() const { return objects_; }
 
-  // The object of this kind and name; a null node when there is none.
+  // The object of this kind and name; a null node (not a map) when there is none.
   YAML::Node Get(const std::string& kind, const std::string& name) const {
     for (const YAML::Node& o : objects_) {
       if (o["kind"].as<std::string>() == kind && o["metadata"]["name"].as<std::string>() == name) {
@@ -173,11 +173,27 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
 
   const YAML::Node extender = r.Get("Deployment", "k8s-neuron-scheduler");
   EXPECT_EQ(extender["spec"]["strategy"]["type"].as<std::string>(), "Recreate");
+  // Two replicas, one leader: kube-scheduler's flag names and defaults.
+  EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 2);
   const YAML::Node c = Container(extender);
   const std::vector<std::string> command = Strings(c["command"]);
-  ASSERT_GE(command.size(), 4u);
-  EXPECT_THAT(std::vector<std::string>(command.begin(), command.begin() + 4),
-              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345"));
+  EXPECT_THAT(command,
+              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345",
+                          "--leader-elect=true", "--leader-elect-lease-duration", "15s",
+                          "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period",
+                          "2s", "--leader-elect-resource-name", "k8s-neuron-scheduler",
+                          "--leader-elect-resource-namespace", "kube-system"));
+  EXPECT_EQ(extender["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+                    ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+                    ["topologyKey"]
+                        .as<std::string>(),
+            "kubernetes.io/hostname");
+  const YAML::Node role = r.Get("Role", "k8s-neuron-scheduler");
+  ASSERT_TRUE(role.IsMap());
+  EXPECT_EQ(role["rules"][0]["resources"][0].as<std::string>(), "leases");
+  EXPECT_THAT(Strings(role["rules"][0]["verbs"]), ElementsAre("get", "create", "update"));
+  EXPECT_EQ(r.Get("RoleBinding", "k8s-neuron-scheduler")["roleRef"]["name"].as<std::string>(),
+            "k8s-neuron-scheduler");
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
   EXPECT_FALSE(extender["spec"]["template"]["spec"]["hostNetwork"].IsDefined());
   const YAML::Node service = r.Get("Service", "k8s-neuron-scheduler");
@@ -225,8 +241,10 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
   EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 1);
   EXPECT_TRUE(pod["nodeSelector"]["node-role.kubernetes.io/control-plane"].IsDefined());
   const std::vector<std::string> command = Strings(Container(extender)["command"]);
-  EXPECT_THAT(std::vector<std::string>(command.begin(), command.begin() + 4),
+  // One replica beside the scheduler: no election, no lease role.
+  EXPECT_THAT(command,
               ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700"));
+  EXPECT_THAT(names, Not(Contains("Role/k8s-neuron-scheduler")));
 
   const YAML::Node config =
       ConfigIn(r.Get("ConfigMap", "k8s-neuron-scheduler-config"), "kube-scheduler-config.yaml");
@@ -294,11 +312,18 @@ npd:
   EXPECT_THAT(env, ElementsAre("NODE_NAME", "EXTRA"));
   EXPECT_EQ(ds["spec"]["template"]["spec"]["tolerations"][0]["key"].as<std::string>(),
             "sagemaker.amazonaws.com/node-health-status");
-  EXPECT_TRUE(r.Get("Deployment", "my-scheduler").IsDefined());
-  EXPECT_TRUE(r.Get("Deployment", "k8s-neuron-scheduler").IsDefined());
+  EXPECT_TRUE(r.Get("Deployment", "my-scheduler").IsMap());
+  EXPECT_TRUE(r.Get("Deployment", "k8s-neuron-scheduler").IsMap());
 }
 
 TEST(HelmChart, ToposchedsOwnValues) {
+  const Rendered single("--set scheduler.enabled=true --set extender.replicas=1 "
+                        "--set extender.leaderElection.enabled=false");
+  ASSERT_EQ(single.outcome().exit_code, 0) << single.outcome().err;
+  EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
+              Not(Contains("--leader-elect=true")));
+  EXPECT_FALSE(single.Get("Role", "k8s-neuron-scheduler").IsMap());
+
   const Rendered r(
       "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "
       "--set extender.port=8443 --set extender.tls.enabled=true --set extender.tls.secretName=ext-tls "
@@ -324,6 +349,7 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(command, Contains("0.0.0.0:8443"));
   EXPECT_THAT(command, Contains("/etc/toposched/tls/tls.crt"));
   EXPECT_THAT(command, Contains("debug"));
+  EXPECT_THAT(command, Contains("neuron"));  // --leader-elect-resource-namespace follows
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
   EXPECT_EQ(extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
                 .as<std::string>(),
@@ -370,6 +396,9 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
            Case{"--set scheduler.enabled=true --set extender.tls.enabled=true",
                 "needs extender.tls.secretName"},
            Case{"--set extender.replicas=0", "/extender/replicas"},
+           Case{"--set scheduler.enabled=true --set extender.leaderElection.enabled=false",
+                "extender.replicas > 1 needs extender.leaderElection.enabled=true"},
+           Case{"--set extender.leaderElection.leaseDuration=15", "/extender/leaderElection/leaseDuration"},
            Case{"--set extender.logLevel=loud", "/extender/logLevel"},
            Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},
        }) {

@@ -1,7 +1,11 @@
 // `toposched extender`: the kube-scheduler extender (filter, prioritize, bind, preempt) over
 // HTTP(S), fed by list+watch of nodes and pods, or by a node file in offline mode.
+#include <unistd.h>
+
 #include <csignal>
+#include <random>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -16,7 +20,9 @@
 #include "extender/router.h"
 #include "extender/service.h"
 #include "kube/client.h"
+#include "kube/duration.h"
 #include "kube/informer.h"
+#include "kube/leader_election.h"
 
 namespace toposched::cli {
 
@@ -43,6 +49,13 @@ struct ExtenderOptions {
   double provision_timeout_s = 20;
   double provision_poll_s = 0.25;
   double partition_remove_timeout_s = 5;
+  // Leader election, with kube-scheduler's flag names and duration syntax.
+  bool leader_elect = false;
+  std::string lease_duration = "15s";
+  std::string renew_deadline = "10s";
+  std::string retry_period = "2s";
+  std::string lease_name = "k8s-neuron-scheduler";
+  std::string lease_namespace = "kube-system";
 };
 
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
@@ -116,6 +129,26 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "removal to the background")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
+  cmd->add_flag("--leader-elect", o->leader_elect,
+                "Run as one of several replicas: only the holder of a coordination.k8s.io Lease "
+                "answers filter, prioritize, preempt and bind and is Ready; the others keep their "
+                "state warm and take over when the lease expires")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect-lease-duration", o->lease_duration,
+                  "How long a standby waits, after the lease last changed, before taking it over")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect-renew-deadline", o->renew_deadline,
+                  "How long the leader keeps serving without a successful renewal (shorter than "
+                  "the lease duration)")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect-retry-period", o->retry_period,
+                  "How often to renew the lease, or try to take it")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect-resource-name", o->lease_name, "Name of the Lease")
+      ->capture_default_str();
+  cmd->add_option("--leader-elect-resource-namespace", o->lease_namespace,
+                  "Namespace of the Lease")
+      ->capture_default_str();
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -153,6 +186,32 @@ Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen) 
   if (port < 0 || port > 65535) return Error{fmt::format("--listen: bad port in '{}'", listen)};
   if (host.empty()) host = "0.0.0.0";
   return std::pair{host, static_cast<uint16_t>(port)};
+}
+
+// The Lease settings from the flags; bad durations name their flag.
+Result<kube::LeaderElectionConfig> LeaderElectionFromFlags(const ExtenderOptions& o) {
+  kube::LeaderElectionConfig config;
+  config.lease_name = o.lease_name;
+  config.lease_namespace = o.lease_namespace;
+  struct Flag {
+    const char* name;
+    const std::string& text;
+    std::chrono::nanoseconds& out;
+  };
+  for (const Flag& f : {Flag{"--leader-elect-lease-duration", o.lease_duration, config.lease_duration},
+                        Flag{"--leader-elect-renew-deadline", o.renew_deadline, config.renew_deadline},
+                        Flag{"--leader-elect-retry-period", o.retry_period, config.retry_period}}) {
+    auto parsed = kube::ParseDuration(f.text);
+    if (!parsed.ok()) return Error{fmt::format("{}: {}", f.name, parsed.error())};
+    f.out = *parsed;
+  }
+  // As kube-scheduler: the host name (a pod's name) and a random part, unique per process.
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::random_device random;
+  config.identity = fmt::format("{}_{:08x}{:08x}", host, random(), random());
+  if (Status s = kube::ValidateLeaderElection(config); !s.ok()) return Error{s.error()};
+  return config;
 }
 
 // Blocks until SIGINT or SIGTERM.
@@ -241,10 +300,27 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
                  o.partition_service, o.provision_timeout_s);
   }
 
+  // Flags are checked before anything connects.
+  std::optional<kube::LeaderElectionConfig> election;
+  if (o.leader_elect && o.offline_nodes.empty()) {
+    auto config = LeaderElectionFromFlags(o);
+    if (!config.ok()) {
+      spdlog::error("{}", config.error());
+      return kExitUsage;
+    }
+    election = std::move(config).value();
+  }
+
   extender::Metrics metrics;
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<extender::ClusterWriter> writer;
+  std::unique_ptr<kube::ApiClient> election_client;
+  std::unique_ptr<kube::LeaderElector> elector;
   if (!o.offline_nodes.empty()) {
+    if (o.leader_elect) {
+      spdlog::error("--leader-elect needs the API server; it cannot be used with --offline-nodes");
+      return kExitUsage;
+    }
     writer = std::make_unique<extender::OfflineClusterWriter>();
   } else {
     auto made = kube::ApiClient::FromEnvironment(o.kubeconfig);
@@ -253,7 +329,30 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
       return kExitUsage;
     }
     client = std::move(made).value();
-    writer = std::make_unique<extender::ApiClusterWriter>(*client);
+    if (election) {
+      const kube::LeaderElectionConfig* config = &*election;
+      // Its own connections, with requests cut at one retry period: a hung renewal must not
+      // hold the elector past its renew deadline.
+      kube::ClientConfig election_config = client->config();
+      election_config.request_timeout =
+          std::chrono::duration_cast<std::chrono::milliseconds>(config->retry_period);
+      auto made_election = kube::ApiClient::Create(election_config);
+      if (!made_election.ok()) {
+        spdlog::error("leader election: {}", made_election.error());
+        return kExitUsage;
+      }
+      election_client = std::move(made_election).value();
+      elector = std::make_unique<kube::LeaderElector>(
+          *election_client, *config, SteadyNs, WallNs,
+          kube::LeaderElector::Callbacks{[&metrics] { metrics.CountLeaderTransition(true); },
+                                         [&metrics] { metrics.CountLeaderTransition(false); }});
+      spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
+                   config->lease_namespace, config->lease_name, config->identity,
+                   o.lease_duration, o.renew_deadline, o.retry_period);
+    }
+    std::function<bool()> may_write;
+    if (elector) may_write = [&elector] { return elector->IsLeader(); };
+    writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write);
   }
   extender::ExtenderService service(**catalog, service_options, *writer, metrics, SteadyNs, WallNs);
 
@@ -294,6 +393,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   }
 
   extender::Router router(service, metrics, o.bind_threads);
+  if (elector) router.SetLeaderGate([&elector] { return elector->IsLeader(); });
   extender::HttpServerOptions http;
   http.address = listen->first;
   http.port = listen->second;
@@ -316,9 +416,16 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   std::thread housekeeping([&] {
     while (!stop) {
       service.ExpireReservations();
-      if (!service.Ready()) {
+      // Campaign only once warm (nodes and pods listed, tracker rebuilt), so a cold process never
+      // takes the lease from a warm standby.
+      if (elector && node_informer->Synced() && pod_informer->Synced()) elector->Start();
+      // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
+      // making. A new leader reconciles before it turns Ready, so a dead leader's half-made
+      // partition is removed then.
+      if (!service.Ready() && (!elector || elector->IsLeader())) {
         if (auto s = service.ReconcilePartitions(); !s.ok()) spdlog::warn("{}", s.error());
       }
+      metrics.SetLeader(!elector || elector->IsLeader());
       const bool ready = service.Ready();
       metrics.SetReady(ready);
       if (pod_informer) {
@@ -337,6 +444,8 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   spdlog::info("signal {} received: shutting down", signal);
   stop = true;
   housekeeping.join();
+  // Hand the lease over first: a standby takes over at its next retry, not after the lease expires.
+  if (elector) elector->Stop();
   (*server)->Stop();
   if (pod_informer) pod_informer->Stop();
   if (node_informer) node_informer->Stop();

@@ -2,6 +2,8 @@
 #ifndef TOPOSCHED_EXTENDER_API_WRITER_H_
 #define TOPOSCHED_EXTENDER_API_WRITER_H_
 
+#include <functional>
+
 #include "extender/service.h"
 #include "kube/client.h"
 
@@ -10,7 +12,10 @@ namespace toposched::extender {
 class ApiClusterWriter final : public ClusterWriter {
  public:
   // The client must outlive the writer.
-  explicit ApiClusterWriter(kube::ApiClient& client) : client_(client) {}
+  // `may_write` (with leader election): a Binding is written only while it returns true, checked
+  // right before the write, so a leader that lost its lease never binds. Null: always.
+  explicit ApiClusterWriter(kube::ApiClient& client, std::function<bool()> may_write = nullptr)
+      : client_(client), may_write_(std::move(may_write)) {}
 
   Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
               const std::string& node,
@@ -20,6 +25,7 @@ class ApiClusterWriter final : public ClusterWriter {
 
  private:
   kube::ApiClient& client_;
+  std::function<bool()> may_write_;
 };
 
 }  // namespace toposched::extender

@@ -50,6 +50,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                 .Help("1 once the first full sync and rebuild are done")
                 .Register(*registry_)
                 .Add({});
+  leader_ = &prometheus::BuildGauge()
+                 .Name("toposched_leader")
+                 .Help("1 while this extender holds the leader lease (always 1 without "
+                       "--leader-elect)")
+                 .Register(*registry_)
+                 .Add({});
+  leader_transitions_ = &prometheus::BuildCounter()
+                             .Name("toposched_leader_transitions_total")
+                             .Help("Changes of this extender's role, by the role it took")
+                             .Register(*registry_);
 }
 
 void Metrics::ObserveRequest(std::string_view verb, int http_status, double seconds) {
@@ -73,6 +83,12 @@ void Metrics::CountApiError(std::string_view operation) {
 }
 
 void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
+
+void Metrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
+
+void Metrics::CountLeaderTransition(bool to_leader) {
+  leader_transitions_->Add({{"to", to_leader ? "leader" : "standby"}}).Increment();
+}
 
 std::string Metrics::Serialize() const {
   std::ostringstream out;

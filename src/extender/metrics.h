@@ -28,6 +28,9 @@ class Metrics {
   void CountRebuildConflicts(int count);
   void CountApiError(std::string_view operation);
   void SetReady(bool ready);
+  // Leader election: 1 while this process holds the lease; each change of role, by the new role.
+  void SetLeader(bool leader);
+  void CountLeaderTransition(bool to_leader);
   // Shared pools: partitions being removed, whose devices stay held until they are gone.
   void SetPartitionRemovalsPending(int count);
 
@@ -43,6 +46,8 @@ class Metrics {
   prometheus::Counter* rebuild_conflicts_;
   prometheus::Family<prometheus::Counter>* api_errors_;
   prometheus::Gauge* ready_;
+  prometheus::Gauge* leader_;
+  prometheus::Family<prometheus::Counter>* leader_transitions_;
   prometheus::Gauge* removals_pending_;
 };
 

@@ -32,6 +32,15 @@ std::string_view LastSegment(std::string_view target) {
   return slash == std::string_view::npos ? target : target.substr(slash + 1);
 }
 
+// 503 for kube-scheduler (an error it retries, never a placement) and a reason for humans.
+HttpResponse NotLeader(std::string_view verb) {
+  return {503, "application/json",
+          fmt::format("{{\"Error\":{}}}",
+                      JsonQuote(fmt::format("{}: this toposched extender is a standby (another "
+                                            "replica holds the leader lease); retry",
+                                            verb)))};
+}
+
 HttpResponse BadRequest(std::string_view verb, const std::string& error) {
   spdlog::warn("{}: malformed request: {}", verb, error);
   return {400, "application/json",
@@ -56,6 +65,9 @@ void Router::Handle(HttpRequest&& request, Responder respond) {
   if (request.method == "GET") {
     if (verb == "healthz") return finish({200, "text/plain", "ok\n"});
     if (verb == "readyz") {
+      if (is_leader_ && !is_leader_()) {
+        return finish({503, "text/plain", "not ready: standby, another replica is the leader\n"});
+      }
       if (!service_.Ready()) return finish({503, "text/plain", "not ready: first sync not done\n"});
       if (!service_.ApiHealthy()) {
         return finish({503, "text/plain", "not ready: the API server is unreachable\n"});
@@ -68,6 +80,9 @@ void Router::Handle(HttpRequest&& request, Responder respond) {
   if (request.method != "POST") {
     return finish({405, "text/plain", "use POST for extender verbs, GET for health and metrics\n"});
   }
+  const bool is_verb =
+      verb == "filter" || verb == "prioritize" || verb == "preempt" || verb == "bind";
+  if (is_verb && is_leader_ && !is_leader_()) return finish(NotLeader(verb));
   if (verb == "filter" || verb == "prioritize") {
     auto args = DecodeExtenderArgs(body);
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
@@ -90,6 +105,8 @@ void Router::Handle(HttpRequest&& request, Responder respond) {
     auto args = DecodeBindingArgs(body);
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
     boost::asio::post(bind_pool_->pool, [this, args = std::move(args).value(), finish]() {
+      // Leadership may have gone while the bind waited for a thread.
+      if (is_leader_ && !is_leader_()) return finish(NotLeader("bind"));
       finish({200, "application/json", service_.Bind(args)});
     });
     return;

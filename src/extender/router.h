@@ -5,6 +5,7 @@
 #ifndef TOPOSCHED_EXTENDER_ROUTER_H_
 #define TOPOSCHED_EXTENDER_ROUTER_H_
 
+#include <functional>
 #include <memory>
 
 #include "extender/http_server.h"
@@ -20,6 +21,11 @@ class Router {
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
+  // With leader election: only while `is_leader()` are the verbs answered and /readyz 200; a
+  // standby answers 503, so kube-scheduler retries the pod and the Service routes to the leader.
+  // Set before serving; null (the default) serves always.
+  void SetLeaderGate(std::function<bool()> is_leader) { is_leader_ = std::move(is_leader); }
+
   void Handle(HttpRequest&& request, Responder respond);
   HttpHandler AsHandler() {
     return [this](HttpRequest&& r, Responder respond) { Handle(std::move(r), std::move(respond)); };
@@ -30,6 +36,7 @@ class Router {
   ExtenderService& service_;
   Metrics& metrics_;
   std::unique_ptr<BindPool> bind_pool_;
+  std::function<bool()> is_leader_;
 };
 
 }  // namespace toposched::extender

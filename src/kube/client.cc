@@ -453,6 +453,16 @@ Result<HttpResponse> ApiClient::Post(std::string_view path, std::string_view bod
   return Send(request);
 }
 
+Result<HttpResponse> ApiClient::Put(std::string_view path, std::string_view body) {
+  Request request;
+  request.method = "PUT";
+  request.path = path;
+  request.body = body;
+  request.content_type = "application/json";
+  request.timeout = config_.request_timeout;
+  return Send(request);
+}
+
 Result<HttpResponse> ApiClient::Patch(std::string_view path, std::string_view body,
                                       std::string_view content_type) {
   Request request;

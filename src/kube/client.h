@@ -46,6 +46,8 @@ class ApiClient {
   Result<HttpResponse> Get(std::string_view path);
   Result<HttpResponse> Post(std::string_view path, std::string_view body,
                             std::string_view content_type = "application/json");
+  // A whole-object update; metadata.resourceVersion in `body` makes it conditional (409 if stale).
+  Result<HttpResponse> Put(std::string_view path, std::string_view body);
   Result<HttpResponse> Patch(std::string_view path, std::string_view body,
                              std::string_view content_type = "application/merge-patch+json");
 

@@ -283,6 +283,7 @@ class FakeApiServer::Impl {
   TestPki pki_;
   std::map<std::string, json::value> pods_;   // by namespace/name
   std::map<std::string, json::value> nodes_;  // by name
+  std::map<std::string, json::value> leases_;  // coordination.k8s.io/v1, by namespace/name
   int64_t resource_version_ = 100;
   int64_t compacted_ = 0;  // watches from before this are too old
 
@@ -333,6 +334,8 @@ class FakeApiServer::Impl {
                    const std::map<std::string, std::string>& params);
   Response HandleBinding(const Request& request, const std::string& ns, const std::string& name);
   Response HandlePatch(const Request& request, const std::string& ns, const std::string& name);
+  // GET, POST (create) and PUT (update, 409 on a stale metadata.resourceVersion) of Leases.
+  Response HandleLease(const Request& request, const std::vector<std::string>& path);
 };
 
 // One TLS connection. Serves requests one after another (keep-alive); a watch turns it into a
@@ -638,6 +641,10 @@ void FakeApiServer::Impl::Route(const std::shared_ptr<Session>& session, const R
                                                : std::string_view(target).substr(question + 1));
   const std::string method(request.method_string());
   const size_t n = path.size();
+  if (n >= 6 && path[0] == "apis" && path[1] == "coordination.k8s.io" && path[2] == "v1" &&
+      path[3] == "namespaces" && path[5] == "leases") {
+    return session->Send(HandleLease(request, path));
+  }
   const bool core = n >= 2 && path[0] == "api" && path[1] == "v1";
   if (!core) return session->Send(StatusResponse(request, 404, "the server could not find it"));
 
@@ -880,6 +887,63 @@ Response FakeApiServer::Impl::HandlePatch(const Request& request, const std::str
   return MakeResponse(request, 200, json::serialize(it->second));
 }
 
+Response FakeApiServer::Impl::HandleLease(const Request& request,
+                                          const std::vector<std::string>& path) {
+  const std::string method(request.method_string());
+  const std::string& ns = path[4];
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (path.size() == 6 && method == "POST") {
+    boost::system::error_code error;
+    json::value lease = json::parse(request.body(), error);
+    if (error || !lease.is_object()) return StatusResponse(request, 400, "invalid Lease JSON");
+    const std::string name = StringAt(lease, {"metadata", "name"});
+    if (name.empty()) return StatusResponse(request, 422, "metadata.name: Required value");
+    if (leases_.count(ns + "/" + name) != 0) {
+      return StatusResponse(request, 409, "leases.coordination.k8s.io \"" + name +
+                                              "\" already exists");
+    }
+    json::object& metadata = lease.as_object()["metadata"].as_object();
+    metadata["namespace"] = ns;
+    metadata["resourceVersion"] = std::to_string(++resource_version_);
+    leases_[ns + "/" + name] = lease;
+    return MakeResponse(request, 201, json::serialize(lease));
+  }
+  if (path.size() != 7) return StatusResponse(request, 405, "method not allowed");
+  const std::string key = ns + "/" + path[6];
+  auto it = leases_.find(key);
+  if (method == "GET") {
+    if (it == leases_.end()) {
+      return StatusResponse(request, 404,
+                            "leases.coordination.k8s.io \"" + path[6] + "\" not found");
+    }
+    return MakeResponse(request, 200, json::serialize(it->second));
+  }
+  if (method == "PUT") {
+    boost::system::error_code error;
+    json::value lease = json::parse(request.body(), error);
+    if (error || !lease.is_object()) return StatusResponse(request, 400, "invalid Lease JSON");
+    if (it == leases_.end()) {
+      return StatusResponse(request, 404,
+                            "leases.coordination.k8s.io \"" + path[6] + "\" not found");
+    }
+    const std::string want = StringAt(lease, {"metadata", "resourceVersion"});
+    if (!want.empty() && want != StringAt(it->second, {"metadata", "resourceVersion"})) {
+      return StatusResponse(request, 409,
+                            "Operation cannot be fulfilled on leases.coordination.k8s.io \"" +
+                                path[6] +
+                                "\": the object has been modified; please apply your changes "
+                                "to the latest version and try again");
+    }
+    json::object& metadata = lease.as_object()["metadata"].as_object();
+    metadata["namespace"] = ns;
+    metadata["name"] = path[6];
+    metadata["resourceVersion"] = std::to_string(++resource_version_);
+    it->second = lease;
+    return MakeResponse(request, 200, json::serialize(lease));
+  }
+  return StatusResponse(request, 405, "method not allowed");
+}
+
 // ---- FakeApiServer ----
 
 FakeApiServer::FakeApiServer() : FakeApiServer(Options()) {}
@@ -948,6 +1012,23 @@ int64_t FakeApiServer::DeletePod(std::string_view ns, std::string_view name) {
   impl_->pods_.erase(it);
   SetResourceVersion(pod, ++impl_->resource_version_);
   return impl_->Store(Kind::kPod, "DELETED", pod);
+}
+
+std::optional<std::string> FakeApiServer::GetLeaseJson(std::string_view ns,
+                                                        std::string_view name) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  auto it = impl_->leases_.find(std::string(ns) + "/" + std::string(name));
+  if (it == impl_->leases_.end()) return std::nullopt;
+  return json::serialize(it->second);
+}
+
+int64_t FakeApiServer::PutLease(std::string_view text) {
+  json::value lease = ParseObjectOrDie(text);
+  const Fields fields = FieldsOf(lease);
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  SetResourceVersion(lease, ++impl_->resource_version_);
+  impl_->leases_[fields.ns + "/" + fields.name] = std::move(lease);
+  return impl_->resource_version_;
 }
 
 int64_t FakeApiServer::DeleteNode(std::string_view name) {

@@ -1,7 +1,7 @@
 // An in-process fake kube-apiserver for tests: HTTPS (Boost.Beast + Asio SSL) on 127.0.0.1 with an
 // ephemeral port and a CA made at start-up, bearer-token or client-certificate auth, and the few
 // API calls toposched makes: list and watch pods and nodes, get one, bind a pod, merge-patch a
-// pod, create events. Tests drive it: add and change objects (watchers get the events), send
+// pod, create events, get/create/update leases. Tests drive it: add and change objects (watchers get the events), send
 // bookmarks, expire history (410), end or drop watch connections, inject failures and delays, and
 // read back every request it got.
 //
@@ -85,6 +85,10 @@ class FakeApiServer {
   int64_t DeletePod(std::string_view ns, std::string_view name);
   int64_t DeleteNode(std::string_view name);
   std::optional<std::string> GetPodJson(std::string_view ns, std::string_view name) const;
+  // coordination.k8s.io/v1 Leases: served for GET, POST and PUT (conditional on
+  // metadata.resourceVersion, 409 when stale). PutLease stores one as another process would.
+  std::optional<std::string> GetLeaseJson(std::string_view ns, std::string_view name) const;
+  int64_t PutLease(std::string_view json);
   int64_t resource_version() const;
 
   // Sends a BOOKMARK at the current resourceVersion to every open watch of `kind`.

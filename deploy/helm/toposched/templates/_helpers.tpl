@@ -36,6 +36,9 @@ app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
 {{- if and $s.enabled (not $s.customScheduler.enabled) (not $s.defaultScheduler.enabled) -}}
 {{- fail "scheduler.enabled=true needs one of scheduler.customScheduler.enabled or scheduler.defaultScheduler.enabled" -}}
 {{- end -}}
+{{- if and (gt (int .Values.extender.replicas) 1) (not .Values.extender.leaderElection.enabled) -}}
+{{- fail "extender.replicas > 1 needs extender.leaderElection.enabled=true: replicas without a leader would each give out the same devices" -}}
+{{- end -}}
 {{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
 {{- fail "extender.tls.enabled=true needs extender.tls.secretName (a kubernetes.io/tls Secret in the extender's namespace)" -}}
 {{- end -}}
@@ -85,6 +88,10 @@ extenders:
 {{- if $e.tls.enabled -}}
 {{- $args = concat $args (list "--tls-cert-file" "/etc/toposched/tls/tls.crt" "--tls-key-file" "/etc/toposched/tls/tls.key") -}}
 {{- end -}}
+{{- end -}}
+{{- if and (not .Values.scheduler.defaultScheduler.enabled) $e.leaderElection.enabled -}}
+{{- $le := $e.leaderElection -}}
+{{- $args = concat $args (list "--leader-elect=true" "--leader-elect-lease-duration" $le.leaseDuration "--leader-elect-renew-deadline" $le.renewDeadline "--leader-elect-retry-period" $le.retryPeriod "--leader-elect-resource-name" $le.resourceName "--leader-elect-resource-namespace" (include "toposched.scheduler.namespace" .)) -}}
 {{- end -}}
 {{- if ne (toString $e.logLevel) "info" -}}
 {{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}

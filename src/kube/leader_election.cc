@@ -1,0 +1,306 @@
+#include "kube/leader_election.h"
+
+#include <ctime>
+#include <utility>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "base/json_escape.h"
+#include "kube/duration.h"
+#include "kube/json_reader.h"
+
+namespace toposched::kube {
+
+namespace ondemand = simdjson::ondemand;
+
+Status ValidateLeaderElection(const LeaderElectionConfig& c) {
+  if (c.lease_name.empty()) return Error{"--leader-elect-resource-name must not be empty"};
+  if (c.lease_namespace.empty()) return Error{"--leader-elect-resource-namespace must not be empty"};
+  if (c.identity.empty()) return Error{"leader election needs an identity"};
+  if (c.retry_period.count() <= 0 || c.renew_deadline.count() <= 0 ||
+      c.lease_duration.count() <= 0) {
+    return Error{"--leader-elect-lease-duration, --leader-elect-renew-deadline and "
+                 "--leader-elect-retry-period must be positive"};
+  }
+  if (c.lease_duration <= c.renew_deadline) {
+    return Error{fmt::format(
+        "--leader-elect-lease-duration ({}) must be longer than --leader-elect-renew-deadline "
+        "({}): a leader must have stopped before another may take over",
+        FormatDuration(c.lease_duration), FormatDuration(c.renew_deadline))};
+  }
+  if (c.renew_deadline * 10 <= c.retry_period * 12) {
+    return Error{fmt::format(
+        "--leader-elect-renew-deadline ({}) must be longer than 1.2 x --leader-elect-retry-period "
+        "({}), or a leader cannot retry a renewal before its deadline",
+        FormatDuration(c.renew_deadline), FormatDuration(c.retry_period))};
+  }
+  return OkStatus();
+}
+
+Result<LeaseRecord> DecodeLease(std::string_view text) {
+  const simdjson::padded_string padded(text);
+  LeaseRecord record;
+  const json::Path root("lease");
+  Status status = json::DecodeDocument(padded, [&](ondemand::value& value) -> Status {
+    ondemand::object object;
+    bool present = false;
+    if (Status s = json::OpenObject(value, root, object, present); !s.ok()) return s;
+    if (!present) return json::ErrorAt(root, "expected an object, got null");
+    return json::ForEachField(object, root, [&](std::string_view key, ondemand::value field,
+                                                const json::Path& path) -> Status {
+      ondemand::object inner;
+      bool has = false;
+      if (key == "metadata") {
+        if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
+        return json::ForEachField(inner, path, [&](std::string_view k, ondemand::value v,
+                                                   const json::Path& p) -> Status {
+          if (k == "resourceVersion") return json::ReadString(v, p, record.resource_version);
+          return OkStatus();
+        });
+      }
+      if (key == "spec") {
+        if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
+        return json::ForEachField(inner, path, [&](std::string_view k, ondemand::value v,
+                                                   const json::Path& p) -> Status {
+          if (k == "holderIdentity") return json::ReadString(v, p, record.holder);
+          if (k == "leaseDurationSeconds") {
+            return json::ReadInt64(v, p, record.lease_duration_seconds);
+          }
+          if (k == "acquireTime") return json::ReadString(v, p, record.acquire_time);
+          if (k == "renewTime") return json::ReadString(v, p, record.renew_time);
+          if (k == "leaseTransitions") return json::ReadInt64(v, p, record.transitions);
+          return OkStatus();
+        });
+      }
+      return OkStatus();
+    });
+  });
+  if (!status.ok()) return Error{status.error()};
+  return record;
+}
+
+std::string FormatMicroTime(int64_t unix_ns) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  return fmt::format("{}.{:06d}Z", text, (unix_ns % 1000000000) / 1000);
+}
+
+std::string EncodeLease(std::string_view ns, std::string_view name, const LeaseRecord& r) {
+  std::string metadata = fmt::format("\"name\":{},\"namespace\":{}", JsonQuote(name), JsonQuote(ns));
+  if (!r.resource_version.empty()) {
+    metadata += fmt::format(",\"resourceVersion\":{}", JsonQuote(r.resource_version));
+  }
+  std::string spec = fmt::format("\"holderIdentity\":{},\"leaseDurationSeconds\":{}",
+                                 JsonQuote(r.holder), r.lease_duration_seconds);
+  if (!r.acquire_time.empty()) spec += fmt::format(",\"acquireTime\":{}", JsonQuote(r.acquire_time));
+  if (!r.renew_time.empty()) spec += fmt::format(",\"renewTime\":{}", JsonQuote(r.renew_time));
+  spec += fmt::format(",\"leaseTransitions\":{}", r.transitions);
+  return fmt::format(
+      "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{{}}},"
+      "\"spec\":{{{}}}}}",
+      metadata, spec);
+}
+
+LeaderElector::LeaderElector(ApiClient& client, LeaderElectionConfig config, Clock steady_ns,
+                             Clock wall_ns, Callbacks callbacks)
+    : client_(client),
+      config_(std::move(config)),
+      steady_ns_(std::move(steady_ns)),
+      wall_ns_(std::move(wall_ns)),
+      callbacks_(std::move(callbacks)) {}
+
+LeaderElector::~LeaderElector() {
+  std::unique_lock<std::mutex> lock(wait_mu_);
+  stop_ = true;
+  lock.unlock();
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string LeaderElector::LeasePath() const {
+  return "/apis/coordination.k8s.io/v1/namespaces/" + EscapeUrlComponent(config_.lease_namespace) +
+         "/leases/" + EscapeUrlComponent(config_.lease_name);
+}
+
+bool LeaderElector::IsLeader() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leader_ && steady_ns_() - renewed_at_ns_ < config_.renew_deadline.count();
+}
+
+std::string LeaderElector::ObservedHolder() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return observed_.holder;
+}
+
+void LeaderElector::Observe(const LeaseRecord& record, int64_t now_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (record.holder != observed_.holder || record.renew_time != observed_.renew_time ||
+      record.resource_version != observed_.resource_version || observed_at_ns_ == 0) {
+    observed_ = record;
+    observed_at_ns_ = now_ns;
+  }
+}
+
+bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
+  bool started = false;
+  bool stopped = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (renewed) {
+      started = !leader_;
+      leader_ = true;
+      renewed_at_ns_ = started_ns;
+    } else if (leader_ && (other_holds || steady_ns_() - renewed_at_ns_ >=
+                                              config_.renew_deadline.count())) {
+      leader_ = false;
+      stopped = true;
+    }
+  }
+  if (started) {
+    ++transitions_;
+    spdlog::info("leader election: became the leader of lease {}/{} as {}",
+                 config_.lease_namespace, config_.lease_name, config_.identity);
+    if (callbacks_.started_leading) callbacks_.started_leading();
+  }
+  if (stopped) {
+    ++transitions_;
+    spdlog::warn("leader election: lost lease {}/{} ({}); standing by",
+                 config_.lease_namespace, config_.lease_name,
+                 other_holds ? "another process holds it"
+                             : "not renewed within " + FormatDuration(config_.renew_deadline));
+    if (callbacks_.stopped_leading) callbacks_.stopped_leading();
+  }
+  return IsLeader();
+}
+
+bool LeaderElector::Step() {
+  const int64_t started = steady_ns_();
+  const std::string path = LeasePath();
+  auto got = client_.Get(path);
+  if (!got.ok() || (got->status != 200 && got->status != 404)) {
+    spdlog::warn("leader election: cannot read lease {}/{}: {}", config_.lease_namespace,
+                 config_.lease_name,
+                 got.ok() ? fmt::format("HTTP {}: {}", got->status, StatusMessage(got->body))
+                          : got.error());
+    return Finish(false, started, false);
+  }
+
+  LeaseRecord mine;
+  mine.holder = config_.identity;
+  mine.lease_duration_seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(config_.lease_duration).count();
+  mine.renew_time = FormatMicroTime(wall_ns_());
+
+  Result<HttpResponse> written = Error{""};
+  if (got->status == 404) {
+    mine.acquire_time = mine.renew_time;
+    written = client_.Post("/apis/coordination.k8s.io/v1/namespaces/" +
+                               EscapeUrlComponent(config_.lease_namespace) + "/leases",
+                           EncodeLease(config_.lease_namespace, config_.lease_name, mine));
+  } else {
+    auto old = DecodeLease(got->body);
+    if (!old.ok()) {
+      spdlog::warn("leader election: lease {}/{} does not decode: {}", config_.lease_namespace,
+                   config_.lease_name, old.error());
+      return Finish(false, started, false);
+    }
+    Observe(*old, started);
+    int64_t observed_at = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      observed_at = observed_at_ns_;
+    }
+    const int64_t duration_ns = (old->lease_duration_seconds > 0
+                                     ? std::chrono::nanoseconds(std::chrono::seconds(
+                                           old->lease_duration_seconds))
+                                     : config_.lease_duration)
+                                    .count();
+    if (!old->holder.empty() && old->holder != config_.identity &&
+        started - observed_at < duration_ns) {
+      return Finish(false, started, true);  // held by another, and not expired on our clock
+    }
+    if (old->holder == config_.identity) {
+      mine.acquire_time = old->acquire_time;
+      mine.transitions = old->transitions;
+    } else {
+      mine.acquire_time = mine.renew_time;
+      mine.transitions = old->transitions + 1;
+    }
+    mine.resource_version = old->resource_version;
+    written = client_.Put(path, EncodeLease(config_.lease_namespace, config_.lease_name, mine));
+  }
+  if (!written.ok() || (written->status != 200 && written->status != 201)) {
+    // 409: someone else wrote it first; the next round reads who.
+    spdlog::log(written.ok() && written->status == 409 ? spdlog::level::debug
+                                                       : spdlog::level::warn,
+                "leader election: cannot write lease {}/{}: {}", config_.lease_namespace,
+                config_.lease_name,
+                written.ok()
+                    ? fmt::format("HTTP {}: {}", written->status, StatusMessage(written->body))
+                    : written.error());
+    return Finish(false, started, false);
+  }
+  if (auto stored = DecodeLease(written->body); stored.ok()) Observe(*stored, started);
+  return Finish(true, started, false);
+}
+
+Status LeaderElector::Release() {
+  LeaseRecord record;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!leader_) return OkStatus();
+    record = observed_;
+  }
+  record.holder.clear();
+  record.lease_duration_seconds = 1;
+  record.renew_time = FormatMicroTime(wall_ns_());
+  auto written = client_.Put(LeasePath(), EncodeLease(config_.lease_namespace, config_.lease_name,
+                                                      record));
+  bool was = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    was = leader_;
+    leader_ = false;
+  }
+  if (was) {
+    ++transitions_;
+    if (callbacks_.stopped_leading) callbacks_.stopped_leading();
+  }
+  if (!written.ok()) return Error{written.error()};
+  if (written->status != 200) {
+    return Error{fmt::format("releasing lease {}/{}: HTTP {}: {}", config_.lease_namespace,
+                             config_.lease_name, written->status, StatusMessage(written->body))};
+  }
+  spdlog::info("leader election: released lease {}/{}", config_.lease_namespace,
+               config_.lease_name);
+  return OkStatus();
+}
+
+void LeaderElector::Start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(wait_mu_);
+    while (!stop_) {
+      lock.unlock();
+      Step();
+      lock.lock();
+      wake_.wait_for(lock, config_.retry_period, [this] { return stop_; });
+    }
+  });
+}
+
+void LeaderElector::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(wait_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (Status s = Release(); !s.ok()) spdlog::warn("leader election: {}", s.error());
+}
+
+}  // namespace toposched::kube

@@ -1,0 +1,122 @@
+// Leader election on a coordination.k8s.io/v1 Lease, with kube-scheduler's semantics and flag
+// names (--leader-elect-lease-duration 15s, --leader-elect-renew-deadline 10s,
+// --leader-elect-retry-period 2s): a candidate takes the lease when it is free or when its record
+// has not changed for the lease duration *as measured on the candidate's own clock* (clocks of
+// different machines are never compared); the leader renews it every retry period, and stops
+// being the leader once it has not renewed for the renew deadline, which is shorter than the lease
+// duration, so it has stopped before anyone else can take over. Every write is conditional on the
+// resourceVersion read (409 on a race), so two candidates never both win.
+//
+// Clocks are injected: `steady_ns` measures every interval, `wall_ns` only stamps the Lease's
+// acquireTime and renewTime for humans. Tests drive Step() with fake clocks.
+#ifndef TOPOSCHED_KUBE_LEADER_ELECTION_H_
+#define TOPOSCHED_KUBE_LEADER_ELECTION_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "base/result.h"
+#include "kube/client.h"
+
+namespace toposched::kube {
+
+struct LeaderElectionConfig {
+  std::string lease_namespace = "kube-system";
+  std::string lease_name;
+  std::string identity;  // unique per process: hostname (the pod's name) + "_" + random
+  std::chrono::nanoseconds lease_duration = std::chrono::seconds(15);
+  std::chrono::nanoseconds renew_deadline = std::chrono::seconds(10);
+  std::chrono::nanoseconds retry_period = std::chrono::seconds(2);
+};
+
+// The rules kube-scheduler applies: all positive, lease duration > renew deadline > retry period
+// × 1.2 (the jitter of a retry), and a name and an identity.
+Status ValidateLeaderElection(const LeaderElectionConfig& config);
+
+// The spec of a Lease and its resourceVersion.
+struct LeaseRecord {
+  std::string holder;
+  int64_t lease_duration_seconds = 0;
+  std::string acquire_time;  // RFC 3339 with microseconds, as the API writes MicroTime
+  std::string renew_time;
+  int64_t transitions = 0;
+  std::string resource_version;
+};
+
+Result<LeaseRecord> DecodeLease(std::string_view json);
+// A Lease object; metadata.resourceVersion is included when the record has one.
+std::string EncodeLease(std::string_view ns, std::string_view name, const LeaseRecord& record);
+// MicroTime text of a Unix time in nanoseconds: 2024-05-01T12:00:00.123456Z.
+std::string FormatMicroTime(int64_t unix_ns);
+
+class LeaderElector {
+ public:
+  using Clock = std::function<int64_t()>;  // nanoseconds
+  struct Callbacks {
+    std::function<void()> started_leading;  // called on the electing thread, no lock held
+    std::function<void()> stopped_leading;
+  };
+
+  // The client must outlive the elector; give it a request timeout below the retry period, so one
+  // hung request does not outlast the renew deadline.
+  LeaderElector(ApiClient& client, LeaderElectionConfig config, Clock steady_ns, Clock wall_ns,
+                Callbacks callbacks = {});
+  ~LeaderElector();
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  // One round: read the lease, then take or renew it if allowed. Returns IsLeader() after it.
+  bool Step();
+  // True while this process holds the lease and its last renewal is younger than the renew
+  // deadline. Reads the clock, so it turns false on time even while a renewal hangs.
+  bool IsLeader() const;
+  // Gives the lease up (holder "", duration 1 s) if this process holds it, so a standby takes
+  // over at its next retry instead of after the lease duration.
+  Status Release();
+
+  // Runs Step() every retry period on a thread of its own, until Stop().
+  void Start();
+  // Stops the thread, then releases the lease.
+  void Stop();
+
+  std::string ObservedHolder() const;
+  // Times this process became leader or stopped being leader.
+  uint64_t transitions() const { return transitions_.load(); }
+  const LeaderElectionConfig& config() const { return config_; }
+
+ private:
+  // Settles the round that started at `started_ns`; calls the callbacks on a change.
+  bool Finish(bool renewed, int64_t started_ns, bool other_holds);
+  // Remembers a record just read or written; the observation time moves when it changed.
+  void Observe(const LeaseRecord& record, int64_t now_ns);
+  std::string LeasePath() const;
+
+  ApiClient& client_;
+  const LeaderElectionConfig config_;
+  Clock steady_ns_;
+  Clock wall_ns_;
+  Callbacks callbacks_;
+
+  mutable std::mutex mu_;
+  LeaseRecord observed_;         // guarded by mu_
+  int64_t observed_at_ns_ = 0;   // guarded by mu_
+  bool leader_ = false;          // guarded by mu_
+  int64_t renewed_at_ns_ = 0;    // start of the last successful round; guarded by mu_
+  std::atomic<uint64_t> transitions_{0};
+
+  std::thread thread_;
+  std::mutex wait_mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;  // guarded by wait_mu_
+};
+
+}  // namespace toposched::kube
+
+#endif  // TOPOSCHED_KUBE_LEADER_ELECTION_H_
