@@ -198,6 +198,9 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
   EXPECT_FALSE(extender["spec"]["template"]["spec"]["hostNetwork"].IsDefined());
   const YAML::Node service = r.Get("Service", "k8s-neuron-scheduler");
   EXPECT_EQ(service["spec"]["ports"][0]["port"].as<int>(), 12345);
+  // Spelled out for Helm 4's server-side apply on API servers before 1.22 (found by e2e_helm).
+  EXPECT_EQ(service["spec"]["ports"][0]["protocol"].as<std::string>(), "TCP");
+  EXPECT_EQ(c["ports"][0]["protocol"].as<std::string>(), "TCP");
   EXPECT_EQ(service["spec"]["selector"]["app"].as<std::string>(),
             extender["spec"]["template"]["metadata"]["labels"]["app"].as<std::string>());
 

@@ -312,14 +312,32 @@ e2e_in_cluster_objects() {
   log "in-cluster credentials: ServiceAccount admission with bound token volumes; default ServiceAccounts and kube-root-ca.crt created as kube-controller-manager would"
 }
 
-# The operator's manifests, applied as they are. No controller-manager runs here, so the
-# Deployments and the DaemonSet create no pods: the API server validates them, and the harness
-# runs the same programs as local processes with the same ServiceAccounts and configuration.
+# helm: $TOPOSCHED_E2E_HELM, else scripts/install-tools.sh's, else the PATH; empty when none.
+e2e_helm_bin() {
+  local h="${TOPOSCHED_E2E_HELM:-}"
+  [ -n "$h" ] || { [ -x /opt/toposched-tools/bin/helm ] && h=/opt/toposched-tools/bin/helm; } || h=$(command -v helm || true)
+  echo "$h"
+}
+h() { "$HELM" --kubeconfig "$W/admin.kubeconfig" "$@"; }
+
+# The operator's install: AWS's second-scheduler command on the chart (`helm install`), or, without
+# helm, deploy/ (rendered from the same chart) with kubectl apply. No controller-manager runs here,
+# so the Deployments and the DaemonSet create no pods: the API server validates them, and the
+# harness runs the same programs as local processes with the same ServiceAccounts and configuration.
 e2e_apply_deploy() {
   local f
-  for f in extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml; do
-    k apply -f "$E2E_REPO/deploy/$f" >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "kubectl apply -f deploy/$f failed"; }
-  done
+  HELM=$(e2e_helm_bin)
+  if [ -n "$HELM" ]; then
+    h install toposched "$E2E_REPO/deploy/helm/toposched" --namespace kube-system \
+      --set scheduler.enabled=true --set npd.enabled=false >>"$W/apply.log" 2>&1 ||
+      { cat "$W/apply.log" >&2; die "helm install of deploy/helm/toposched failed"; }
+    log "helm install: release toposched ($("$HELM" version --short))"
+  else
+    log "no helm (scripts/install-tools.sh installs it): applying deploy/ with kubectl instead"
+    for f in extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml; do
+      k apply -f "$E2E_REPO/deploy/$f" >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "kubectl apply -f deploy/$f failed"; }
+    done
+  fi
   # The default-scheduler variant: validated by the API server, not created (same Deployment name).
   k apply --dry-run=server -f "$E2E_REPO/deploy/default-scheduler/extender-hostnetwork.yaml" >>"$W/apply.log" 2>&1 ||
     { cat "$W/apply.log" >&2; die "deploy/default-scheduler/extender-hostnetwork.yaml does not validate"; }
@@ -328,7 +346,7 @@ e2e_apply_deploy() {
 import re, sys
 def entry(path):
     text = open(path).read()
-    block = text[text.index("extenders:"):]
+    block = text[re.search(r"^\s*extenders:\s*$", text, re.M).start():]
     lines = [l.strip() for l in block.splitlines()[1:]]
     out = []
     for l in lines:
@@ -339,7 +357,7 @@ a, b = entry(sys.argv[1]), entry(sys.argv[2])
 if a != b: sys.exit(f"extender entries differ:\n{a}\n{b}")
 PY
     die "deploy/default-scheduler/kube-scheduler-config.yaml's extender entry differs from deploy/my-scheduler.yaml's"
-  log "applied deploy/: $(grep -c . "$W/apply.log") objects"
+  log "installed: $(k get sa,clusterrole,clusterrolebinding,role,rolebinding,configmap,deploy,svc,ds -A -l app.kubernetes.io/name=toposched --no-headers 2>/dev/null | wc -l) objects labelled app.kubernetes.io/name=toposched"
 }
 
 # sa_kubeconfig SA FILE: a kubeconfig carrying a token of kube-system/SA from the TokenRequest API.

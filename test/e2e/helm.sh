@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The chart's life cycle against the real API server: `helm install` (done by the harness, AWS's
+# second-scheduler command), `helm upgrade` with a changed value rolls the Deployments it must (the
+# extender's pod template changes; my-scheduler's changes with its configuration), and `helm
+# uninstall` leaves nothing of ours behind. Then AWS's default-scheduler command installs the other
+# mode's objects. Exits 77 without helm (scripts/install-tools.sh).
+source "$(dirname "$0")/lib.sh"
+e2e_init helm
+[ -n "$(e2e_helm_bin)" ] || skip "no helm (scripts/install-tools.sh installs it)"
+e2e_control_plane
+CHART="$E2E_REPO/deploy/helm/toposched"
+AWS_SECOND=(--set scheduler.enabled=true --set npd.enabled=false)
+
+template_of() { k -n kube-system get deploy "$1" -o jsonpath='{.spec.template}'; }
+generation() { k -n kube-system get deploy "$1" -o jsonpath='{.metadata.generation}'; }
+ours() { k get sa,clusterrole,clusterrolebinding,role,rolebinding,configmap,deploy,svc,ds -A -l app.kubernetes.io/name=toposched --no-headers 2>/dev/null | awk '{print $1 "/" $2}' | sort; }
+
+installed=$(ours)
+[ "$(echo "$installed" | grep -c .)" -ge 17 ] || die "helm install made too few objects:\n$installed"
+k -n kube-system get role k8s-neuron-scheduler >/dev/null || die "no lease Role for the extender"
+[ "$(k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.replicas}')" = 2 ] ||
+  die "the extender Deployment does not have 2 replicas"
+k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
+  grep -q -- '--leader-elect=true' || die "the extender runs without --leader-elect"
+pass "helm install: $(echo "$installed" | grep -c .) objects, extender with 2 replicas and leader election"
+
+ext_before=$(template_of k8s-neuron-scheduler); ext_gen=$(generation k8s-neuron-scheduler)
+sched_gen=$(generation my-scheduler); dp_gen=$(k -n kube-system get ds neuron-device-plugin-daemonset -o jsonpath='{.metadata.generation}')
+h upgrade toposched "$CHART" --namespace kube-system "${AWS_SECOND[@]}" \
+  --set extender.logLevel=debug --set extender.httpTimeout=30s >>"$W/apply.log" 2>&1 ||
+  { cat "$W/apply.log" >&2; die "helm upgrade failed"; }
+[ "$(generation k8s-neuron-scheduler)" -gt "$ext_gen" ] || die "helm upgrade did not change the extender's pod template"
+k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
+  grep -q -- '"debug"' || die "the upgraded extender has no --log-level debug"
+[ "$(generation my-scheduler)" -gt "$sched_gen" ] || die "a changed scheduler configuration did not roll my-scheduler"
+k -n kube-system get configmap my-scheduler-config -o jsonpath='{.data.my-scheduler-config\.yaml}' |
+  grep -q 'httpTimeout: 30s' || die "my-scheduler-config was not updated"
+[ "$(k -n kube-system get ds neuron-device-plugin-daemonset -o jsonpath='{.metadata.generation}')" = "$dp_gen" ] ||
+  die "the device plugin DaemonSet changed although none of its values did"
+[ "$(template_of k8s-neuron-scheduler)" != "$ext_before" ] || die "extender template unchanged"
+pass "helm upgrade: the extender and my-scheduler roll (generation up), the device plugin does not"
+
+h uninstall toposched --namespace kube-system >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "helm uninstall failed"; }
+for i in $(seq 1 30); do [ -z "$(ours)" ] && break; sleep 1; done
+[ -z "$(ours)" ] || die "helm uninstall left objects behind:\n$(ours)"
+[ -z "$(k -n kube-system get secret -l owner=helm,name=toposched --no-headers 2>/dev/null)" ] || die "the release's record is left behind"
+pass "helm uninstall: nothing of ours is left"
+
+h install toposched "$CHART" --namespace kube-system --set scheduler.enabled=true \
+  --set scheduler.customScheduler.enabled=false --set scheduler.defaultScheduler.enabled=true \
+  --set npd.enabled=false >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "helm install (default-scheduler mode) failed"; }
+k -n kube-system get configmap k8s-neuron-scheduler-config >/dev/null || die "no k8s-neuron-scheduler-config"
+k -n kube-system get deploy my-scheduler >/dev/null 2>&1 && die "default-scheduler mode installed my-scheduler"
+[ "$(k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.hostNetwork}')" = true ] ||
+  die "default-scheduler mode: the extender is not on the host network"
+h uninstall toposched --namespace kube-system >>"$W/apply.log" 2>&1 || die "helm uninstall (default-scheduler mode) failed"
+pass "AWS's default-scheduler command: extender on the host network, its configuration, no my-scheduler; uninstalled"
+
