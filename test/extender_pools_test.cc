@@ -1,7 +1,11 @@
 // The extender on shared pools with bind-time provisioning against the fake partition service:
 // a bind creates the partition and names it on the Binding; failures and timeouts roll back
 // completely; a deleted pod's devices stay held until its partition is gone; a restart removes
-// orphans and reports pods whose partition vanished.
+// orphans and reports pods whose partition vanished; with leader election only the leader
+// reconciles.
+#include <atomic>
+#include <functional>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -54,8 +58,9 @@ class ExtenderPoolsTest : public ::testing::Test {
     Start();
   }
 
-  void Start(std::vector<kube::Pod> pods = {}) {
+  void Start(std::vector<kube::Pod> pods = {}, std::function<bool()> may_reconcile = nullptr) {
     ExtenderOptions options;
+    options.may_reconcile = std::move(may_reconcile);
     options.resources.device.push_back("graphcore.ai/ipu");
     options.pools = &pools_;
     options.provisioner = &provisioner_;
@@ -252,6 +257,34 @@ TEST_F(ExtenderPoolsTest, NotReadyUntilThePartitionServiceWasListed) {
   EXPECT_FALSE(ext_->ReconcilePartitions().ok());
   fake_.SetGarbage(false);
   EXPECT_TRUE(ext_->ReconcilePartitions().ok());
+  EXPECT_TRUE(ext_->Ready());
+}
+
+
+// With leader election: a standby lists the pods but leaves the partition service alone (the
+// leader may be making a partition for a bind in flight); once it leads it reconciles, removing
+// what a dead leader left half-made (a partition whose Binding was never written), and it does so
+// again at each new leadership.
+TEST_F(ExtenderPoolsTest, OnlyTheLeaderReconcilesAndATakeoverRemovesAHalfMadePartition) {
+  ASSERT_EQ(Bind("inflight", "uid-inflight", 8, "head-2"), "");  // the old leader's last bind...
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);                           // ...whose Binding never landed
+  std::atomic<bool> leader{false};
+  Start({}, [&leader] { return leader.load(); });
+  EXPECT_FALSE(ext_->Ready());
+  EXPECT_TRUE(ext_->ReconcilePartitions().ok());
+  EXPECT_FALSE(ext_->Ready());
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);  // a standby removed nothing
+
+  leader = true;  // takes over
+  ASSERT_TRUE(ext_->ReconcilePartitions().ok());
+  EXPECT_TRUE(ext_->Ready());
+  WaitForRemovals();
+  EXPECT_TRUE(fake_.Snapshot().empty());
+  EXPECT_EQ(PoolBusy(), 0u);
+
+  ext_->RequireReconcile();  // leadership lost and regained
+  EXPECT_FALSE(ext_->Ready());
+  ASSERT_TRUE(ext_->ReconcilePartitions().ok());
   EXPECT_TRUE(ext_->Ready());
 }
 

@@ -312,6 +312,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   }
 
   extender::Metrics metrics;
+  extender::ExtenderService* service_ptr = nullptr;  // for the elector's callback
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<extender::ClusterWriter> writer;
   std::unique_ptr<kube::ApiClient> election_client;
@@ -344,8 +345,12 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
       election_client = std::move(made_election).value();
       elector = std::make_unique<kube::LeaderElector>(
           *election_client, *config, SteadyNs, WallNs,
-          kube::LeaderElector::Callbacks{[&metrics] { metrics.CountLeaderTransition(true); },
-                                         [&metrics] { metrics.CountLeaderTransition(false); }});
+          kube::LeaderElector::Callbacks{
+              [&metrics, &service_ptr] {
+                metrics.CountLeaderTransition(true);
+                if (service_ptr != nullptr) service_ptr->RequireReconcile();
+              },
+              [&metrics] { metrics.CountLeaderTransition(false); }});
       spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
                    config->lease_namespace, config->lease_name, config->identity,
                    o.lease_duration, o.renew_deadline, o.retry_period);
@@ -354,7 +359,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     if (elector) may_write = [&elector] { return elector->IsLeader(); };
     writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write);
   }
+  // Partitions are the leader's: a standby removing "orphans" could remove one the leader is making.
+  if (elector) service_options.may_reconcile = [&elector] { return elector->IsLeader(); };
   extender::ExtenderService service(**catalog, service_options, *writer, metrics, SteadyNs, WallNs);
+  service_ptr = &service;
 
   std::unique_ptr<kube::Informer<kube::Node>> node_informer;
   std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
@@ -419,10 +427,9 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
       // Campaign only once warm (nodes and pods listed, tracker rebuilt), so a cold process never
       // takes the lease from a warm standby.
       if (elector && node_informer->Synced() && pod_informer->Synced()) elector->Start();
-      // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
-      // making. A new leader reconciles before it turns Ready, so a dead leader's half-made
-      // partition is removed then.
-      if (!service.Ready() && (!elector || elector->IsLeader())) {
+      // A new leader reconciles partitions before it turns Ready (the service skips it on a
+      // standby), so a dead leader's half-made partition is removed then.
+      if (!service.Ready()) {
         if (auto s = service.ReconcilePartitions(); !s.ok()) spdlog::warn("{}", s.error());
       }
       metrics.SetLeader(!elector || elector->IsLeader());

@@ -361,6 +361,7 @@ void ExtenderService::ReleasePartition(const std::string& uid, const std::string
 
 Status ExtenderService::ReconcilePartitions() {
   if (options_.provisioner == nullptr || !pods_synced_) return OkStatus();
+  if (options_.may_reconcile && !options_.may_reconcile()) return OkStatus();  // a standby
   auto listed = options_.provisioner->service().List();
   if (!listed.ok()) {
     return Error{

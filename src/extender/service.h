@@ -60,6 +60,9 @@ struct ExtenderOptions {
   provision::Provisioner* provisioner = nullptr;
   // How often a partition removal that failed is retried in the background.
   std::chrono::milliseconds removal_retry{1000};
+  // With leader election: ReconcilePartitions does nothing while this returns false, so a standby
+  // never removes a partition the leader is making. Null: always reconcile.
+  std::function<bool()> may_reconcile;
 };
 
 // The annotation the Binding carries: the partition made for the pod.
@@ -96,6 +99,11 @@ class ExtenderService {
   // whose partition is missing. Runs after each pod list until it succeeds once; call it again
   // (about once a second) while it has not.
   Status ReconcilePartitions();
+  // A new leader reconciles again before it is Ready: what a dead leader left half-made is
+  // removed then. Does nothing without a provisioner.
+  void RequireReconcile() {
+    if (options_.provisioner != nullptr) partitions_synced_ = false;
+  }
   // Partition removals still in progress in the background.
   size_t PendingRemovals() const { return reaper_ ? reaper_->Pending() : 0; }
 
