@@ -36,7 +36,7 @@ struct ExtenderOptions {
   std::vector<std::string> device_resources = {"aws.amazon.com/neuron",
                                                "aws.amazon.com/neurondevice"};
   std::vector<std::string> core_resources = {"aws.amazon.com/neuroncore"};
-  std::string policy = "best-fit";
+  std::string policy = "scarcity";
   double reservation_timeout_s = 30;
   size_t body_limit_mib = 256;
   int threads = 1;
@@ -85,7 +85,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Extended resource(s) counted in cores (repeatable)")
       ->capture_default_str();
   cmd->add_option("--policy", o->policy,
-                  "best-fit (keep large free blocks whole) or first-fit (lowest ids, as AWS)")
+                  "How prioritize ranks nodes and bind picks ids: scarcity (take least from the "
+                  "requests still expected, weighted by how few homes they have in the cluster; "
+                  "docs/extender.md), best-fit (keep large free blocks whole, tightest node), "
+                  "first-fit (lowest ids, as AWS), spread or binpack (lowest ids on the emptiest "
+                  "or fullest node)")
       ->capture_default_str();
   cmd->add_option("--reservation-timeout", o->reservation_timeout_s,
                   "Seconds a bind may hold ids before they are released if it never completes")
@@ -232,7 +236,9 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   }
   auto policy = topology::ParsePolicy(o.policy);
   if (!policy.ok() || *policy == topology::Policy::kCountOnly) {
-    spdlog::error("--policy: use best-fit or first-fit");
+    spdlog::error("--policy: {}", policy.ok() ? "count-only is for the simulator only: use "
+                                                "scarcity, best-fit, first-fit, spread or binpack"
+                                              : policy.error());
     return kExitUsage;
   }
   auto listen = SplitListen(o.listen);

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
+#include "sim/synthetic.h"
 #include "sim/trace.h"
 
 namespace toposched::cli {
@@ -21,9 +22,11 @@ namespace toposched::cli {
 struct SimulateOptions {
   std::string trace;
   std::string fleet;  // empty: the mode's default fleet
-  std::string mode = "dynamic";
-  std::string policies = "best-fit,first-fit,count-only";
+  std::string mode = "fill";
+  std::string policies = "scarcity,first-fit,spread,binpack,count-only";
   uint64_t seed = 0;
+  std::string synthetic;
+  int synthetic_tasks = 5000;
   bool json = false;
   std::string report;
 };
@@ -45,16 +48,33 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       "  num_gpu 0                           ->  CPU-only: skipped and counted\n"
       "(2 devices is never legal on trn nodes, only 1, 4, 8 or 16: such pods fit only on inf.)\n"
       "\n"
-      "The node for each pod: best-fit takes the node with the highest fit score (first in\n"
-      "fleet order on a tie); first-fit (AWS's lowest-index sets) and count-only (blind to\n"
-      "topology, so never refused for it; always run) take the first node in fleet order\n"
-      "that fits.\n"
+      "Policies (the node for each pod, and the set on it):\n"
+      "  scarcity    ours: the node and set that take least from the requests still expected,\n"
+      "              weighted by how few homes each kind of request has left in the fleet\n"
+      "              (learned from the pods seen); node order and names do not matter\n"
+      "  best-fit    the previous default: the tightest node, the set keeping big blocks whole\n"
+      "  first-fit   AWS's: lowest-index sets on the first node in fleet order that fits\n"
+      "  spread      kube-scheduler's LeastAllocated: the emptiest node, lowest-index sets\n"
+      "  binpack     MostAllocated / HAMi binpack: the fullest node that fits, lowest-index sets\n"
+      "  count-only  blind to topology, so never refused for it (always run, as a reference)\n"
+      "Ties among baselines go to the first node in fleet order.\n"
       "Unreadable trace rows are skipped and counted. Exit 0 on success, 2 on bad flags or\n"
       "input. Definitions: docs/simulator.md.");
-  cmd->add_option("--trace", opts->trace,
-                  "Trace CSV with columns num_gpu, gpu_milli and, for dynamic mode, "
-                  "creation_time and deletion_time (seconds)")
-      ->capture_default_str();
+  auto* trace = cmd->add_option("--trace", opts->trace,
+                                "Trace CSV with columns num_gpu, gpu_milli and, for dynamic mode, "
+                                "creation_time and deletion_time (seconds)")
+                    ->capture_default_str();
+  cmd->add_option("--synthetic", opts->synthetic,
+                  fmt::format("Instead of a trace file, generate Neuron-native requests: a named "
+                              "mix ({}) or SIZE=WEIGHT pairs with Nd for N devices and 1c/2c for "
+                              "cores, e.g. 1d=40,3d=5,6d=5,12d=2,16d=2,1c=10; Poisson arrivals, "
+                              "exponential lifetimes, fixed by --seed (docs/simulator.md)",
+                              sim::SyntheticMixNames()))
+      ->excludes(trace);
+  cmd->add_option("--synthetic-tasks", opts->synthetic_tasks,
+                  "How many pods --synthetic generates")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000'000));
   cmd->add_option("--fleet", opts->fleet,
                   fmt::format("Nodes as TYPE=COUNT pairs in fleet order, e.g. "
                               "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog); "
@@ -68,8 +88,9 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       ->check(CLI::IsMember({"dynamic", "fill"}))
       ->capture_default_str();
   cmd->add_option("--policy", opts->policies,
-                  "Comma-separated policies to compare: best-fit, first-fit, count-only "
-                  "(count-only is added when missing: the others are read against it)")
+                  "Comma-separated policies to compare: scarcity, best-fit, first-fit, spread, "
+                  "binpack, count-only (count-only is added when missing: the others are read "
+                  "against it)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->seed,
                   "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
@@ -161,10 +182,17 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
   auto policies = ParsePolicies(opts.policies);
   if (!policies.ok()) return Fail(opts, policies.error());
 
-  auto text = ReadFile(opts.trace);
-  if (!text.ok()) return Fail(opts, text.error());
-  auto trace = sim::ParseTrace(text.value(), opts.trace);
-  if (!trace.ok()) return Fail(opts, trace.error());
+  Result<sim::Trace> trace = Error{""};
+  if (!opts.synthetic.empty()) {
+    trace = sim::SyntheticTrace(opts.synthetic, opts.synthetic_tasks, opts.seed);
+    if (!trace.ok()) return Fail(opts, "--synthetic: " + trace.error());
+  } else {
+    auto text = ReadFile(opts.trace);
+    if (!text.ok()) return Fail(opts, text.error());
+    trace = sim::ParseTrace(text.value(), opts.trace);
+    if (!trace.ok()) return Fail(opts, trace.error());
+  }
+  const std::string& trace_name = trace->source_name;
 
   sim::Options options;
   options.mode = mode;
@@ -182,7 +210,7 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
   auto result = sim::Simulate(*catalog.value(), trace.value(), options);
   bar.Clear();
   if (!result.ok()) {
-    return Fail(opts, fmt::format("{} ({})", result.error(), opts.trace));
+    return Fail(opts, fmt::format("{} ({})", result.error(), trace_name));
   }
 
   if (opts.json) {
@@ -191,14 +219,14 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
     if (result->bad_rows > 0) {
       fmt::print(stderr, "warning: {} bad rows skipped in all\n", result->bad_rows);
     }
-    fmt::print("{}", sim::FormatJson(result.value(), opts.trace));
+    fmt::print("{}", sim::FormatJson(result.value(), trace_name));
   } else {
-    fmt::print("{}", sim::FormatTable(result.value(), opts.trace));
+    fmt::print("{}", sim::FormatTable(result.value(), trace_name));
   }
 
   if (!opts.report.empty()) {
     std::ofstream out(opts.report, std::ios::binary | std::ios::trunc);
-    out << sim::FormatHtml(result.value(), opts.trace);
+    out << sim::FormatHtml(result.value(), trace_name);
     out.close();
     if (!out) {
       fmt::print(stderr, "error: cannot write report {}\n", opts.report);

@@ -50,7 +50,7 @@ class ClusterWriter {
 
 struct ExtenderOptions {
   ResourceNames resources;
-  topology::Policy policy = topology::Policy::kBestFit;
+  topology::Policy policy = topology::Policy::kScarcity;
   // How long a bind may hold ids before they are released if it never completes.
   std::chrono::milliseconds reservation_timeout{30000};
   // Shared pools (docs/pools.md); null = every node is its own pool. Must outlive the service.

@@ -135,8 +135,11 @@ std::vector<std::string> HeaderLines(const SimResult& r, std::string_view trace_
 // that its lines line up in the source; it is dropped.)
 constexpr std::string_view kNotesCommon = R"(
 How to read it: each column is the same pods on the same fleet; only the policy differs.
+scarcity is ours (the set and node that take least from the requests still expected, by how
+few homes each has left); first-fit is AWS's (lowest ids, first node), spread and binpack are
+kube-scheduler's LeastAllocated and MostAllocated node scoring with AWS's lowest-index sets.
 count-only ignores topology (any free units will do), so it never refuses a pod for topology:
-its gap to best-fit is what the topology rules cost. It bounds each decision, not the whole run:
+its gap to the others is what the topology rules cost. It bounds each decision, not the run:
 accepting a big pod that topology refuses can crowd out several small ones later, so compare
 allocated devices as well as pods. 'no legal set free': a node that could take the pod had
 enough free devices or cores, but not as a set the Neuron runtime accepts (consecutive ids on
@@ -155,6 +158,38 @@ constexpr std::string_view kNotesFragmentation = R"(
 Fragmentation: 1 - (sum over nodes of the largest legal device set still free) / (free devices);
 0% = no waste. Definitions, the GPU-to-Neuron mapping and the fleet: docs/simulator.md.
 )";
+
+// One line comparing ours with the strongest baseline that ran (never the kindest): fill mode by
+// the unallocated share at the first failure, dynamic mode by pods placed.
+std::string Verdict(const SimResult& r) {
+  const PolicyResult* ours = nullptr;
+  const PolicyResult* rival = nullptr;
+  const bool fill = r.mode == Mode::kFill;
+  auto better = [&](const PolicyResult& a, const PolicyResult& b) {
+    return fill ? a.unallocated_share_at_first_failure < b.unallocated_share_at_first_failure
+                : a.placed > b.placed;
+  };
+  for (const auto& p : r.policies) {
+    if (p.policy == topology::Policy::kScarcity) ours = &p;
+    const bool baseline = p.policy == topology::Policy::kFirstFit ||
+                          p.policy == topology::Policy::kSpread ||
+                          p.policy == topology::Policy::kBinpack;
+    if (baseline && (rival == nullptr || better(p, *rival))) rival = &p;
+  }
+  if (ours == nullptr || rival == nullptr) return {};
+  if (fill) {
+    return fmt::format(
+        "scarcity left {:.1f}% of the devices unallocated at its first failure; the best "
+        "baseline here, {}, left {:.1f}% ({:+.1f} points).\n",
+        100 * ours->unallocated_share_at_first_failure, PolicyName(rival->policy),
+        100 * rival->unallocated_share_at_first_failure,
+        100 * (ours->unallocated_share_at_first_failure -
+               rival->unallocated_share_at_first_failure));
+  }
+  return fmt::format(
+      "scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n", ours->placed,
+      PolicyName(rival->policy), rival->placed, ours->placed - rival->placed);
+}
 
 std::string ReadingNotes(const SimResult& r) {
   std::string notes(kNotesCommon.substr(1));
@@ -197,10 +232,16 @@ std::string HtmlEscape(std::string_view s) {
 
 std::string_view PolicyColour(topology::Policy policy) {
   switch (policy) {
-    case topology::Policy::kBestFit:
+    case topology::Policy::kScarcity:
       return "#1b9e77";
+    case topology::Policy::kBestFit:
+      return "#66a61e";
     case topology::Policy::kFirstFit:
       return "#d95f02";
+    case topology::Policy::kSpread:
+      return "#e7298a";
+    case topology::Policy::kBinpack:
+      return "#a6761d";
     case topology::Policy::kCountOnly:
       return "#7570b3";
   }
@@ -402,6 +443,7 @@ std::string FormatTable(const SimResult& result, std::string_view trace_name) {
     for (const auto& cell : row.cells) out += fmt::format("  {:>{}}", cell, cell_width);
     out += "\n";
   }
+  if (const std::string verdict = Verdict(result); !verdict.empty()) out += "\n" + verdict;
   out += "\n" + ReadingNotes(result);
   return out;
 }

@@ -176,28 +176,14 @@ class PolicyRun {
   }
 
  private:
-  // The scheduler's part: which node. best-fit scores every node and takes the highest (the
-  // first in fleet order on a tie); first-fit and count-only take the first node that fits.
+  // The scheduler's part: which node, as the tracker ranks them for the policy (the extender's
+  // prioritize serves the same ranking). Every arrival is counted into the expected demand first,
+  // placed or not, as the extender counts each pod once when it is first filtered.
   int ChooseNode(const tracker::PodSpec& pod) {
-    if (policy_ == Policy::kBestFit) {
-      const std::vector<tracker::FitResult> fits = tracker_.FitAll(pod, names_);
-      int best = -1;
-      int best_score = 0;
-      for (size_t i = 0; i < fits.size(); ++i) {
-        unresolvable_[i] = fits[i].unresolvable;
-        if (fits[i].fits && (best < 0 || fits[i].score > best_score)) {
-          best = static_cast<int>(i);
-          best_score = fits[i].score;
-        }
-      }
-      return best;
-    }
-    for (size_t i = 0; i < names_.size(); ++i) {
-      const tracker::FitResult fit = tracker_.Fit(pod, names_[i]);
-      if (fit.fits) return static_cast<int>(i);
-      unresolvable_[i] = fit.unresolvable;
-    }
-    return -1;
+    tracker_.ObserveDemand(pod);
+    const tracker::Ranking ranking = tracker_.Rank(pod, names_);
+    for (size_t i = 0; i < ranking.fits.size(); ++i) unresolvable_[i] = ranking.fits[i].unresolvable;
+    return ranking.best;
   }
 
   // REQUIRES: no node fits, and unresolvable_ was filled in by ChooseNode for every node.

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "topology/demand.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::topology {
@@ -296,6 +297,109 @@ Decision AllocateCores(const NodeShape& shape, const NodeUsage& usage, const Req
   return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
 }
 
+// The few sets worth weighing by cost: the ends of each free run (a set in a run's middle cuts it
+// in three, which no demand class prefers), and on an aligned tree the first free block of each
+// distinct neighbourhood (blocks whose enclosing blocks are equally free cost the same).
+std::vector<Placement> CostCandidates(const NodeShape& shape, const NodeUsage& usage,
+                                      const Request& req) {
+  constexpr size_t kMaxCandidates = 12;
+  std::vector<Placement> out;
+  const int n = req.count;
+  const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+  const std::vector<int> levels =
+      shape.type->rule == LegalSetRule::kAligned ? AlignedLevels(shape) : std::vector<int>{};
+  // Free devices in each aligned block above `size` that holds device `d`.
+  auto neighbourhood = [&](int d, int size) {
+    std::vector<int> sig;
+    for (int level : levels) {
+      if (level > size) sig.push_back(std::popcount(free & RunMask(level, d / level * level)));
+    }
+    return sig;
+  };
+  std::vector<std::vector<int>> seen;
+  auto add_once = [&](std::vector<int> sig, Placement p) {
+    if (out.size() >= kMaxCandidates) return;
+    if (std::find(seen.begin(), seen.end(), sig) != seen.end()) return;
+    seen.push_back(std::move(sig));
+    out.push_back(std::move(p));
+  };
+  if (req.unit == Unit::kDevice) {
+    if (n == shape.devices) return out;
+    switch (shape.type->rule) {
+      case LegalSetRule::kContiguous:
+        for (int d = 0; d < shape.devices;) {
+          if (!(free >> d & 1)) {
+            ++d;
+            continue;
+          }
+          const int start = d;
+          while (d < shape.devices && (free >> d & 1)) ++d;
+          if (d - start < n) continue;
+          out.push_back(DevicePlacement(shape, RunMask(n, start)));
+          if (d - n != start) out.push_back(DevicePlacement(shape, RunMask(n, d - n)));
+          if (out.size() >= kMaxCandidates) break;
+        }
+        break;
+      case LegalSetRule::kAligned:
+        for (int start = 0; start + n <= shape.devices; start += n) {
+          if ((free & RunMask(n, start)) == RunMask(n, start)) {
+            add_once(neighbourhood(start, n), DevicePlacement(shape, RunMask(n, start)));
+          }
+        }
+        break;
+      case LegalSetRule::kAny:
+        break;  // which free devices does not matter to any device request
+    }
+    return out;
+  }
+  const int cpd = shape.cores_per_device;
+  const int segment = CoreSegment(shape, n);
+  const CoreBits& used = usage.used_cores();
+  ForEachCoreStart(shape, usage, n, [&](int s, int run_len) {
+    const bool run_start = s % segment == 0 || used.test(static_cast<size_t>(s - 1));
+    const int end = s + n;
+    const bool run_end = end % segment == 0 || end == shape.cores || used.test(static_cast<size_t>(end));
+    if (!run_start && !run_end) return true;
+    const int first = s / cpd;
+    const int last = (end - 1) / cpd;
+    const DeviceMask touched = RunMask(last - first + 1, first);
+    std::vector<int> sig = neighbourhood(first, last - first + 1);
+    sig.push_back(std::popcount(touched & free));
+    sig.push_back(last - first + 1);
+    sig.push_back(run_len);
+    sig.push_back(run_start ? 0 : 1);
+    add_once(std::move(sig), CorePlacement(shape, s, n));
+    return out.size() < kMaxCandidates;
+  });
+  return out;
+}
+
+// Among best-fit's choice and the other candidates, the set that costs the expected demand least;
+// best-fit's choice wins ties, so with no demand to protect nothing changes.
+Decision ChooseByCost(const NodeShape& shape, const NodeUsage& usage, const Request& req,
+                      Decision chosen, const SlotCosts& costs) {
+  std::vector<int> before(costs.classes.size());
+  for (size_t i = 0; i < costs.classes.size(); ++i) {
+    before[i] = costs.per_slot[i] == 0 ? 0 : FreeSlots(shape, usage, costs.classes[i]);
+  }
+  auto cost_of = [&](const Placement& p) {
+    NodeUsage after = usage;
+    after.Take(shape, p.unit, p.ids);
+    return PlacementCost(shape, usage, after, costs, before);
+  };
+  chosen.cost = cost_of(chosen.placement);
+  for (Placement& candidate : CostCandidates(shape, usage, req)) {
+    if (candidate.ids == chosen.placement.ids) continue;
+    const double cost = cost_of(candidate);
+    // A relative margin, so that float noise between equal costs never flips the choice.
+    if (cost < chosen.cost - 1e-9 * chosen.cost) {
+      chosen.placement = std::move(candidate);
+      chosen.cost = cost;
+    }
+  }
+  return chosen;
+}
+
 }  // namespace
 
 std::string_view UnitName(Unit unit, int count) {
@@ -305,10 +409,16 @@ std::string_view UnitName(Unit unit, int count) {
 
 std::string_view PolicyName(Policy policy) {
   switch (policy) {
+    case Policy::kScarcity:
+      return "scarcity";
     case Policy::kBestFit:
       return "best-fit";
     case Policy::kFirstFit:
       return "first-fit";
+    case Policy::kSpread:
+      return "spread";
+    case Policy::kBinpack:
+      return "binpack";
     case Policy::kCountOnly:
       return "count-only";
   }
@@ -316,10 +426,17 @@ std::string_view PolicyName(Policy policy) {
 }
 
 Result<Policy> ParsePolicy(std::string_view name) {
-  for (Policy p : {Policy::kBestFit, Policy::kFirstFit, Policy::kCountOnly}) {
+  for (Policy p : {Policy::kScarcity, Policy::kBestFit, Policy::kFirstFit, Policy::kSpread,
+                   Policy::kBinpack, Policy::kCountOnly}) {
     if (PolicyName(p) == name) return p;
   }
-  return Error{fmt::format("unknown policy '{}': use best-fit, first-fit or count-only", name)};
+  return Error{fmt::format(
+      "unknown policy '{}': use scarcity, best-fit, first-fit, spread, binpack or count-only",
+      name)};
+}
+
+Policy SetPolicy(Policy policy) {
+  return policy == Policy::kSpread || policy == Policy::kBinpack ? Policy::kFirstFit : policy;
 }
 
 Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
@@ -406,7 +523,15 @@ void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last
   }
 }
 
+bool CanEverGrant(const NodeShape& shape, const Request& request) {
+  if (request.count <= 0) return false;
+  if (request.unit == Unit::kCore) return request.count <= shape.cores;
+  if (request.count > shape.devices) return false;
+  return shape.type->rule != LegalSetRule::kAligned || IsLegalAlignedCount(shape, request.count);
+}
+
 std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
+  if (CanEverGrant(shape, request)) return {};
   const std::string& name = shape.type->name;
   if (request.count <= 0) {
     return fmt::format("a request of {} {} is not valid: ask for at least 1", request.count,
@@ -434,7 +559,8 @@ std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
 }
 
 Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
-                  Policy policy) {
+                  Policy policy, const SlotCosts* costs) {
+  policy = SetPolicy(policy);
   if (policy == Policy::kCountOnly) {
     if (request.count <= 0 ||
         request.count > (request.unit == Unit::kDevice ? shape.devices : shape.cores)) {
@@ -442,11 +568,60 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
     }
     return AllocateCountOnly(shape, usage, request);
   }
-  if (std::string why = CheckRequestShape(shape, request); !why.empty()) {
-    return Refuse(std::move(why), true);
+  if (!CanEverGrant(shape, request)) return Refuse(CheckRequestShape(shape, request), true);
+  // Scarcity starts from best-fit's choice: it answers whether anything fits (with best-fit's
+  // reason when not) and wins every tie below.
+  const Policy base = policy == Policy::kScarcity ? Policy::kBestFit : policy;
+  Decision d = request.unit == Unit::kDevice ? AllocateDevices(shape, usage, request, base)
+                                             : AllocateCores(shape, usage, request, base);
+  if (policy != Policy::kScarcity || costs == nullptr || !d.ok()) return d;
+  return ChooseByCost(shape, usage, request, std::move(d), *costs);
+}
+
+int FreeSlots(const NodeShape& shape, const NodeUsage& usage, const Request& request) {
+  if (!CanEverGrant(shape, request)) return 0;
+  const int n = request.count;
+  if (request.unit == Unit::kDevice) {
+    const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+    if (n == shape.devices) return free == shape.AllDevices() ? 1 : 0;
+    int slots = 0;
+    switch (shape.type->rule) {
+      case LegalSetRule::kContiguous:
+        for (DeviceMask rest = free; rest != 0;) {
+          const int start = std::countr_zero(rest);
+          const int len = std::countr_one(rest >> start);
+          slots += len / n;
+          rest &= ~RunMask(len, start);
+        }
+        return slots;
+      case LegalSetRule::kAligned:
+        for (int start = 0; start + n <= shape.devices; start += n) {
+          if ((free & RunMask(n, start)) == RunMask(n, start)) ++slots;
+        }
+        return slots;
+      case LegalSetRule::kAny:
+        return std::popcount(free) / n;
+    }
+    return 0;
   }
-  return request.unit == Unit::kDevice ? AllocateDevices(shape, usage, request, policy)
-                                       : AllocateCores(shape, usage, request, policy);
+  const CoreBits& used = usage.used_cores();
+  if (n == 1) return shape.cores - static_cast<int>(used.count());
+  const int segment = CoreSegment(shape, n);
+  int slots = 0;
+  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
+    const int seg_end = std::min(seg_start + segment, shape.cores);
+    int run = 0;
+    for (int c = seg_start; c < seg_end; ++c) {
+      if (used.test(static_cast<size_t>(c))) {
+        slots += run / n;
+        run = 0;
+      } else {
+        ++run;
+      }
+    }
+    slots += run / n;
+  }
+  return slots;
 }
 
 std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,

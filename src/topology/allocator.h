@@ -32,13 +32,24 @@ namespace toposched::topology {
 enum class Unit { kDevice, kCore };
 std::string_view UnitName(Unit unit, int count);  // "device"/"devices", "core"/"cores"
 
+// How a set is chosen on a node, and (in the simulator and the extender's prioritize) how a node is
+// chosen among those that fit.
 enum class Policy {
-  kBestFit,    // ours: the placement that leaves the node best able to serve later requests
-  kFirstFit,   // the lowest-index legal set (what AWS's extension and HAMi do)
+  // Ours: the set and the node that take the least from the requests still expected to come,
+  // weighted by how scarce their homes are in the fleet (topology/demand.h).
+  kScarcity,
+  // The previous default: on each node the set that keeps the largest blocks whole; the node
+  // where the pod fills a hole most tightly. Kept to compare with.
+  kBestFit,
+  kFirstFit,  // the lowest-index legal set on the first node that fits (AWS's extension, HAMi)
+  kSpread,    // lowest-index sets on the emptiest node (kube-scheduler's LeastAllocated)
+  kBinpack,   // lowest-index sets on the fullest node that fits (MostAllocated, HAMi binpack)
   kCountOnly,  // ignores topology: any N free units. An upper bound for the simulator only.
 };
 std::string_view PolicyName(Policy policy);
 Result<Policy> ParsePolicy(std::string_view name);
+// The rule that picks a set on one node: spread and binpack pick sets as first-fit does.
+Policy SetPolicy(Policy policy);
 
 using DeviceMask = uint64_t;  // bit d = device d; kMaxDevices is 64
 using CoreBits = std::bitset<kMaxCores>;
@@ -99,6 +110,7 @@ struct Decision {
   bool ok() const { return reason.empty(); }
   Placement placement;       // when ok()
   int score = 0;             // when ok(): 1..10, higher = packs here with less fragmentation
+  double cost = 0;           // when ok() under kScarcity with costs: what the set takes (demand.h)
   std::string reason;        // when !ok(): why, in words an operator can act on
   bool unresolvable = false; // when !ok(): no state of this node could ever satisfy the request
 };
@@ -107,9 +119,20 @@ struct Decision {
 // when it is not (e.g. AWS's text for 7 devices on trn1.32xlarge); empty when it is.
 std::string CheckRequestShape(const NodeShape& shape, const Request& request);
 
-// Chooses a legal set for `request` among the free ids of `usage`, by `policy`.
+// True if some state of the node could grant the request (CheckRequestShape says why not, but
+// formats its answer; this is for hot loops).
+bool CanEverGrant(const NodeShape& shape, const Request& request);
+
+// How many disjoint legal sets of `request` are free on the node: the number of such requests it
+// could still take if nothing else came. 0 for a count the node can never grant.
+int FreeSlots(const NodeShape& shape, const NodeUsage& usage, const Request& request);
+
+struct SlotCosts;  // topology/demand.h
+
+// Chooses a legal set for `request` among the free ids of `usage`, by `policy`. kScarcity needs
+// `costs` to weigh its candidates (without them it chooses as kBestFit does).
 Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
-                  Policy policy);
+                  Policy policy, const SlotCosts* costs = nullptr);
 
 // Every legal placement for `request` whose units are all free in `usage`, in ascending order of
 // their lowest id. For rule `any` device requests (where every subset is legal) it returns the

@@ -1,6 +1,7 @@
 #include "tracker/tracker.h"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <numeric>
 
@@ -36,13 +37,13 @@ std::string ContainerLabel(const ContainerRequest& c) {
 // carries only the verdict and score (no allocation to build and free: filter asks this for
 // thousands of nodes per call).
 FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod, Policy policy,
-                     bool with_ids) {
+                     bool with_ids, const topology::SlotCosts* costs) {
   FitResult result;
   // Most pods have one container asking: answer without the bookkeeping below.
   if (pod.containers.size() == 1 && !pod.containers[0].init &&
       pod.containers[0].request.count != 0) {
     const ContainerRequest& c = pod.containers[0];
-    Decision d = topology::Allocate(shape, usage, c.request, policy);
+    Decision d = topology::Allocate(shape, usage, c.request, policy, costs);
     if (!d.ok()) {
       result.reason = std::move(d.reason);
       result.unresolvable = d.unresolvable;
@@ -50,6 +51,7 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
     }
     result.fits = true;
     result.score = d.score;
+    result.cost = d.cost;
     if (with_ids) result.allocation.containers.push_back({c.name, std::move(d.placement)});
     return result;
   }
@@ -71,10 +73,12 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
     r.unresolvable = d.unresolvable;
     return r;
   };
+  double cost = 0;
   for (const auto* c : apps) {
-    Decision d = topology::Allocate(shape, usage, c->request, policy);
+    Decision d = topology::Allocate(shape, usage, c->request, policy, costs);
     if (!d.ok()) return fail(*c, d);
     usage.Take(shape, d.placement.unit, d.placement.ids);
+    cost += d.cost;
     weighted_score += d.score * c->request.count;
     weight += c->request.count;
     result.allocation.containers.push_back({c->name, std::move(d.placement)});
@@ -88,9 +92,10 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
       d = topology::Allocate(shape, OnlyFree(shape, own_sets), c->request, policy);
     }
     if (own_sets.empty() || !d.ok()) {
-      d = topology::Allocate(shape, usage, c->request, policy);
+      d = topology::Allocate(shape, usage, c->request, policy, costs);
       if (!d.ok()) return fail(*c, d);
       usage.Take(shape, d.placement.unit, d.placement.ids);
+      cost += d.cost;
       weighted_score += d.score * c->request.count;
       weight += c->request.count;
       own_sets.push_back({c->name, d.placement});
@@ -99,6 +104,7 @@ FitResult FitOnUsage(const NodeShape& shape, NodeUsage usage, const PodSpec& pod
   }
   result.fits = true;
   result.score = weight == 0 ? 10 : static_cast<int>(std::lround(weighted_score / weight));
+  result.cost = cost;
   return result;
 }
 
@@ -147,6 +153,7 @@ bool PodSpec::AsksForAnything() const {
 
 Tracker::Tracker(const topology::Catalog& catalog, Policy policy, const topology::PoolSet* pools)
     : catalog_(catalog), policy_(policy), pools_(pools) {
+  supply_.assign(demand_.classes().size(), 0);
   if (pools_ == nullptr) return;
   shared_.reserve(pools_->pools().size());
   for (const auto& [name, def] : pools_->pools()) {
@@ -158,6 +165,7 @@ Tracker::Tracker(const topology::Catalog& catalog, Policy policy, const topology
       state.error = fmt::format("pool {}: {}", name, shape.error());
     }
   }
+  RecountAllLocked();
 }
 
 Status Tracker::UpsertNode(const NodeInfo& info) {
@@ -203,7 +211,9 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
     }
   }
   const std::string error = fresh.pool().error;
-  nodes_[info.name] = std::move(fresh);
+  if (it != nodes_.end()) UncountLocked(it->second.own);
+  NodeEntry& stored = nodes_[info.name] = std::move(fresh);
+  RecountLocked(stored.own);
   if (!error.empty()) {
     return Error{error.starts_with("node ") ? error : fmt::format("node {}: {}", info.name, error)};
   }
@@ -219,6 +229,7 @@ void Tracker::RemoveNode(const std::string& name) {
     reserved_uids_.erase(uid);
     releasing_uids_.erase(uid);
   }
+  UncountLocked(it->second.own);
   nodes_.erase(it);
 }
 
@@ -246,14 +257,14 @@ const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
 }
 
 FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node, const NodeUsage& usage,
-                             bool with_ids) const {
+                             bool with_ids, const topology::SlotCosts* costs) const {
   if (!node.pool().shape) {
     FitResult r;
     r.reason = node.pool().error;
     r.unresolvable = true;
     return r;
   }
-  FitResult r = FitOnUsage(*node.pool().shape, usage, pod, policy_, with_ids);
+  FitResult r = FitOnUsage(*node.pool().shape, usage, pod, policy_, with_ids, costs);
   if (r.fits && with_ids) r.allocation.node = node.info.name;
   return r;
 }
@@ -266,7 +277,8 @@ FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
     r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
     return r;
   }
-  return FitLocked(pod, *entry, entry->pool().usage);
+  const topology::SlotCosts costs = CostsLocked();
+  return FitLocked(pod, *entry, entry->pool().usage, true, &costs);
 }
 
 std::vector<FitResult> Tracker::FitAll(const PodSpec& pod,
@@ -477,7 +489,9 @@ bool Tracker::TakeLocked(PoolState& pool, const PodAllocation& allocation) {
   for (int c = 0; c < shape.cores; ++c) {
     if (mine.test(static_cast<size_t>(c))) cores.push_back(c);
   }
-  return pool.usage.Take(shape, Unit::kCore, cores);
+  if (!pool.usage.Take(shape, Unit::kCore, cores)) return false;
+  RecountLocked(pool);
+  return true;
 }
 
 void Tracker::ReleaseLocked(PoolState& pool, const std::string& uid,
@@ -486,6 +500,7 @@ void Tracker::ReleaseLocked(PoolState& pool, const std::string& uid,
     pool.usage.Release(*pool.shape, c.placement.unit, c.placement.ids);
   }
   pool.pods.erase(std::remove(pool.pods.begin(), pool.pods.end(), uid), pool.pods.end());
+  RecountLocked(pool);
 }
 
 Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& node,
@@ -501,7 +516,8 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
         fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
   }
   NodeEntry& entry = nit->second;
-  FitResult fit = FitLocked(pod, entry, entry.pool().usage);
+  const topology::SlotCosts costs = CostsLocked();
+  FitResult fit = FitLocked(pod, entry, entry.pool().usage, true, &costs);
   if (!fit.fits)
     return Error{fmt::format("pod {} does not fit on {}: {}", pod.name, node, fit.reason)};
   if (!TakeLocked(entry.pool(), fit.allocation)) {
@@ -697,8 +713,9 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
   holds_.clear();
   reserved_uids_.clear();
   releasing_uids_.clear();
-  for (auto& [name, node] : nodes_) node.own = PoolState{node.own.shape, node.own.error, {}, {}};
-  for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}};
+  for (auto& [name, node] : nodes_) node.own = PoolState{node.own.shape, node.own.error, {}, {}, {}, 0};
+  for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}, {}, 0};
+  RecountAllLocked();
   for (auto& [uid, hold] : releasing) {
     PoolState* pool = PoolOfHold(hold);
     if (pool != nullptr && pool->shape && TakeLocked(*pool, hold.allocation)) {
@@ -748,6 +765,166 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
     if (apply(uid, name, alloc, std::move(hold))) ++report.reservations_kept;
   }
   return report;
+}
+
+topology::SlotCosts Tracker::CostsLocked() const {
+  return topology::SlotCosts::From(demand_, supply_, free_units_);
+}
+
+void Tracker::UncountLocked(PoolState& pool) {
+  for (size_t i = 0; i < pool.slots.size() && i < supply_.size(); ++i) supply_[i] -= pool.slots[i];
+  pool.slots.clear();
+  free_units_ -= pool.free_units;
+  pool.free_units = 0;
+}
+
+void Tracker::RecountLocked(PoolState& pool) {
+  UncountLocked(pool);
+  if (!pool.shape) return;
+  const auto& classes = demand_.classes();
+  pool.slots.resize(classes.size());
+  for (size_t i = 0; i < classes.size(); ++i) {
+    pool.slots[i] = topology::FreeSlots(*pool.shape, pool.usage, classes[i].request);
+    supply_[i] += pool.slots[i];
+  }
+  pool.free_units = topology::FreeUnits(*pool.shape, pool.usage);
+  free_units_ += pool.free_units;
+}
+
+void Tracker::RecountAllLocked() {
+  supply_.assign(demand_.classes().size(), 0);
+  free_units_ = 0;
+  for (auto& [name, node] : nodes_) {
+    node.own.slots.clear();
+    node.own.free_units = 0;
+    RecountLocked(node.own);
+  }
+  for (auto& [name, pool] : shared_) {
+    pool.slots.clear();
+    pool.free_units = 0;
+    RecountLocked(pool);
+  }
+}
+
+void Tracker::ObserveDemand(const PodSpec& pod) {
+  std::unique_lock lock(mu_);
+  const uint64_t generation = demand_.generation();
+  bool any_app = false;
+  for (const auto& c : pod.containers) {
+    if (!c.init && c.request.count > 0) {
+      demand_.Observe(c.request);
+      any_app = true;
+    }
+  }
+  if (!any_app) {
+    for (const auto& c : pod.containers) demand_.Observe(c.request);
+  }
+  if (demand_.generation() != generation) RecountAllLocked();
+}
+
+topology::DemandModel Tracker::Demand() const {
+  std::shared_lock lock(mu_);
+  return demand_;
+}
+
+std::vector<int64_t> Tracker::Supply() const {
+  std::shared_lock lock(mu_);
+  return supply_;
+}
+
+Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) const {
+  std::shared_lock lock(mu_);
+  const topology::SlotCosts costs = CostsLocked();
+  const bool scarcity = policy_ == Policy::kScarcity;
+  Ranking out;
+  out.fits.reserve(nodes.size());
+  out.scores.assign(nodes.size(), 0);
+  // Per fitting node: what the policy minimises, and for kScarcity the state ties are broken by.
+  struct Candidate {
+    double badness = 0;
+    double fullness = 0;
+    const NodeShape* shape = nullptr;
+    const NodeUsage* usage = nullptr;
+  };
+  std::vector<Candidate> keyed(nodes.size());
+  // kScarcity's order: least cost, then the fuller node (binpack among equals), then a fixed order
+  // of instance types and usages, so that a permuted fleet makes the same choices.
+  auto better = [&](size_t a, size_t b) {
+    const Candidate& x = keyed[a];
+    const Candidate& y = keyed[b];
+    if (x.badness != y.badness) return x.badness < y.badness;
+    if (!scarcity) return a < b;
+    if (x.fullness != y.fullness) return x.fullness > y.fullness;
+    if (x.shape->type != y.shape->type) return x.shape->type->name < y.shape->type->name;
+    if (x.shape->lnc != y.shape->lnc) return x.shape->lnc < y.shape->lnc;
+    if (x.usage->used_cores() != y.usage->used_cores()) {
+      for (int c = 0; c < x.shape->cores; ++c) {
+        const bool u = x.usage->used_cores().test(static_cast<size_t>(c));
+        if (u != y.usage->used_cores().test(static_cast<size_t>(c))) return u;
+      }
+    }
+    return a < b;
+  };
+  double lowest = 0;
+  double highest = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeEntry* entry = FindNode(nodes[i]);
+    if (entry == nullptr) {
+      FitResult r;
+      r.reason =
+          fmt::format("node {} is not known to toposched (not yet synced, or deleted)", nodes[i]);
+      out.fits.push_back(std::move(r));
+      continue;
+    }
+    const PoolState& pool = entry->pool();
+    out.fits.push_back(FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs));
+    const FitResult& fit = out.fits.back();
+    if (!fit.fits) continue;
+    Candidate& k = keyed[i];
+    k.shape = &*pool.shape;
+    k.usage = &pool.usage;
+    k.fullness = pool.shape->cores == 0
+                     ? 0.0
+                     : static_cast<double>(pool.usage.used_core_count()) / pool.shape->cores;
+    switch (policy_) {
+      case Policy::kScarcity:
+        k.badness = fit.cost;
+        break;
+      case Policy::kBestFit:
+        k.badness = -fit.score;
+        break;
+      case Policy::kSpread:
+        k.badness = k.fullness;
+        break;
+      case Policy::kBinpack:
+        k.badness = -k.fullness;
+        break;
+      case Policy::kFirstFit:
+      case Policy::kCountOnly:
+        k.badness = static_cast<double>(i);
+        break;
+    }
+    if (out.best < 0) {
+      lowest = highest = k.badness;
+    } else {
+      lowest = std::min(lowest, k.badness);
+      highest = std::max(highest, k.badness);
+    }
+    if (out.best < 0 || better(i, static_cast<size_t>(out.best))) out.best = static_cast<int>(i);
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!out.fits[i].fits) continue;
+    if (static_cast<int>(i) == out.best) {
+      out.scores[i] = 10;
+    } else if (highest == lowest) {
+      out.scores[i] = 9;
+    } else {
+      // 1..9 by distance from the worst: never 10, so the choice stays the policy's alone.
+      const double closeness = (highest - keyed[i].badness) / (highest - lowest);
+      out.scores[i] = 1 + static_cast<int>(std::floor(8.0 * closeness));
+    }
+  }
+  return out;
 }
 
 std::optional<Hold> Tracker::Find(const std::string& uid) const {

@@ -29,6 +29,7 @@
 #include "base/result.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
+#include "topology/demand.h"
 #include "topology/pools.h"
 
 namespace toposched::tracker {
@@ -67,6 +68,7 @@ struct PodAllocation {
 struct FitResult {
   bool fits = false;
   int score = 0;              // 1..10 when it fits
+  double cost = 0;            // kScarcity: what the sets take from the expected demand (demand.h)
   std::string reason;         // when it does not
   bool unresolvable = false;  // no state of this node could ever satisfy the pod
   PodAllocation allocation;   // the ids it would get (when it fits)
@@ -121,6 +123,15 @@ struct NodeSnapshot {
   std::vector<std::string> pod_uids;
 };
 
+// How the policy orders the nodes a pod fits on: the one node it would choose, and a 0-10 score for
+// each (what the extender's prioritize returns): 10 for the chosen node alone, 1-9 for the other
+// nodes that fit (higher is closer to the choice), 0 for nodes that do not fit.
+struct Ranking {
+  std::vector<FitResult> fits;  // per node, in the order given; verdict, score and cost, no ids
+  std::vector<int> scores;
+  int best = -1;  // index into the nodes given; -1 when none fits
+};
+
 struct TrackerStats {
   int nodes = 0;
   int reserved = 0;
@@ -153,6 +164,16 @@ class Tracker {
   // `allocation` is left empty (building the ids for every node is most of the cost).
   void ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
                   const std::function<void(size_t, FitResult&&)>& fn) const;
+  // Orders the nodes by the tracker's policy (node order and names do not matter to kScarcity:
+  // ties go to the fuller node, then by instance type and usage, and only nodes in the very same
+  // state are told apart by their order). One shared lock for all of them.
+  Ranking Rank(const PodSpec& pod, std::span<const std::string> nodes) const;
+  // Counts the pod's requests into the expected demand kScarcity protects (call once per pod,
+  // when it is first seen; retries must not count again).
+  void ObserveDemand(const PodSpec& pod);
+  // The expected demand and the fleet's free slots for each of its classes (index-aligned).
+  topology::DemandModel Demand() const;
+  std::vector<int64_t> Supply() const;
   // Would it fit if these pods were gone? Changes nothing.
   FitResult FitWithout(const PodSpec& pod, const std::string& node,
                        std::span<const std::string> gone_uids) const;
@@ -208,6 +229,8 @@ class Tracker {
     std::string error;                         // why shape is empty
     topology::NodeUsage usage;
     std::vector<std::string> pods;  // uids holding ids here
+    std::vector<int> slots;  // FreeSlots per demand class, counted into supply_
+    int64_t free_units = 0;  // topology::FreeUnits, counted into free_units_
   };
   struct NodeEntry {
     NodeInfo info;
@@ -218,7 +241,12 @@ class Tracker {
   };
 
   FitResult FitLocked(const PodSpec& pod, const NodeEntry& node, const topology::NodeUsage& usage,
-                      bool with_ids = true) const;
+                      bool with_ids = true, const topology::SlotCosts* costs = nullptr) const;
+  topology::SlotCosts CostsLocked() const;
+  // Keeps supply_ equal to the sum of every pool's slots: after any change to a pool's usage.
+  void RecountLocked(PoolState& pool);
+  void UncountLocked(PoolState& pool);
+  void RecountAllLocked();
   const NodeEntry* FindNode(const std::string& name) const;
   void VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
                  const std::function<void(size_t, FitResult&&)>& fn) const;
@@ -248,6 +276,9 @@ class Tracker {
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_;   // guarded by mu_
   std::unordered_set<std::string> releasing_uids_;  // guarded by mu_
+  topology::DemandModel demand_;                     // guarded by mu_
+  std::vector<int64_t> supply_;  // guarded by mu_; free slots fleet-wide per demand class
+  int64_t free_units_ = 0;       // guarded by mu_; free capacity fleet-wide
 };
 
 }  // namespace toposched::tracker
