@@ -455,7 +455,8 @@ TEST(SimCli, PrintsJsonAndRefusesBadInputWithExitTwo) {
   EXPECT_EQ(unknown_code, 2);
   EXPECT_NE(unknown_out.find("trn9.mega"), std::string::npos) << unknown_out;
 
-  const auto [dynamic_code, dynamic_out] = RunCli("simulate --json --trace " + no_times.path());
+  const auto [dynamic_code, dynamic_out] =
+      RunCli("simulate --json --mode dynamic --trace " + no_times.path());
   EXPECT_EQ(dynamic_code, 2);
   EXPECT_NE(dynamic_out.find("--mode fill"), std::string::npos) << dynamic_out;
 

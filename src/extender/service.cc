@@ -96,8 +96,18 @@ void ExtenderService::LearnNode(const kube::Node& node) {
 }
 
 void ExtenderService::RememberPod(PodRequests requests) {
-  std::unique_lock lock(mu_);
-  pods_[requests.spec.uid] = std::move(requests);
+  bool first_seen = false;
+  tracker::PodSpec spec;
+  {
+    std::unique_lock lock(mu_);
+    auto [it, inserted] = pods_.try_emplace(requests.spec.uid);
+    if (inserted) spec = requests.spec;
+    first_seen = inserted;
+    it->second = std::move(requests);
+  }
+  // Each pod counts once into the demand the scarcity policy protects, however often
+  // kube-scheduler retries it, and whether the watch or filter shows it first.
+  if (first_seen) tracker_.ObserveDemand(spec);
 }
 
 std::string ExtenderService::Filter(const ExtenderArgs& args) {
@@ -147,9 +157,10 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
-  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
-    priorities.push_back({names[i], fit.fits ? fit.score : 0});
-  });
+  // The simulator's node choice, scored: 10 for the one node the policy picks (bind then takes
+  // the same set there), 1-9 for the rest that fit, 0 for the others.
+  const tracker::Ranking ranking = tracker_.Rank(requests->spec, names);
+  for (size_t i = 0; i < names.size(); ++i) priorities.push_back({names[i], ranking.scores[i]});
   return EncodeHostPriorityList(priorities);
 }
 

@@ -409,6 +409,7 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
     out.peak_allocated_share = std::max(out.peak_allocated_share, share);
     if (record) out.timeline.push_back({static_cast<double>(k + 1), share, out.rejected});
     progress.Step(policy);
+    if (out.failed && options.stop_at_first_failure) break;
   }
   if (!out.failed) {
     // Nothing failed: the fill never reached the fleet's limit; report the end instead.

@@ -62,6 +62,10 @@ struct Options {
   // 0 keeps trace order. Otherwise fill mode shuffles the tasks and dynamic mode shuffles pods
   // that arrive in the same second, deterministically for the seed.
   uint64_t seed = 0;
+  // Fill mode: stop at the first failure instead of going on to the end (the end-of-run and
+  // rejection totals then cover only what was tried). For comparisons that need only the first
+  // failure: the rest of a fill is most of its cost.
+  bool stop_at_first_failure = false;
   // Keep the utilization timeline and device maps the HTML report draws.
   bool record_report_data = false;
   // Called now and then with the policy being run and the work done so far (of `total`).
