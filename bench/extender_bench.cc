@@ -126,11 +126,15 @@ void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
   state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
 }
 
-void RunFilter(benchmark::State& state, const simdjson::padded_string& body) {
+void RunFilter(benchmark::State& state, const simdjson::padded_string& body,
+               bool prioritize = false) {
   Cluster& cluster = SharedCluster();
+  auto call = [&](const ExtenderArgs& args) {
+    return prioritize ? cluster.service.Prioritize(args) : cluster.service.Filter(args);
+  };
   // One untimed call first: the thread's simdjson parser grows to the body's size once (a server
   // pays that on its first large request only).
-  if (auto warm = DecodeExtenderArgs(body); warm.ok()) (void)cluster.service.Filter(*warm);
+  if (auto warm = DecodeExtenderArgs(body); warm.ok()) (void)call(*warm);
   std::vector<double> ms;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
@@ -139,7 +143,7 @@ void RunFilter(benchmark::State& state, const simdjson::padded_string& body) {
       state.SkipWithError(args.error().c_str());
       return;
     }
-    std::string reply = cluster.service.Filter(*args);
+    std::string reply = call(*args);
     benchmark::DoNotOptimize(reply);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
                      .count());
@@ -156,6 +160,17 @@ void BM_FilterNames5000(benchmark::State& state) {
   RunFilter(state, body);
 }
 BENCHMARK(BM_FilterNames5000)->Unit(benchmark::kMillisecond)->Iterations(300);
+
+// Prioritize with 5,000 node names: the scarcity ranking (every node's cheapest set, scored
+// against the fleet's supply) for a pod of state.range(0) devices. Same budget as filter.
+void BM_PrioritizeNames5000(benchmark::State& state) {
+  const auto& names = SharedCluster().names;
+  const simdjson::padded_string body(testing::NamesArgs(
+      testing::PodJson("p", "uid-bench", "aws.amazon.com/neuron", static_cast<int>(state.range(0))),
+      names));
+  RunFilter(state, body, /*prioritize=*/true);
+}
+BENCHMARK(BM_PrioritizeNames5000)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond)->Iterations(300);
 
 // Filter with 5,000 full EKS-like Node objects (nodeCacheCapable: false): p99 <= 25 ms for
 // ~20 MB. The argument is the images per node: 6 gives ~20 MB, 12 gives ~31 MB.

@@ -1,6 +1,7 @@
 #include "topology/allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <tuple>
@@ -297,60 +298,186 @@ Decision AllocateCores(const NodeShape& shape, const NodeUsage& usage, const Req
   return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
 }
 
+// What slot counting reads: the free devices as a mask and, on nodes of up to 64 cores (every
+// Neuron type at its default LNC), the free cores as one word; larger nodes keep a bitset.
+struct FreeState {
+  DeviceMask devices = 0;
+  uint64_t cores = 0;   // when small
+  CoreBits wide_cores;  // when !small
+  bool small = true;
+};
+
+FreeState FreeOf(const NodeShape& shape, const NodeUsage& usage) {
+  FreeState f;
+  f.devices = shape.AllDevices() & ~usage.busy_devices();
+  f.small = shape.cores <= 64;
+  if (f.small) {
+    const uint64_t used = (usage.used_cores() & CoreBits(~uint64_t{0})).to_ullong();
+    f.cores = ~used & RunMask(shape.cores, 0);
+  } else {
+    f.wide_cores = ~usage.used_cores();
+    for (int c = shape.cores; c < kMaxCores; ++c) f.wide_cores.reset(static_cast<size_t>(c));
+  }
+  return f;
+}
+
+int FreeCoreCount(const FreeState& f) {
+  return f.small ? std::popcount(f.cores) : static_cast<int>(f.wide_cores.count());
+}
+
+// Takes a set out of a FreeState: a device set (mask) or a core range [start, start+count).
+void TakeFrom(const NodeShape& shape, FreeState& f, DeviceMask devices, int core_start,
+              int core_count) {
+  const int cpd = shape.cores_per_device;
+  if (core_count > 0) {
+    const int first = core_start / cpd;
+    const int last = (core_start + core_count - 1) / cpd;
+    f.devices &= ~RunMask(last - first + 1, first);
+    if (f.small) {
+      f.cores &= ~RunMask(core_count, core_start);
+    } else {
+      for (int c = core_start; c < core_start + core_count; ++c) f.wide_cores.reset(static_cast<size_t>(c));
+    }
+    return;
+  }
+  f.devices &= ~devices;
+  for (DeviceMask rest = devices; rest != 0; rest &= rest - 1) {
+    const int d = std::countr_zero(rest);
+    if (f.small) {
+      f.cores &= ~RunMask(cpd, d * cpd);
+    } else {
+      for (int c = d * cpd; c < (d + 1) * cpd; ++c) f.wide_cores.reset(static_cast<size_t>(c));
+    }
+  }
+}
+
+int SlotsIn(const NodeShape& shape, const FreeState& f, const Request& request) {
+  if (!CanEverGrant(shape, request)) return 0;
+  const int n = request.count;
+  if (request.unit == Unit::kDevice) {
+    if (n == shape.devices) return f.devices == shape.AllDevices() ? 1 : 0;
+    int slots = 0;
+    switch (shape.type->rule) {
+      case LegalSetRule::kContiguous:
+        for (DeviceMask rest = f.devices; rest != 0;) {
+          const int start = std::countr_zero(rest);
+          const int len = std::countr_one(rest >> start);
+          slots += len / n;
+          rest &= ~RunMask(len, start);
+        }
+        return slots;
+      case LegalSetRule::kAligned:
+        for (int start = 0; start + n <= shape.devices; start += n) {
+          if ((f.devices & RunMask(n, start)) == RunMask(n, start)) ++slots;
+        }
+        return slots;
+      case LegalSetRule::kAny:
+        return std::popcount(f.devices) / n;
+    }
+    return 0;
+  }
+  if (n == 1) return FreeCoreCount(f);
+  const int segment = CoreSegment(shape, n);
+  int slots = 0;
+  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
+    const int seg_len = std::min(segment, shape.cores - seg_start);
+    if (f.small) {
+      for (uint64_t rest = f.cores & RunMask(seg_len, seg_start); rest != 0;) {
+        const int start = std::countr_zero(rest);
+        const int len = std::countr_one(rest >> start);
+        slots += len / n;
+        rest &= ~RunMask(len, start);
+      }
+      continue;
+    }
+    int run = 0;
+    for (int c = seg_start; c < seg_start + seg_len; ++c) {
+      if (!f.wide_cores.test(static_cast<size_t>(c))) {
+        slots += run / n;
+        run = 0;
+      } else {
+        ++run;
+      }
+    }
+    slots += run / n;
+  }
+  return slots;
+}
+
+// The cost of going from `before` (whose slots per class are `slots_before`) to `after`.
+double CostBetween(const NodeShape& shape, const FreeState& before, const FreeState& after,
+                   const SlotCosts& costs, std::span<const int> slots_before) {
+  const int64_t units_per_core = kUnitsPerDevice / std::max(shape.cores_per_device, 1);
+  double cost = costs.per_unit * static_cast<double>(
+                                     (FreeCoreCount(before) - FreeCoreCount(after)) * units_per_core);
+  for (size_t i = 0; i < costs.classes.size(); ++i) {
+    if (costs.per_slot[i] == 0) continue;
+    cost += costs.per_slot[i] * (slots_before[i] - SlotsIn(shape, after, costs.classes[i]));
+  }
+  return cost;
+}
+
+// A set to weigh, without its id list: a device mask, or a core range.
+struct Candidate {
+  DeviceMask devices = 0;
+  int core_start = 0;
+  int core_count = 0;
+};
+
 // The few sets worth weighing by cost: the ends of each free run (a set in a run's middle cuts it
 // in three, which no demand class prefers), and on an aligned tree the first free block of each
 // distinct neighbourhood (blocks whose enclosing blocks are equally free cost the same).
-std::vector<Placement> CostCandidates(const NodeShape& shape, const NodeUsage& usage,
-                                      const Request& req) {
-  constexpr size_t kMaxCandidates = 12;
-  std::vector<Placement> out;
+// Returns how many it wrote to `out`.
+constexpr int kMaxCandidates = 12;
+int CostCandidates(const NodeShape& shape, const NodeUsage& usage, const Request& req,
+                   std::array<Candidate, kMaxCandidates>& out) {
+  int found = 0;
   const int n = req.count;
   const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
-  const std::vector<int> levels =
-      shape.type->rule == LegalSetRule::kAligned ? AlignedLevels(shape) : std::vector<int>{};
-  // Free devices in each aligned block above `size` that holds device `d`.
+  // A neighbourhood: the free devices of each aligned block above the set that holds it, packed
+  // into one number (each count fits in 7 bits; at most 6 levels), plus the caller's extras.
+  std::array<uint64_t, kMaxCandidates> seen{};
   auto neighbourhood = [&](int d, int size) {
-    std::vector<int> sig;
-    for (int level : levels) {
-      if (level > size) sig.push_back(std::popcount(free & RunMask(level, d / level * level)));
+    uint64_t sig = 0;
+    if (shape.type->rule != LegalSetRule::kAligned) return sig;
+    for (int level : shape.type->sizes) {
+      if (level > size) sig = sig << 7 | static_cast<uint64_t>(std::popcount(free & RunMask(level, d / level * level)));
     }
+    if (shape.devices > size) sig = sig << 7 | static_cast<uint64_t>(std::popcount(free));
     return sig;
   };
-  std::vector<std::vector<int>> seen;
-  auto add_once = [&](std::vector<int> sig, Placement p) {
-    if (out.size() >= kMaxCandidates) return;
-    if (std::find(seen.begin(), seen.end(), sig) != seen.end()) return;
-    seen.push_back(std::move(sig));
-    out.push_back(std::move(p));
+  auto add_once = [&](uint64_t sig, Candidate c) {
+    if (found >= kMaxCandidates) return;
+    for (int i = 0; i < found; ++i) {
+      if (seen[static_cast<size_t>(i)] == sig) return;
+    }
+    seen[static_cast<size_t>(found)] = sig;
+    out[static_cast<size_t>(found++)] = c;
   };
   if (req.unit == Unit::kDevice) {
-    if (n == shape.devices) return out;
+    if (n == shape.devices) return 0;
     switch (shape.type->rule) {
       case LegalSetRule::kContiguous:
-        for (int d = 0; d < shape.devices;) {
-          if (!(free >> d & 1)) {
-            ++d;
-            continue;
-          }
-          const int start = d;
-          while (d < shape.devices && (free >> d & 1)) ++d;
-          if (d - start < n) continue;
-          out.push_back(DevicePlacement(shape, RunMask(n, start)));
-          if (d - n != start) out.push_back(DevicePlacement(shape, RunMask(n, d - n)));
-          if (out.size() >= kMaxCandidates) break;
+        for (DeviceMask rest = free; rest != 0 && found + 2 <= kMaxCandidates;) {
+          const int start = std::countr_zero(rest);
+          const int len = std::countr_one(rest >> start);
+          rest &= ~RunMask(len, start);
+          if (len < n) continue;
+          out[static_cast<size_t>(found++)] = {RunMask(n, start), 0, 0};
+          if (len > n) out[static_cast<size_t>(found++)] = {RunMask(n, start + len - n), 0, 0};
         }
         break;
       case LegalSetRule::kAligned:
         for (int start = 0; start + n <= shape.devices; start += n) {
           if ((free & RunMask(n, start)) == RunMask(n, start)) {
-            add_once(neighbourhood(start, n), DevicePlacement(shape, RunMask(n, start)));
+            add_once(neighbourhood(start, n), {RunMask(n, start), 0, 0});
           }
         }
         break;
       case LegalSetRule::kAny:
         break;  // which free devices does not matter to any device request
     }
-    return out;
+    return found;
   }
   const int cpd = shape.cores_per_device;
   const int segment = CoreSegment(shape, n);
@@ -358,44 +485,64 @@ std::vector<Placement> CostCandidates(const NodeShape& shape, const NodeUsage& u
   ForEachCoreStart(shape, usage, n, [&](int s, int run_len) {
     const bool run_start = s % segment == 0 || used.test(static_cast<size_t>(s - 1));
     const int end = s + n;
-    const bool run_end = end % segment == 0 || end == shape.cores || used.test(static_cast<size_t>(end));
+    const bool run_end =
+        end % segment == 0 || end == shape.cores || used.test(static_cast<size_t>(end));
     if (!run_start && !run_end) return true;
     const int first = s / cpd;
     const int last = (end - 1) / cpd;
     const DeviceMask touched = RunMask(last - first + 1, first);
-    std::vector<int> sig = neighbourhood(first, last - first + 1);
-    sig.push_back(std::popcount(touched & free));
-    sig.push_back(last - first + 1);
-    sig.push_back(run_len);
-    sig.push_back(run_start ? 0 : 1);
-    add_once(std::move(sig), CorePlacement(shape, s, n));
-    return out.size() < kMaxCandidates;
+    uint64_t sig = neighbourhood(first, last - first + 1);
+    sig = sig << 7 | static_cast<uint64_t>(std::popcount(touched & free));
+    sig = sig << 4 | static_cast<uint64_t>(std::min(last - first + 1, 15));
+    sig = sig << 10 | static_cast<uint64_t>(std::min(run_len, 1023));
+    sig = sig << 1 | (run_start ? 0u : 1u);
+    add_once(sig, {0, s, n});
+    return found < kMaxCandidates;
   });
-  return out;
+  return found;
 }
 
 // Among best-fit's choice and the other candidates, the set that costs the expected demand least;
 // best-fit's choice wins ties, so with no demand to protect nothing changes.
 Decision ChooseByCost(const NodeShape& shape, const NodeUsage& usage, const Request& req,
                       Decision chosen, const SlotCosts& costs) {
-  std::vector<int> before(costs.classes.size());
-  for (size_t i = 0; i < costs.classes.size(); ++i) {
-    before[i] = costs.per_slot[i] == 0 ? 0 : FreeSlots(shape, usage, costs.classes[i]);
+  const FreeState before = FreeOf(shape, usage);
+  std::array<int, DemandModel::kMaxClasses> slots{};
+  const size_t classes = std::min(costs.classes.size(), slots.size());
+  for (size_t i = 0; i < classes; ++i) {
+    slots[i] = costs.per_slot[i] == 0 ? 0 : SlotsIn(shape, before, costs.classes[i]);
   }
-  auto cost_of = [&](const Placement& p) {
-    NodeUsage after = usage;
-    after.Take(shape, p.unit, p.ids);
-    return PlacementCost(shape, usage, after, costs, before);
+  const std::span<const int> slots_before(slots.data(), classes);
+  auto cost_of = [&](const Candidate& c) {
+    FreeState after = before;
+    TakeFrom(shape, after, c.devices, c.core_start, c.core_count);
+    return CostBetween(shape, before, after, costs, slots_before);
   };
-  chosen.cost = cost_of(chosen.placement);
-  for (Placement& candidate : CostCandidates(shape, usage, req)) {
-    if (candidate.ids == chosen.placement.ids) continue;
-    const double cost = cost_of(candidate);
+  const Placement& base = chosen.placement;
+  Candidate best{base.unit == Unit::kDevice ? base.devices : 0,
+                 base.unit == Unit::kCore ? base.ids.front() : 0,
+                 base.unit == Unit::kCore ? static_cast<int>(base.ids.size()) : 0};
+  chosen.cost = cost_of(best);
+  std::array<Candidate, kMaxCandidates> candidates;
+  const int count = CostCandidates(shape, usage, req, candidates);
+  bool changed = false;
+  for (int i = 0; i < count; ++i) {
+    const Candidate& c = candidates[static_cast<size_t>(i)];
+    if (c.devices == best.devices && c.core_start == best.core_start &&
+        c.core_count == best.core_count) {
+      continue;
+    }
+    const double cost = cost_of(c);
     // A relative margin, so that float noise between equal costs never flips the choice.
     if (cost < chosen.cost - 1e-9 * chosen.cost) {
-      chosen.placement = std::move(candidate);
+      best = c;
       chosen.cost = cost;
+      changed = true;
     }
+  }
+  if (changed) {
+    chosen.placement = best.core_count > 0 ? CorePlacement(shape, best.core_start, best.core_count)
+                                           : DevicePlacement(shape, best.devices);
   }
   return chosen;
 }
@@ -579,49 +726,17 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
 }
 
 int FreeSlots(const NodeShape& shape, const NodeUsage& usage, const Request& request) {
-  if (!CanEverGrant(shape, request)) return 0;
-  const int n = request.count;
-  if (request.unit == Unit::kDevice) {
-    const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
-    if (n == shape.devices) return free == shape.AllDevices() ? 1 : 0;
-    int slots = 0;
-    switch (shape.type->rule) {
-      case LegalSetRule::kContiguous:
-        for (DeviceMask rest = free; rest != 0;) {
-          const int start = std::countr_zero(rest);
-          const int len = std::countr_one(rest >> start);
-          slots += len / n;
-          rest &= ~RunMask(len, start);
-        }
-        return slots;
-      case LegalSetRule::kAligned:
-        for (int start = 0; start + n <= shape.devices; start += n) {
-          if ((free & RunMask(n, start)) == RunMask(n, start)) ++slots;
-        }
-        return slots;
-      case LegalSetRule::kAny:
-        return std::popcount(free) / n;
-    }
-    return 0;
+  return SlotsIn(shape, FreeOf(shape, usage), request);
+}
+
+double PlacementCost(const NodeShape& shape, const NodeUsage& before, const NodeUsage& after,
+                     const SlotCosts& costs, std::span<const int> slots_before) {
+  const FreeState was = FreeOf(shape, before);
+  std::vector<int> slots(slots_before.begin(), slots_before.end());
+  for (size_t i = slots.size(); i < costs.classes.size(); ++i) {
+    slots.push_back(SlotsIn(shape, was, costs.classes[i]));
   }
-  const CoreBits& used = usage.used_cores();
-  if (n == 1) return shape.cores - static_cast<int>(used.count());
-  const int segment = CoreSegment(shape, n);
-  int slots = 0;
-  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
-    const int seg_end = std::min(seg_start + segment, shape.cores);
-    int run = 0;
-    for (int c = seg_start; c < seg_end; ++c) {
-      if (used.test(static_cast<size_t>(c))) {
-        slots += run / n;
-        run = 0;
-      } else {
-        ++run;
-      }
-    }
-    slots += run / n;
-  }
-  return slots;
+  return CostBetween(shape, was, FreeOf(shape, after), costs, slots);
 }
 
 std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,

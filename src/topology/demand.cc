@@ -85,17 +85,4 @@ SlotCosts SlotCosts::From(const DemandModel& demand, std::span<const int64_t> su
   return out;
 }
 
-double PlacementCost(const NodeShape& shape, const NodeUsage& before, const NodeUsage& after,
-                     const SlotCosts& costs, std::span<const int> slots_before) {
-  double cost = costs.per_unit * static_cast<double>(FreeUnits(shape, before) -
-                                                      FreeUnits(shape, after));
-  for (size_t i = 0; i < costs.classes.size(); ++i) {
-    if (costs.per_slot[i] == 0) continue;
-    const Request& r = costs.classes[i];
-    const int was = i < slots_before.size() ? slots_before[i] : FreeSlots(shape, before, r);
-    cost += costs.per_slot[i] * (was - FreeSlots(shape, after, r));
-  }
-  return cost;
-}
-
 }  // namespace toposched::topology

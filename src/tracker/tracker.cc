@@ -865,6 +865,28 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
     }
     return a < b;
   };
+  struct StateKey {
+    const NodeShape* shape;
+    const NodeUsage* usage;
+  };
+  struct StateHash {
+    size_t operator()(const StateKey& k) const {
+      // The first 64 cores tell most states apart and cost one word to read; equality below
+      // compares them all.
+      const uint64_t low = (k.usage->used_cores() & topology::CoreBits(~uint64_t{0})).to_ullong();
+      return std::hash<uint64_t>()(low * 0x9E3779B97F4A7C15ULL ^
+                                   reinterpret_cast<uintptr_t>(k.shape->type)) +
+             static_cast<size_t>(k.shape->cores_per_device);
+    }
+  };
+  struct StateEq {
+    bool operator()(const StateKey& a, const StateKey& b) const {
+      return a.shape->type == b.shape->type && a.shape->cores_per_device == b.shape->cores_per_device &&
+             a.usage->used_cores() == b.usage->used_cores();
+    }
+  };
+  std::unordered_map<StateKey, size_t, StateHash, StateEq> answered;
+  answered.reserve(nodes.size());
   double lowest = 0;
   double highest = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -877,7 +899,15 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
       continue;
     }
     const PoolState& pool = entry->pool();
-    out.fits.push_back(FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs));
+    if (!pool.shape) {
+      out.fits.push_back(FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs));
+      continue;
+    }
+    // Nodes in the same state get the same answer: big clusters have many (empty ones, full
+    // ones, ones running the same workload), and scoring is most of prioritize's cost.
+    const auto [seen, fresh] = answered.try_emplace(StateKey{&*pool.shape, &pool.usage}, i);
+    out.fits.push_back(fresh ? FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs)
+                             : out.fits[seen->second]);
     const FitResult& fit = out.fits.back();
     if (!fit.fits) continue;
     Candidate& k = keyed[i];
