@@ -182,7 +182,8 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
                           "--leader-elect=true", "--leader-elect-lease-duration", "15s",
                           "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period",
                           "2s", "--leader-elect-resource-name", "k8s-neuron-scheduler",
-                          "--leader-elect-resource-namespace", "kube-system"));
+                          "--leader-elect-resource-namespace", "kube-system", "--policy",
+                          "scarcity"));
   EXPECT_EQ(extender["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
                     ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
                     ["topologyKey"]
@@ -246,7 +247,8 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
   const std::vector<std::string> command = Strings(Container(extender)["command"]);
   // One replica beside the scheduler: no election, no lease role.
   EXPECT_THAT(command,
-              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700"));
+              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700",
+                          "--policy", "scarcity"));
   EXPECT_THAT(names, Not(Contains("Role/k8s-neuron-scheduler")));
 
   const YAML::Node config =
@@ -329,6 +331,7 @@ TEST(HelmChart, ToposchedsOwnValues) {
 
   const Rendered r(
       "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "
+      "--set extender.scoringPolicy=first-fit "
       "--set extender.port=8443 --set extender.tls.enabled=true --set extender.tls.secretName=ext-tls "
       "--set extender.tls.caBundle=Q0E= --set scheduler.namespaceOverride=neuron "
       "--set scheduler.customScheduler.namespaceOverride=neuron "
@@ -352,6 +355,7 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(command, Contains("0.0.0.0:8443"));
   EXPECT_THAT(command, Contains("/etc/toposched/tls/tls.crt"));
   EXPECT_THAT(command, Contains("debug"));
+  EXPECT_THAT(command, Contains("first-fit"));
   EXPECT_THAT(command, Contains("neuron"));  // --leader-elect-resource-namespace follows
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
   EXPECT_EQ(extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
@@ -403,6 +407,7 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
                 "extender.replicas > 1 needs extender.leaderElection.enabled=true"},
            Case{"--set extender.leaderElection.leaseDuration=15", "/extender/leaderElection/leaseDuration"},
            Case{"--set extender.logLevel=loud", "/extender/logLevel"},
+           Case{"--set extender.scoringPolicy=random", "/extender/scoringPolicy"},
            Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},
        }) {
     const Rendered r(c.values);

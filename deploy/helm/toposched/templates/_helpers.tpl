@@ -93,6 +93,7 @@ extenders:
 {{- $le := $e.leaderElection -}}
 {{- $args = concat $args (list "--leader-elect=true" "--leader-elect-lease-duration" $le.leaseDuration "--leader-elect-renew-deadline" $le.renewDeadline "--leader-elect-retry-period" $le.retryPeriod "--leader-elect-resource-name" $le.resourceName "--leader-elect-resource-namespace" (include "toposched.scheduler.namespace" .)) -}}
 {{- end -}}
+{{- $args = concat $args (list "--policy" (toString $e.scoringPolicy)) -}}
 {{- if ne (toString $e.logLevel) "info" -}}
 {{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}
 {{- end -}}
