@@ -75,10 +75,10 @@ struct SlotCosts {
                         int64_t free_units);
 };
 
-// The cost of going from `before` to `after` on one node: the slots each class loses, weighted.
-// `slots_before` may hold the node's current FreeSlots per class (saves recounting), or be empty.
+// The cost of going from `before` to `after` on one node: the slots each class loses and the
+// capacity taken, weighted.
 double PlacementCost(const NodeShape& shape, const NodeUsage& before, const NodeUsage& after,
-                     const SlotCosts& costs, std::span<const int> slots_before = {});
+                     const SlotCosts& costs);
 
 }  // namespace toposched::topology
 
