@@ -1,5 +1,7 @@
 #include "extender/protocol.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
@@ -299,10 +301,16 @@ std::string EncodeFilterError(std::string_view message) {
 
 std::string EncodeHostPriorityList(const std::vector<HostPriority>& priorities) {
   std::string out = "[";
+  out.reserve(priorities.size() * 48 + 2);
+  char score[24];
   for (size_t i = 0; i < priorities.size(); ++i) {
     if (i != 0) out += ',';
-    out += fmt::format("{{\"Host\":{},\"Score\":{}}}", JsonQuote(priorities[i].host),
-                       priorities[i].score);
+    out += "{\"Host\":";
+    AppendJsonQuoted(out, priorities[i].host);
+    out += ",\"Score\":";
+    const auto [end, ec] = std::to_chars(score, score + sizeof(score), priorities[i].score);
+    out.append(score, end);
+    out += '}';
   }
   out += ']';
   return out;

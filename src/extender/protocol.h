@@ -67,7 +67,7 @@ struct FilterResult {
 std::string EncodeFilterResult(const FilterResult& result);
 
 struct HostPriority {
-  std::string host;
+  std::string_view host;  // into the request's node names, which outlive the answer's encoding
   int64_t score = 0;
 };
 std::string EncodeHostPriorityList(const std::vector<HostPriority>& priorities);

@@ -885,7 +885,7 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
              a.usage->used_cores() == b.usage->used_cores();
     }
   };
-  std::unordered_map<StateKey, size_t, StateHash, StateEq> answered;
+  boost::unordered_flat_map<StateKey, size_t, StateHash, StateEq> answered;
   answered.reserve(nodes.size());
   double lowest = 0;
   double highest = 0;
