@@ -219,7 +219,6 @@ TEST_F(HttpTest, ConcurrentFilterAndBindNeverDoubleBook) {
   EXPECT_EQ(service_->tracker().Stats().committed, bound);
 }
 
-
 TEST_F(HttpTest, AStandbyRefusesEveryVerbAndIsNotReady) {
   std::atomic<bool> leader{false};
   Start();
@@ -247,8 +246,9 @@ TEST_F(HttpTest, AStandbyRefusesEveryVerbAndIsNotReady) {
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(json::parse(r.body)["Error"], "");
   EXPECT_EQ(writer_.Bindings().count("uid-p"), 1u);
-  EXPECT_THAT(Request(base_ + "/metrics", nullptr).body,
-              ::testing::HasSubstr("toposched_extender_requests_total{code=\"503\",verb=\"bind\"} 1"));
+  EXPECT_THAT(
+      Request(base_ + "/metrics", nullptr).body,
+      ::testing::HasSubstr("toposched_extender_requests_total{code=\"503\",verb=\"bind\"} 1"));
 }
 
 TEST(LeaderMetrics, RoleAndTransitions) {

@@ -198,25 +198,27 @@ TEST_F(OnlineTest, BindFailuresRollBackAndFilterKeepsAnswering) {
   EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
 }
 
-
 // Two replicas with leader election over the same API server, each with its own fake clock: the
 // standby follows the leader's binds through its watch, takes over once the lease has not changed
-// for 15 s on its clock, and binds ids nobody holds; the old leader, its lease lost, writes nothing.
+// for 15 s on its clock, and binds ids nobody holds; the old leader, its lease lost, writes
+// nothing.
 TEST_F(OnlineTest, AWarmStandbyTakesOverAndNoIdIsGivenTwice) {
   constexpr int64_t kSecond = 1000000000;
   std::atomic<int64_t> now_a{kSecond};
   std::atomic<int64_t> now_b{kSecond};
-  auto election_client = [&] { return std::move(kube::ApiClient::FromKubeconfig(kubeconfig_)).value(); };
+  auto election_client = [&] {
+    return std::move(kube::ApiClient::FromKubeconfig(kubeconfig_)).value();
+  };
   auto client_a = election_client();
   auto client_b = election_client();
   kube::LeaderElectionConfig config;
   config.lease_name = "k8s-neuron-scheduler";
   config.identity = "a";
-  kube::LeaderElector elector_a(*client_a, config, [&] { return now_a.load(); },
-                                [&] { return now_a.load(); });
+  kube::LeaderElector elector_a(
+      *client_a, config, [&] { return now_a.load(); }, [&] { return now_a.load(); });
   config.identity = "b";
-  kube::LeaderElector elector_b(*client_b, config, [&] { return now_b.load(); },
-                                [&] { return now_b.load(); });
+  kube::LeaderElector elector_b(
+      *client_b, config, [&] { return now_b.load(); }, [&] { return now_b.load(); });
   Extender a(kubeconfig_, [&] { return elector_a.IsLeader(); });
   Extender b(kubeconfig_, [&] { return elector_b.IsLeader(); });
   ASSERT_TRUE(elector_a.Step());

@@ -260,14 +260,13 @@ TEST_F(ExtenderPoolsTest, NotReadyUntilThePartitionServiceWasListed) {
   EXPECT_TRUE(ext_->Ready());
 }
 
-
 // With leader election: a standby lists the pods but leaves the partition service alone (the
 // leader may be making a partition for a bind in flight); once it leads it reconciles, removing
 // what a dead leader left half-made (a partition whose Binding was never written), and it does so
 // again at each new leadership.
 TEST_F(ExtenderPoolsTest, OnlyTheLeaderReconcilesAndATakeoverRemovesAHalfMadePartition) {
   ASSERT_EQ(Bind("inflight", "uid-inflight", 8, "head-2"), "");  // the old leader's last bind...
-  ASSERT_EQ(fake_.Snapshot().size(), 1u);                           // ...whose Binding never landed
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);                        // ...whose Binding never landed
   std::atomic<bool> leader{false};
   Start({}, [&leader] { return leader.load(); });
   EXPECT_FALSE(ext_->Ready());

@@ -47,10 +47,9 @@ std::string ReadFile(const std::string& path) {
 
 Outcome RunHelm(const std::string& args) {
   static int counter = 0;
-  const std::string base = ::testing::TempDir() + "helm_chart_" + std::to_string(::getpid()) +
-                           "_" + std::to_string(counter++);
-  const std::string cmd =
-      "'" + Helm() + "' " + args + " >'" + base + ".out' 2>'" + base + ".err'";
+  const std::string base = ::testing::TempDir() + "helm_chart_" + std::to_string(::getpid()) + "_" +
+                           std::to_string(counter++);
+  const std::string cmd = "'" + Helm() + "' " + args + " >'" + base + ".out' 2>'" + base + ".err'";
   const int status = std::system(cmd.c_str());
   Outcome o;
   o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -131,11 +130,10 @@ TEST(HelmChart, LintsCleanInBothModes) {
 TEST(HelmChart, DefaultsInstallTheDevicePluginOnlyAsAwsDoes) {
   const Rendered r("");
   ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
-  EXPECT_THAT(r.KindsAndNames(),
-              ElementsAre("ClusterRole/neuron-device-plugin",
-                          "ClusterRoleBinding/neuron-device-plugin",
-                          "DaemonSet/neuron-device-plugin-daemonset",
-                          "ServiceAccount/neuron-device-plugin"));
+  EXPECT_THAT(r.KindsAndNames(), ElementsAre("ClusterRole/neuron-device-plugin",
+                                             "ClusterRoleBinding/neuron-device-plugin",
+                                             "DaemonSet/neuron-device-plugin-daemonset",
+                                             "ServiceAccount/neuron-device-plugin"));
   const YAML::Node ds = r.Get("DaemonSet", "neuron-device-plugin-daemonset");
   EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "kube-system");
   const YAML::Node terms = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
@@ -177,13 +175,13 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
   EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 2);
   const YAML::Node c = Container(extender);
   const std::vector<std::string> command = Strings(c["command"]);
-  EXPECT_THAT(command,
-              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345",
-                          "--leader-elect=true", "--leader-elect-lease-duration", "15s",
-                          "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period",
-                          "2s", "--leader-elect-resource-name", "k8s-neuron-scheduler",
-                          "--leader-elect-resource-namespace", "kube-system", "--policy",
-                          "scarcity"));
+  EXPECT_THAT(
+      command,
+      ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345",
+                  "--leader-elect=true", "--leader-elect-lease-duration", "15s",
+                  "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period", "2s",
+                  "--leader-elect-resource-name", "k8s-neuron-scheduler",
+                  "--leader-elect-resource-namespace", "kube-system", "--policy", "scarcity"));
   EXPECT_EQ(extender["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
                     ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
                     ["topologyKey"]
@@ -222,9 +220,9 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
   const YAML::Node scheduler = r.Get("Deployment", "my-scheduler");
   EXPECT_THAT(Strings(Container(scheduler)["command"]),
               Contains("--config=/etc/kubernetes/my-scheduler/my-scheduler-config.yaml"));
-  EXPECT_EQ(scheduler["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
-                .as<std::string>(),
-            "my-scheduler-config");
+  EXPECT_EQ(
+      scheduler["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"].as<std::string>(),
+      "my-scheduler-config");
 }
 
 TEST(HelmChart, AwsDefaultSchedulerCommand) {
@@ -246,9 +244,8 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
   EXPECT_TRUE(pod["nodeSelector"]["node-role.kubernetes.io/control-plane"].IsDefined());
   const std::vector<std::string> command = Strings(Container(extender)["command"]);
   // One replica beside the scheduler: no election, no lease role.
-  EXPECT_THAT(command,
-              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700",
-                          "--policy", "scarcity"));
+  EXPECT_THAT(command, ElementsAre("/usr/local/bin/toposched", "extender", "--listen",
+                                   "127.0.0.1:32700", "--policy", "scarcity"));
   EXPECT_THAT(names, Not(Contains("Role/k8s-neuron-scheduler")));
 
   const YAML::Node config =
@@ -322,8 +319,9 @@ npd:
 }
 
 TEST(HelmChart, ToposchedsOwnValues) {
-  const Rendered single("--set scheduler.enabled=true --set extender.replicas=1 "
-                        "--set extender.leaderElection.enabled=false");
+  const Rendered single(
+      "--set scheduler.enabled=true --set extender.replicas=1 "
+      "--set extender.leaderElection.enabled=false");
   ASSERT_EQ(single.outcome().exit_code, 0) << single.outcome().err;
   EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
               Not(Contains("--leader-elect=true")));
@@ -332,7 +330,8 @@ TEST(HelmChart, ToposchedsOwnValues) {
   const Rendered r(
       "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "
       "--set extender.scoringPolicy=first-fit "
-      "--set extender.port=8443 --set extender.tls.enabled=true --set extender.tls.secretName=ext-tls "
+      "--set extender.port=8443 --set extender.tls.enabled=true --set "
+      "extender.tls.secretName=ext-tls "
       "--set extender.tls.caBundle=Q0E= --set scheduler.namespaceOverride=neuron "
       "--set scheduler.customScheduler.namespaceOverride=neuron "
       "--set devicePlugin.namespaceOverride=neuron --set devicePlugin.image.repository=reg/t "
@@ -348,9 +347,9 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_EQ(extender["spec"]["replicas"].as<int>(), 3);
   const YAML::Node c = Container(extender);
   EXPECT_EQ(c["image"].as<std::string>(), "reg/t:1.2");
-  EXPECT_EQ(Container(r.Get("DaemonSet", "neuron-device-plugin-daemonset"))["image"]
-                .as<std::string>(),
-            "reg/t:1.2");
+  EXPECT_EQ(
+      Container(r.Get("DaemonSet", "neuron-device-plugin-daemonset"))["image"].as<std::string>(),
+      "reg/t:1.2");
   const std::vector<std::string> command = Strings(c["command"]);
   EXPECT_THAT(command, Contains("0.0.0.0:8443"));
   EXPECT_THAT(command, Contains("/etc/toposched/tls/tls.crt"));
@@ -358,9 +357,9 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(command, Contains("first-fit"));
   EXPECT_THAT(command, Contains("neuron"));  // --leader-elect-resource-namespace follows
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
-  EXPECT_EQ(extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
-                .as<std::string>(),
-            "ext-tls");
+  EXPECT_EQ(
+      extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"].as<std::string>(),
+      "ext-tls");
   const YAML::Node config =
       ConfigIn(r.Get("ConfigMap", "my-scheduler-config"), "my-scheduler-config.yaml");
   EXPECT_EQ(config["apiVersion"].as<std::string>(), "kubescheduler.config.k8s.io/v1beta1");
@@ -380,9 +379,10 @@ TEST(HelmChart, AChangedValueRollsTheSchedulerOnUpgrade) {
   const Rendered after(std::string(kSecondScheduler) + " --set extender.httpTimeout=30s");
   ASSERT_EQ(after.outcome().exit_code, 0) << after.outcome().err;
   auto stamp = [](const Rendered& r) {
-    return r.Get("Deployment", "my-scheduler")["spec"]["template"]["metadata"]["annotations"]
-                ["toposched.io/config-sha256"]
-                    .as<std::string>();
+    return r
+        .Get("Deployment", "my-scheduler")["spec"]["template"]["metadata"]["annotations"]
+                                          ["toposched.io/config-sha256"]
+        .as<std::string>();
   };
   EXPECT_NE(stamp(before), stamp(after));
 }
@@ -405,7 +405,8 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
            Case{"--set extender.replicas=0", "/extender/replicas"},
            Case{"--set scheduler.enabled=true --set extender.leaderElection.enabled=false",
                 "extender.replicas > 1 needs extender.leaderElection.enabled=true"},
-           Case{"--set extender.leaderElection.leaseDuration=15", "/extender/leaderElection/leaseDuration"},
+           Case{"--set extender.leaderElection.leaseDuration=15",
+                "/extender/leaderElection/leaseDuration"},
            Case{"--set extender.logLevel=loud", "/extender/logLevel"},
            Case{"--set extender.scoringPolicy=random", "/extender/scoringPolicy"},
            Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},

@@ -2,19 +2,18 @@
 // lease, standing by while another holder renews, taking over once the lease expired on our own
 // clock, losing the lease at the renew deadline when renewals fail (at once, without a round),
 // losing it at once to another holder, handing it over on release, and bad input.
-#include <sys/wait.h>
-
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <thread>
-#include <chrono>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 
 #include "kube/client.h"
 #include "kube/duration.h"
@@ -24,8 +23,8 @@
 namespace toposched::kube {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 constexpr int64_t kSecond = 1000000000;
@@ -146,7 +145,10 @@ TEST(LeaderElector, TakesAFreeLeaseAndRenewsIt) {
   EXPECT_EQ(lease["spec"]["leaseDurationSeconds"], 15);
   EXPECT_EQ(lease["spec"]["leaseTransitions"], 0);
   const std::string acquired = lease["spec"]["acquireTime"];
-  EXPECT_EQ(server.RequestsMatching("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases").size(), 1u);
+  EXPECT_EQ(
+      server.RequestsMatching("POST", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+          .size(),
+      1u);
 
   a.At(3);
   EXPECT_TRUE(a.elector().Step());
@@ -203,7 +205,7 @@ TEST(LeaderElector, TwoCandidatesOneLeaderAndTakeoverAfterTheLeaderDies) {
     b.At(t);
     ASSERT_LT(t, 80) << "b never took over";
   }
-  EXPECT_GE(t - 41.5, 15);          // not before the lease duration after its last sight
+  EXPECT_GE(t - 41.5, 15);             // not before the lease duration after its last sight
   EXPECT_LT(t - 41.5, 15 + 2 + 0.01);  // and within one retry period after it
   EXPECT_EQ(Lease(server)["spec"]["holderIdentity"], "b");
   EXPECT_EQ(Lease(server)["spec"]["leaseTransitions"], 1);
@@ -264,7 +266,7 @@ TEST(LeaderElector, ReleaseHandsTheLeaseOverAtOnce) {
   EXPECT_EQ(lease["spec"]["holderIdentity"], "");
   EXPECT_EQ(lease["spec"]["leaseDurationSeconds"], 1);
   b.At(1.1);
-  EXPECT_TRUE(b.elector().Step());  // no waiting for 15 s
+  EXPECT_TRUE(b.elector().Step());          // no waiting for 15 s
   EXPECT_TRUE(a.elector().Release().ok());  // not the leader: nothing to do
 }
 
@@ -309,7 +311,6 @@ TEST(LeaderElector, RunsOnItsOwnThreadAndReleasesOnStop) {
   EXPECT_FALSE(elector.IsLeader());
   EXPECT_EQ(Lease(server)["spec"]["holderIdentity"], "");
 }
-
 
 // The flags as `toposched extender` takes them: checked before anything connects.
 TEST(ExtenderCli, LeaderElectFlagsAreCheckedFirst) {

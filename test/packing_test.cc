@@ -100,8 +100,8 @@ INSTANTIATE_TEST_SUITE_P(Fill, BundledTraceTest,
 // told apart by position, where either choice leads to the same packing. The bound is exact: the
 // same pods placed and the same share at the first failure, for every permutation tried.
 TEST(PackingProperty, PermutingTheFleetChangesNothing) {
-  const std::vector<std::string> groups = {"inf2.48xlarge=3", "inf2.24xlarge=4",
-                                           "trn1.32xlarge=3", "trn2.48xlarge=2"};
+  const std::vector<std::string> groups = {"inf2.48xlarge=3", "inf2.24xlarge=4", "trn1.32xlarge=3",
+                                           "trn2.48xlarge=2"};
   for (const std::string_view mix : {"ring-heavy", "training", "inference"}) {
     auto trace = SyntheticTrace(mix, 600, 11);
     ASSERT_TRUE(trace.ok()) << trace.error();

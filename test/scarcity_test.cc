@@ -17,6 +17,7 @@
 namespace toposched {
 namespace {
 
+using ::testing::ElementsAre;
 using topology::DemandModel;
 using topology::FreeSlots;
 using topology::NodeShape;
@@ -25,7 +26,6 @@ using topology::Policy;
 using topology::Request;
 using topology::SlotCosts;
 using topology::Unit;
-using ::testing::ElementsAre;
 
 NodeShape Shape(const std::string& type) {
   return *NodeShape::Make(*topology::Catalog::Embedded().Find(type));
@@ -41,7 +41,7 @@ Request Dev(int n) { return {Unit::kDevice, n}; }
 Request Core(int n) { return {Unit::kCore, n}; }
 
 TEST(FreeSlotsTest, RingCountsEachFreeRunOnItsOwn) {
-  const NodeShape inf2 = Shape("inf2.48xlarge");  // 12 devices, contiguous
+  const NodeShape inf2 = Shape("inf2.48xlarge");      // 12 devices, contiguous
   const NodeUsage usage = UsedDevices(inf2, {4, 9});  // runs 0-3, 5-8, 10-11
   EXPECT_EQ(FreeSlots(inf2, usage, Dev(1)), 10);
   EXPECT_EQ(FreeSlots(inf2, usage, Dev(2)), 2 + 2 + 1);
@@ -148,13 +148,17 @@ TEST(ScarcitySetTest, KeepsTheScarceBlockThatBestFitWouldBreak) {
   // Scarcity takes an end of the 5-run, which keeps both 4-slots.
   const auto ours = topology::Allocate(inf2, usage, Dev(1), Policy::kScarcity, &costs);
   ASSERT_TRUE(ours.ok());
-  EXPECT_TRUE(ours.placement.ids == std::vector<int>{5} || ours.placement.ids == std::vector<int>{9})
+  EXPECT_TRUE(ours.placement.ids == std::vector<int>{5} ||
+              ours.placement.ids == std::vector<int>{9})
       << ours.placement.ids[0];
-  EXPECT_EQ(FreeSlots(inf2, [&] {
-              NodeUsage after = usage;
-              after.Take(inf2, Unit::kDevice, ours.placement.ids);
-              return after;
-            }(), Dev(4)),
+  EXPECT_EQ(FreeSlots(
+                inf2,
+                [&] {
+                  NodeUsage after = usage;
+                  after.Take(inf2, Unit::kDevice, ours.placement.ids);
+                  return after;
+                }(),
+                Dev(4)),
             2);
   // Without costs, scarcity chooses as best-fit does.
   EXPECT_EQ(topology::Allocate(inf2, usage, Dev(1), Policy::kScarcity).placement.ids,
@@ -200,8 +204,8 @@ TEST(TrackerSupplyTest, SupplyMatchesARecountAfterEveryChange) {
   for (int step = 0; step < 300; ++step) {
     const bool cores = rng() % 4 == 0;
     tracker::PodSpec pod{"u" + std::to_string(step), "p" + std::to_string(step), {}};
-    pod.containers.push_back({"c", cores ? Core(1 + static_cast<int>(rng() % 2))
-                                         : Dev(counts[rng() % 5]), false});
+    pod.containers.push_back(
+        {"c", cores ? Core(1 + static_cast<int>(rng() % 2)) : Dev(counts[rng() % 5]), false});
     t.ObserveDemand(pod);
     const tracker::Ranking ranking = t.Rank(pod, names);
     if (ranking.best >= 0) {

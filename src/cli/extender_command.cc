@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <random>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -150,8 +150,7 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--leader-elect-resource-name", o->lease_name, "Name of the Lease")
       ->capture_default_str();
-  cmd->add_option("--leader-elect-resource-namespace", o->lease_namespace,
-                  "Namespace of the Lease")
+  cmd->add_option("--leader-elect-resource-namespace", o->lease_namespace, "Namespace of the Lease")
       ->capture_default_str();
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
@@ -202,9 +201,10 @@ Result<kube::LeaderElectionConfig> LeaderElectionFromFlags(const ExtenderOptions
     const std::string& text;
     std::chrono::nanoseconds& out;
   };
-  for (const Flag& f : {Flag{"--leader-elect-lease-duration", o.lease_duration, config.lease_duration},
-                        Flag{"--leader-elect-renew-deadline", o.renew_deadline, config.renew_deadline},
-                        Flag{"--leader-elect-retry-period", o.retry_period, config.retry_period}}) {
+  for (const Flag& f :
+       {Flag{"--leader-elect-lease-duration", o.lease_duration, config.lease_duration},
+        Flag{"--leader-elect-renew-deadline", o.renew_deadline, config.renew_deadline},
+        Flag{"--leader-elect-retry-period", o.retry_period, config.retry_period}}) {
     auto parsed = kube::ParseDuration(f.text);
     if (!parsed.ok()) return Error{fmt::format("{}: {}", f.name, parsed.error())};
     f.out = *parsed;
@@ -351,21 +351,22 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
       election_client = std::move(made_election).value();
       elector = std::make_unique<kube::LeaderElector>(
           *election_client, *config, SteadyNs, WallNs,
-          kube::LeaderElector::Callbacks{
-              [&metrics, &service_ptr] {
-                metrics.CountLeaderTransition(true);
-                if (service_ptr != nullptr) service_ptr->RequireReconcile();
-              },
-              [&metrics] { metrics.CountLeaderTransition(false); }});
+          kube::LeaderElector::Callbacks{[&metrics, &service_ptr] {
+                                           metrics.CountLeaderTransition(true);
+                                           if (service_ptr != nullptr)
+                                             service_ptr->RequireReconcile();
+                                         },
+                                         [&metrics] { metrics.CountLeaderTransition(false); }});
       spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
-                   config->lease_namespace, config->lease_name, config->identity,
-                   o.lease_duration, o.renew_deadline, o.retry_period);
+                   config->lease_namespace, config->lease_name, config->identity, o.lease_duration,
+                   o.renew_deadline, o.retry_period);
     }
     std::function<bool()> may_write;
     if (elector) may_write = [&elector] { return elector->IsLeader(); };
     writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write);
   }
-  // Partitions are the leader's: a standby removing "orphans" could remove one the leader is making.
+  // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
+  // making.
   if (elector) service_options.may_reconcile = [&elector] { return elector->IsLeader(); };
   extender::ExtenderService service(**catalog, service_options, *writer, metrics, SteadyNs, WallNs);
   service_ptr = &service;

@@ -71,8 +71,7 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                               "exponential lifetimes, fixed by --seed (docs/simulator.md)",
                               sim::SyntheticMixNames()))
       ->excludes(trace);
-  cmd->add_option("--synthetic-tasks", opts->synthetic_tasks,
-                  "How many pods --synthetic generates")
+  cmd->add_option("--synthetic-tasks", opts->synthetic_tasks, "How many pods --synthetic generates")
       ->capture_default_str()
       ->check(CLI::Range(1, 10'000'000));
   cmd->add_option("--fleet", opts->fleet,

@@ -8,7 +8,8 @@ Status ApiClusterWriter::Bind(const std::string& ns, const std::string& name,
                               const std::string& uid, const std::string& node,
                               const std::map<std::string, std::string>& annotations) {
   if (may_write_ && !may_write_()) {
-    return Error{"not bound: this extender lost the leader lease; the scheduler will retry the pod"};
+    return Error{
+        "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
   }
   return kube::BindPod(client_, ns, name, uid, node, annotations);
 }

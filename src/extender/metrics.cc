@@ -52,8 +52,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                 .Add({});
   leader_ = &prometheus::BuildGauge()
                  .Name("toposched_leader")
-                 .Help("1 while this extender holds the leader lease (always 1 without "
-                       "--leader-elect)")
+                 .Help(
+                     "1 while this extender holds the leader lease (always 1 without "
+                     "--leader-elect)")
                  .Register(*registry_)
                  .Add({});
   leader_transitions_ = &prometheus::BuildCounter()

@@ -14,13 +14,9 @@ struct Unit {
   std::string_view name;
   int64_t ns;
 };
-constexpr Unit kUnits[] = {{"ns", 1},
-                           {"us", 1000},
-                           {"\xC2\xB5s", 1000},  // µs
-                           {"ms", 1000000},
-                           {"s", 1000000000},
-                           {"m", 60LL * 1000000000},
-                           {"h", 3600LL * 1000000000}};
+constexpr Unit kUnits[] = {
+    {"ns", 1},       {"us", 1000},      {"\xC2\xB5s", 1000},  // µs
+    {"ms", 1000000}, {"s", 1000000000}, {"m", 60LL * 1000000000}, {"h", 3600LL * 1000000000}};
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
@@ -28,8 +24,8 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
 Result<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return Error{fmt::format("invalid duration '{}': {} (write it like 15s, 1m30s or 500ms)", text,
-                             why)};
+    return Error{
+        fmt::format("invalid duration '{}': {} (write it like 15s, 1m30s or 500ms)", text, why)};
   };
   if (text.empty()) return bad("empty");
   if (text == "0") return std::chrono::nanoseconds(0);
@@ -52,7 +48,8 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
       fraction = text.substr(f, i - f);
     }
     if (i == start || (i == start + 1 && text[start] == '.')) {
-      return bad(text[start] == '-' || text[start] == '+' ? "no sign allowed" : "expected a number");
+      return bad(text[start] == '-' || text[start] == '+' ? "no sign allowed"
+                                                          : "expected a number");
     }
     const Unit* unit = nullptr;
     for (const Unit& u : kUnits) {

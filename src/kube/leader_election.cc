@@ -16,12 +16,14 @@ namespace ondemand = simdjson::ondemand;
 
 Status ValidateLeaderElection(const LeaderElectionConfig& c) {
   if (c.lease_name.empty()) return Error{"--leader-elect-resource-name must not be empty"};
-  if (c.lease_namespace.empty()) return Error{"--leader-elect-resource-namespace must not be empty"};
+  if (c.lease_namespace.empty())
+    return Error{"--leader-elect-resource-namespace must not be empty"};
   if (c.identity.empty()) return Error{"leader election needs an identity"};
   if (c.retry_period.count() <= 0 || c.renew_deadline.count() <= 0 ||
       c.lease_duration.count() <= 0) {
-    return Error{"--leader-elect-lease-duration, --leader-elect-renew-deadline and "
-                 "--leader-elect-retry-period must be positive"};
+    return Error{
+        "--leader-elect-lease-duration, --leader-elect-renew-deadline and "
+        "--leader-elect-retry-period must be positive"};
   }
   if (c.lease_duration <= c.renew_deadline) {
     return Error{fmt::format(
@@ -47,34 +49,38 @@ Result<LeaseRecord> DecodeLease(std::string_view text) {
     bool present = false;
     if (Status s = json::OpenObject(value, root, object, present); !s.ok()) return s;
     if (!present) return json::ErrorAt(root, "expected an object, got null");
-    return json::ForEachField(object, root, [&](std::string_view key, ondemand::value field,
-                                                const json::Path& path) -> Status {
-      ondemand::object inner;
-      bool has = false;
-      if (key == "metadata") {
-        if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
-        return json::ForEachField(inner, path, [&](std::string_view k, ondemand::value v,
-                                                   const json::Path& p) -> Status {
-          if (k == "resourceVersion") return json::ReadString(v, p, record.resource_version);
-          return OkStatus();
-        });
-      }
-      if (key == "spec") {
-        if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
-        return json::ForEachField(inner, path, [&](std::string_view k, ondemand::value v,
-                                                   const json::Path& p) -> Status {
-          if (k == "holderIdentity") return json::ReadString(v, p, record.holder);
-          if (k == "leaseDurationSeconds") {
-            return json::ReadInt64(v, p, record.lease_duration_seconds);
+    return json::ForEachField(
+        object, root,
+        [&](std::string_view key, ondemand::value field, const json::Path& path) -> Status {
+          ondemand::object inner;
+          bool has = false;
+          if (key == "metadata") {
+            if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
+            return json::ForEachField(
+                inner, path,
+                [&](std::string_view k, ondemand::value v, const json::Path& p) -> Status {
+                  if (k == "resourceVersion")
+                    return json::ReadString(v, p, record.resource_version);
+                  return OkStatus();
+                });
           }
-          if (k == "acquireTime") return json::ReadString(v, p, record.acquire_time);
-          if (k == "renewTime") return json::ReadString(v, p, record.renew_time);
-          if (k == "leaseTransitions") return json::ReadInt64(v, p, record.transitions);
+          if (key == "spec") {
+            if (Status s = json::OpenObject(field, path, inner, has); !s.ok() || !has) return s;
+            return json::ForEachField(
+                inner, path,
+                [&](std::string_view k, ondemand::value v, const json::Path& p) -> Status {
+                  if (k == "holderIdentity") return json::ReadString(v, p, record.holder);
+                  if (k == "leaseDurationSeconds") {
+                    return json::ReadInt64(v, p, record.lease_duration_seconds);
+                  }
+                  if (k == "acquireTime") return json::ReadString(v, p, record.acquire_time);
+                  if (k == "renewTime") return json::ReadString(v, p, record.renew_time);
+                  if (k == "leaseTransitions") return json::ReadInt64(v, p, record.transitions);
+                  return OkStatus();
+                });
+          }
           return OkStatus();
         });
-      }
-      return OkStatus();
-    });
   });
   if (!status.ok()) return Error{status.error()};
   return record;
@@ -90,13 +96,15 @@ std::string FormatMicroTime(int64_t unix_ns) {
 }
 
 std::string EncodeLease(std::string_view ns, std::string_view name, const LeaseRecord& r) {
-  std::string metadata = fmt::format("\"name\":{},\"namespace\":{}", JsonQuote(name), JsonQuote(ns));
+  std::string metadata =
+      fmt::format("\"name\":{},\"namespace\":{}", JsonQuote(name), JsonQuote(ns));
   if (!r.resource_version.empty()) {
     metadata += fmt::format(",\"resourceVersion\":{}", JsonQuote(r.resource_version));
   }
   std::string spec = fmt::format("\"holderIdentity\":{},\"leaseDurationSeconds\":{}",
                                  JsonQuote(r.holder), r.lease_duration_seconds);
-  if (!r.acquire_time.empty()) spec += fmt::format(",\"acquireTime\":{}", JsonQuote(r.acquire_time));
+  if (!r.acquire_time.empty())
+    spec += fmt::format(",\"acquireTime\":{}", JsonQuote(r.acquire_time));
   if (!r.renew_time.empty()) spec += fmt::format(",\"renewTime\":{}", JsonQuote(r.renew_time));
   spec += fmt::format(",\"leaseTransitions\":{}", r.transitions);
   return fmt::format(
@@ -154,22 +162,22 @@ bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
       started = !leader_;
       leader_ = true;
       renewed_at_ns_ = started_ns;
-    } else if (leader_ && (other_holds || steady_ns_() - renewed_at_ns_ >=
-                                              config_.renew_deadline.count())) {
+    } else if (leader_ &&
+               (other_holds || steady_ns_() - renewed_at_ns_ >= config_.renew_deadline.count())) {
       leader_ = false;
       stopped = true;
     }
   }
   if (started) {
     ++transitions_;
-    spdlog::info("leader election: became the leader of lease {}/{} as {}",
-                 config_.lease_namespace, config_.lease_name, config_.identity);
+    spdlog::info("leader election: became the leader of lease {}/{} as {}", config_.lease_namespace,
+                 config_.lease_name, config_.identity);
     if (callbacks_.started_leading) callbacks_.started_leading();
   }
   if (stopped) {
     ++transitions_;
-    spdlog::warn("leader election: lost lease {}/{} ({}); standing by",
-                 config_.lease_namespace, config_.lease_name,
+    spdlog::warn("leader election: lost lease {}/{} ({}); standing by", config_.lease_namespace,
+                 config_.lease_name,
                  other_holds ? "another process holds it"
                              : "not renewed within " + FormatDuration(config_.renew_deadline));
     if (callbacks_.stopped_leading) callbacks_.stopped_leading();
@@ -182,10 +190,9 @@ bool LeaderElector::Step() {
   const std::string path = LeasePath();
   auto got = client_.Get(path);
   if (!got.ok() || (got->status != 200 && got->status != 404)) {
-    spdlog::warn("leader election: cannot read lease {}/{}: {}", config_.lease_namespace,
-                 config_.lease_name,
-                 got.ok() ? fmt::format("HTTP {}: {}", got->status, StatusMessage(got->body))
-                          : got.error());
+    spdlog::warn(
+        "leader election: cannot read lease {}/{}: {}", config_.lease_namespace, config_.lease_name,
+        got.ok() ? fmt::format("HTTP {}: {}", got->status, StatusMessage(got->body)) : got.error());
     return Finish(false, started, false);
   }
 
@@ -214,11 +221,11 @@ bool LeaderElector::Step() {
       std::lock_guard<std::mutex> lock(mu_);
       observed_at = observed_at_ns_;
     }
-    const int64_t duration_ns = (old->lease_duration_seconds > 0
-                                     ? std::chrono::nanoseconds(std::chrono::seconds(
-                                           old->lease_duration_seconds))
-                                     : config_.lease_duration)
-                                    .count();
+    const int64_t duration_ns =
+        (old->lease_duration_seconds > 0
+             ? std::chrono::nanoseconds(std::chrono::seconds(old->lease_duration_seconds))
+             : config_.lease_duration)
+            .count();
     if (!old->holder.empty() && old->holder != config_.identity &&
         started - observed_at < duration_ns) {
       return Finish(false, started, true);  // held by another, and not expired on our clock
@@ -235,8 +242,7 @@ bool LeaderElector::Step() {
   }
   if (!written.ok() || (written->status != 200 && written->status != 201)) {
     // 409: someone else wrote it first; the next round reads who.
-    spdlog::log(written.ok() && written->status == 409 ? spdlog::level::debug
-                                                       : spdlog::level::warn,
+    spdlog::log(written.ok() && written->status == 409 ? spdlog::level::debug : spdlog::level::warn,
                 "leader election: cannot write lease {}/{}: {}", config_.lease_namespace,
                 config_.lease_name,
                 written.ok()
@@ -258,8 +264,8 @@ Status LeaderElector::Release() {
   record.holder.clear();
   record.lease_duration_seconds = 1;
   record.renew_time = FormatMicroTime(wall_ns_());
-  auto written = client_.Put(LeasePath(), EncodeLease(config_.lease_namespace, config_.lease_name,
-                                                      record));
+  auto written =
+      client_.Put(LeasePath(), EncodeLease(config_.lease_namespace, config_.lease_name, record));
   bool was = false;
   {
     std::lock_guard<std::mutex> lock(mu_);

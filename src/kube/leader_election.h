@@ -105,10 +105,10 @@ class LeaderElector {
   Callbacks callbacks_;
 
   mutable std::mutex mu_;
-  LeaseRecord observed_;         // guarded by mu_
-  int64_t observed_at_ns_ = 0;   // guarded by mu_
-  bool leader_ = false;          // guarded by mu_
-  int64_t renewed_at_ns_ = 0;    // start of the last successful round; guarded by mu_
+  LeaseRecord observed_;        // guarded by mu_
+  int64_t observed_at_ns_ = 0;  // guarded by mu_
+  bool leader_ = false;         // guarded by mu_
+  int64_t renewed_at_ns_ = 0;   // start of the last successful round; guarded by mu_
   std::atomic<uint64_t> transitions_{0};
 
   std::thread thread_;

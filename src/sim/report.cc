@@ -183,12 +183,12 @@ std::string Verdict(const SimResult& r) {
         "baseline here, {}, left {:.1f}% ({:+.1f} points).\n",
         100 * ours->unallocated_share_at_first_failure, PolicyName(rival->policy),
         100 * rival->unallocated_share_at_first_failure,
-        100 * (ours->unallocated_share_at_first_failure -
-               rival->unallocated_share_at_first_failure));
+        100 *
+            (ours->unallocated_share_at_first_failure - rival->unallocated_share_at_first_failure));
   }
-  return fmt::format(
-      "scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n", ours->placed,
-      PolicyName(rival->policy), rival->placed, ours->placed - rival->placed);
+  return fmt::format("scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n",
+                     ours->placed, PolicyName(rival->policy), rival->placed,
+                     ours->placed - rival->placed);
 }
 
 std::string ReadingNotes(const SimResult& r) {

@@ -182,7 +182,8 @@ class PolicyRun {
   int ChooseNode(const tracker::PodSpec& pod) {
     tracker_.ObserveDemand(pod);
     const tracker::Ranking ranking = tracker_.Rank(pod, names_);
-    for (size_t i = 0; i < ranking.fits.size(); ++i) unresolvable_[i] = ranking.fits[i].unresolvable;
+    for (size_t i = 0; i < ranking.fits.size(); ++i)
+      unresolvable_[i] = ranking.fits[i].unresolvable;
     return ranking.best;
   }
 

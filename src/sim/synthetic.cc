@@ -42,9 +42,10 @@ Result<std::vector<Entry>> ParseMix(std::string_view spec) {
     const size_t eq = item.find('=');
     const std::string_view size = item.substr(0, eq == std::string_view::npos ? 0 : eq);
     if (eq == std::string_view::npos || size.size() < 2) {
-      return Error{fmt::format("synthetic mix entry '{}' must be SIZE=WEIGHT, e.g. 4d=10 or 1c=5 "
-                               "(or name a mix: {})",
-                               item, SyntheticMixNames())};
+      return Error{
+          fmt::format("synthetic mix entry '{}' must be SIZE=WEIGHT, e.g. 4d=10 or 1c=5 "
+                      "(or name a mix: {})",
+                      item, SyntheticMixNames())};
     }
     int count = 0;
     const auto [cend, cec] = std::from_chars(size.data(), size.data() + size.size() - 1, count);
@@ -56,14 +57,15 @@ Result<std::vector<Entry>> ParseMix(std::string_view spec) {
     if (cec != std::errc{} || cend != size.data() + size.size() - 1 || count < 1 ||
         count > topology::kMaxDevices || (unit != 'd' && unit != 'c') ||
         (unit == 'c' && count > 2)) {
-      return Error{fmt::format("synthetic mix entry '{}': the size must be 1d to 64d (devices) or "
-                               "1c/2c (cores)",
-                               item)};
+      return Error{
+          fmt::format("synthetic mix entry '{}': the size must be 1d to 64d (devices) or "
+                      "1c/2c (cores)",
+                      item)};
     }
     if (wec != std::errc{} || wend != weight_text.data() + weight_text.size() || weight <= 0 ||
         !std::isfinite(weight)) {
-      return Error{fmt::format("synthetic mix entry '{}': the weight must be a positive number",
-                               item)};
+      return Error{
+          fmt::format("synthetic mix entry '{}': the weight must be a positive number", item)};
     }
     out.push_back({{unit == 'd' ? topology::Unit::kDevice : topology::Unit::kCore, count}, weight});
   }

@@ -341,7 +341,8 @@ void TakeFrom(const NodeShape& shape, FreeState& f, DeviceMask devices, int core
     if (f.small) {
       f.cores &= ~RunMask(core_count, core_start);
     } else {
-      for (int c = core_start; c < core_start + core_count; ++c) f.wide_cores.reset(static_cast<size_t>(c));
+      for (int c = core_start; c < core_start + core_count; ++c)
+        f.wide_cores.reset(static_cast<size_t>(c));
     }
     return;
   }
@@ -473,8 +474,9 @@ DeviceMask ChangedDevices(const NodeShape& shape, const FreeState& before, const
 double CostBetween(const NodeShape& shape, const FreeState& before, const FreeState& after,
                    const SlotCosts& costs) {
   const int64_t units_per_core = kUnitsPerDevice / std::max(shape.cores_per_device, 1);
-  double cost = costs.per_unit * static_cast<double>(
-                                     (FreeCoreCount(before) - FreeCoreCount(after)) * units_per_core);
+  double cost =
+      costs.per_unit *
+      static_cast<double>((FreeCoreCount(before) - FreeCoreCount(after)) * units_per_core);
   const DeviceMask changed = ChangedDevices(shape, before, after);
   for (size_t i = 0; i < costs.classes.size(); ++i) {
     if (costs.per_slot[i] == 0) continue;
@@ -523,7 +525,8 @@ int CostCandidates(const NodeShape& shape, const NodeUsage& usage, const FreeSta
     if (!aligned) return sig;
     for (int l = 0; l < levels; ++l) {
       const int level = shape.type->sizes[static_cast<size_t>(l)];
-      if (level > size) sig = sig << 7 | block_free[static_cast<size_t>(l)][static_cast<size_t>(d / level)];
+      if (level > size)
+        sig = sig << 7 | block_free[static_cast<size_t>(l)][static_cast<size_t>(d / level)];
     }
     if (shape.devices > size) sig = sig << 7 | all_free;
     return sig;

@@ -41,9 +41,9 @@ enum class Policy {
   // The previous default: on each node the set that keeps the largest blocks whole; the node
   // where the pod fills a hole most tightly. Kept to compare with.
   kBestFit,
-  kFirstFit,  // the lowest-index legal set on the first node that fits (AWS's extension, HAMi)
-  kSpread,    // lowest-index sets on the emptiest node (kube-scheduler's LeastAllocated)
-  kBinpack,   // lowest-index sets on the fullest node that fits (MostAllocated, HAMi binpack)
+  kFirstFit,   // the lowest-index legal set on the first node that fits (AWS's extension, HAMi)
+  kSpread,     // lowest-index sets on the emptiest node (kube-scheduler's LeastAllocated)
+  kBinpack,    // lowest-index sets on the fullest node that fits (MostAllocated, HAMi binpack)
   kCountOnly,  // ignores topology: any N free units. An upper bound for the simulator only.
 };
 std::string_view PolicyName(Policy policy);
@@ -100,19 +100,19 @@ struct Request {
 
 struct Placement {
   Unit unit = Unit::kDevice;
-  std::vector<int> ids;        // ascending device ids or core ids
-  DeviceMask devices = 0;      // every device the ids touch
+  std::vector<int> ids;    // ascending device ids or core ids
+  DeviceMask devices = 0;  // every device the ids touch
 };
 std::vector<int> MaskToIds(DeviceMask mask);
 
 // The outcome of one allocation question.
 struct Decision {
   bool ok() const { return reason.empty(); }
-  Placement placement;       // when ok()
-  int score = 0;             // when ok(): 1..10, higher = packs here with less fragmentation
-  double cost = 0;           // when ok() under kScarcity with costs: what the set takes (demand.h)
-  std::string reason;        // when !ok(): why, in words an operator can act on
-  bool unresolvable = false; // when !ok(): no state of this node could ever satisfy the request
+  Placement placement;        // when ok()
+  int score = 0;              // when ok(): 1..10, higher = packs here with less fragmentation
+  double cost = 0;            // when ok() under kScarcity with costs: what the set takes (demand.h)
+  std::string reason;         // when !ok(): why, in words an operator can act on
+  bool unresolvable = false;  // when !ok(): no state of this node could ever satisfy the request
 };
 
 // Checks that `request` is a count this node could ever give (used or not). Returns the reason

@@ -14,8 +14,8 @@ struct PriorEntry {
   double share;
 };
 constexpr PriorEntry kPrior[] = {
-    {{Unit::kDevice, 1}, 0.30}, {{Unit::kCore, 1}, 0.15},   {{Unit::kCore, 2}, 0.15},
-    {{Unit::kDevice, 2}, 0.10}, {{Unit::kDevice, 4}, 0.12}, {{Unit::kDevice, 8}, 0.12},
+    {{Unit::kDevice, 1}, 0.30},  {{Unit::kCore, 1}, 0.15},   {{Unit::kCore, 2}, 0.15},
+    {{Unit::kDevice, 2}, 0.10},  {{Unit::kDevice, 4}, 0.12}, {{Unit::kDevice, 8}, 0.12},
     {{Unit::kDevice, 16}, 0.06},
 };
 
@@ -48,8 +48,9 @@ void DemandModel::Observe(const Request& request) {
     return;
   }
   // Full: the new class takes the lightest one's index.
-  auto lightest = std::min_element(classes_.begin(), classes_.end(),
-                                   [](const Entry& a, const Entry& b) { return a.weight < b.weight; });
+  auto lightest =
+      std::min_element(classes_.begin(), classes_.end(),
+                       [](const Entry& a, const Entry& b) { return a.weight < b.weight; });
   *lightest = {request, 1};
 }
 

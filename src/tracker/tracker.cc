@@ -713,7 +713,8 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
   holds_.clear();
   reserved_uids_.clear();
   releasing_uids_.clear();
-  for (auto& [name, node] : nodes_) node.own = PoolState{node.own.shape, node.own.error, {}, {}, {}, 0};
+  for (auto& [name, node] : nodes_)
+    node.own = PoolState{node.own.shape, node.own.error, {}, {}, {}, 0};
   for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}, {}, 0};
   RecountAllLocked();
   for (auto& [uid, hold] : releasing) {
@@ -881,7 +882,8 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
   };
   struct StateEq {
     bool operator()(const StateKey& a, const StateKey& b) const {
-      return a.shape->type == b.shape->type && a.shape->cores_per_device == b.shape->cores_per_device &&
+      return a.shape->type == b.shape->type &&
+             a.shape->cores_per_device == b.shape->cores_per_device &&
              a.usage->used_cores() == b.usage->used_cores();
     }
   };

@@ -229,8 +229,8 @@ class Tracker {
     std::string error;                         // why shape is empty
     topology::NodeUsage usage;
     std::vector<std::string> pods;  // uids holding ids here
-    std::vector<int> slots;  // FreeSlots per demand class, counted into supply_
-    int64_t free_units = 0;  // topology::FreeUnits, counted into free_units_
+    std::vector<int> slots;         // FreeSlots per demand class, counted into supply_
+    int64_t free_units = 0;         // topology::FreeUnits, counted into free_units_
   };
   struct NodeEntry {
     NodeInfo info;
@@ -276,7 +276,7 @@ class Tracker {
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_;   // guarded by mu_
   std::unordered_set<std::string> releasing_uids_;  // guarded by mu_
-  topology::DemandModel demand_;                     // guarded by mu_
+  topology::DemandModel demand_;                    // guarded by mu_
   std::vector<int64_t> supply_;  // guarded by mu_; free slots fleet-wide per demand class
   int64_t free_units_ = 0;       // guarded by mu_; free capacity fleet-wide
 };

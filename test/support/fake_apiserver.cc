@@ -281,8 +281,8 @@ class FakeApiServer::Impl {
   mutable std::mutex mutex_;
   Options options_;
   TestPki pki_;
-  std::map<std::string, json::value> pods_;   // by namespace/name
-  std::map<std::string, json::value> nodes_;  // by name
+  std::map<std::string, json::value> pods_;    // by namespace/name
+  std::map<std::string, json::value> nodes_;   // by name
   std::map<std::string, json::value> leases_;  // coordination.k8s.io/v1, by namespace/name
   int64_t resource_version_ = 100;
   int64_t compacted_ = 0;  // watches from before this are too old
@@ -899,8 +899,8 @@ Response FakeApiServer::Impl::HandleLease(const Request& request,
     const std::string name = StringAt(lease, {"metadata", "name"});
     if (name.empty()) return StatusResponse(request, 422, "metadata.name: Required value");
     if (leases_.count(ns + "/" + name) != 0) {
-      return StatusResponse(request, 409, "leases.coordination.k8s.io \"" + name +
-                                              "\" already exists");
+      return StatusResponse(request, 409,
+                            "leases.coordination.k8s.io \"" + name + "\" already exists");
     }
     json::object& metadata = lease.as_object()["metadata"].as_object();
     metadata["namespace"] = ns;
@@ -1015,7 +1015,7 @@ int64_t FakeApiServer::DeletePod(std::string_view ns, std::string_view name) {
 }
 
 std::optional<std::string> FakeApiServer::GetLeaseJson(std::string_view ns,
-                                                        std::string_view name) const {
+                                                       std::string_view name) const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   auto it = impl_->leases_.find(std::string(ns) + "/" + std::string(name));
   if (it == impl_->leases_.end()) return std::nullopt;

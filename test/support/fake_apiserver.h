@@ -1,9 +1,9 @@
 // An in-process fake kube-apiserver for tests: HTTPS (Boost.Beast + Asio SSL) on 127.0.0.1 with an
 // ephemeral port and a CA made at start-up, bearer-token or client-certificate auth, and the few
 // API calls toposched makes: list and watch pods and nodes, get one, bind a pod, merge-patch a
-// pod, create events, get/create/update leases. Tests drive it: add and change objects (watchers get the events), send
-// bookmarks, expire history (410), end or drop watch connections, inject failures and delays, and
-// read back every request it got.
+// pod, create events, get/create/update leases. Tests drive it: add and change objects (watchers
+// get the events), send bookmarks, expire history (410), end or drop watch connections, inject
+// failures and delays, and read back every request it got.
 //
 // One io thread serves every connection; the destructor stops it. Only loopback is used.
 #ifndef TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
