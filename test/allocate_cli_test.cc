@@ -13,39 +13,18 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include "support/run_command.h"
+
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using toposched::testing::Outcome;
 
 // Runs `toposched ARGS` (ARGS already shell-quoted where needed).
 Outcome Toposched(const std::string& args) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "toposched_cli_" + std::to_string(::getpid()) +
-                           "_" + std::to_string(counter++);
-  const std::string cmd = std::string("'") + TOPOSCHED_BINARY + "' " + args + " >'" + base +
-                          ".out' 2>'" + base + ".err'";
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = ReadFile(base + ".out");
-  o.err = ReadFile(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return o;
+  return toposched::testing::RunCommand(std::string("'") + TOPOSCHED_BINARY + "' " + args);
 }
 
 const char kAws7[] =

@@ -16,6 +16,8 @@
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include "support/run_command.h"
+
 namespace {
 
 using ::testing::Contains;
@@ -32,31 +34,10 @@ std::string Helm() {
   return "helm";
 }
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using toposched::testing::Outcome;
 
 Outcome RunHelm(const std::string& args) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "helm_chart_" + std::to_string(::getpid()) + "_" +
-                           std::to_string(counter++);
-  const std::string cmd = "'" + Helm() + "' " + args + " >'" + base + ".out' 2>'" + base + ".err'";
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = ReadFile(base + ".out");
-  o.err = ReadFile(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
+  Outcome o = toposched::testing::RunCommand("'" + Helm() + "' " + args);
   if (o.exit_code == 127) {
     ADD_FAILURE() << "helm not found: run scripts/install-deps.sh (or set HELM)\n" << o.err;
   }

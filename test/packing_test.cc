@@ -89,8 +89,9 @@ TEST_P(BundledTraceTest, ScarcityBeatsEveryBaselineInEveryFleetOrder) {
 INSTANTIATE_TEST_SUITE_P(Fill, BundledTraceTest,
                          ::testing::Values("openb_pod_list_default.csv",
                                            "openb_pod_list_multigpu50.csv"),
-                         [](const auto& info) {
-                           return std::string(info.param).find("multigpu") != std::string::npos
+                         [](const auto& param_info) {
+                           return std::string(param_info.param).find("multigpu") !=
+                                          std::string::npos
                                       ? std::string("Multigpu50")
                                       : std::string("Default");
                          });
