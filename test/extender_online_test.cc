@@ -53,14 +53,17 @@ std::string BoundPodJson(const std::string& name, const std::string& uid, const 
 // One extender instance: client, writer, service and informers, as `toposched extender` wires them.
 struct Extender {
   // `may_write`: the leader gate, as `toposched extender --leader-elect` wires it.
-  explicit Extender(const std::string& kubeconfig, std::function<bool()> may_write = nullptr) {
+  // `steady_ns`: the service's steady clock (null: always 0).
+  explicit Extender(const std::string& kubeconfig, std::function<bool()> may_write = nullptr,
+                    ExtenderOptions options = {}, std::function<int64_t()> steady_ns = nullptr) {
     auto made = kube::ApiClient::FromKubeconfig(kubeconfig);
     EXPECT_TRUE(made.ok()) << made.error();
     client = std::move(made).value();
     writer = std::make_unique<ApiClusterWriter>(*client, std::move(may_write));
-    service = std::make_unique<ExtenderService>(
-        topology::Catalog::Embedded(), ExtenderOptions{}, *writer, metrics,
-        [] { return int64_t{0}; }, [] { return int64_t{1743574052764891534}; });
+    if (!steady_ns) steady_ns = [] { return int64_t{0}; };
+    service = std::make_unique<ExtenderService>(topology::Catalog::Embedded(), std::move(options),
+                                                *writer, metrics, std::move(steady_ns),
+                                                [] { return int64_t{1743574052764891534}; });
     nodes = std::make_unique<kube::Informer<kube::Node>>(
         *client, "/api/v1/nodes",
         kube::InformerHandlers<kube::Node>{
@@ -196,6 +199,54 @@ TEST_F(OnlineTest, BindFailuresRollBackAndFilterKeepsAnswering) {
   EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-1"));
   EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
   EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+}
+
+// A Binding the API server answers late, while reservations expire (issue 12): the pod must end
+// up holding exactly the ids it was bound with, and no other pod may get them.
+void BindSlowlyWhileTimePasses(FakeApiServer& server, Extender& ext, std::atomic<int64_t>& now,
+                               int64_t jump_ns) {
+  const std::string pod = testing::PodJson("slow", "uid-slow", "aws.amazon.com/neuron", 16);
+  server.UpsertPod(pod);
+  ext.Filter(pod, {"trn-1"});
+  server.InjectFailure({"POST", "/api/v1/namespaces/default/pods/slow/binding", 0,
+                        std::chrono::milliseconds(600), 1});
+  std::string error = "bind did not return";
+  std::thread bind([&] { error = ext.Bind("slow", "uid-slow", "trn-1"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  now = jump_ns;  // the write is still waiting on the server
+  ext.service->ExpireReservations();
+  bind.join();
+  EXPECT_EQ(error, "");
+  const auto hold = ext.service->tracker().Find("uid-slow");
+  ASSERT_TRUE(hold.has_value()) << "the bound pod's ids were released";
+  EXPECT_EQ(hold->state, tracker::HoldState::kCommitted);
+  EXPECT_EQ(hold->allocation.containers.at(0).placement.ids.size(), 16u);
+  const std::string other = testing::PodJson("other", "uid-other", "aws.amazon.com/neuron", 1);
+  server.UpsertPod(other);
+  EXPECT_THAT(ext.Filter(other, {"trn-1"})["NodeNames"], ::testing::IsEmpty());
+}
+
+TEST_F(OnlineTest, ASlowBindingKeepsItsReservationForTheWholeWrite) {
+  std::atomic<int64_t> now{0};
+  ExtenderOptions options;
+  options.reservation_timeout = std::chrono::milliseconds(100);
+  Extender ext(kubeconfig_, nullptr, options, [&now] { return now.load(); });
+  // 5 s later: far past the 100 ms reservation timeout, within the client's write timeouts.
+  BindSlowlyWhileTimePasses(server_, ext, now, 5'000'000'000);
+  EXPECT_THAT(
+      ext.metrics.Serialize(),
+      ::testing::Not(::testing::HasSubstr("toposched_tracker_errors_total{operation=\"commit\"}")));
+}
+
+TEST_F(OnlineTest, AReservationLostDuringTheWriteIsTakenBackFromWhatWasWritten) {
+  std::atomic<int64_t> now{0};
+  ExtenderOptions options;
+  options.reservation_timeout = std::chrono::milliseconds(100);
+  Extender ext(kubeconfig_, nullptr, options, [&now] { return now.load(); });
+  // 1,000 s later: past any deadline, so the reservation does expire while the write waits. The
+  // ids come back either from bind (toposched_tracker_errors_total{operation="commit"}) or from
+  // the pod watch adopting the written record, whichever sees the Binding first.
+  BindSlowlyWhileTimePasses(server_, ext, now, 1'000'000'000'000);
 }
 
 // Two replicas with leader election over the same API server, each with its own fake clock: the

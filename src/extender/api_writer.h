@@ -22,6 +22,9 @@ class ApiClusterWriter final : public ClusterWriter {
               const std::map<std::string, std::string>& annotations) override;
   void Event(const std::string& ns, const std::string& name, const std::string& uid,
              std::string_view type, std::string_view reason, std::string_view message) override;
+  std::chrono::milliseconds MaxWriteTime() const override {
+    return client_.config().connect_timeout + client_.config().request_timeout;
+  }
 
  private:
   kube::ApiClient& client_;

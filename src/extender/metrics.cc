@@ -45,6 +45,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("toposched_api_errors_total")
                      .Help("Failed calls to the Kubernetes API server, by operation")
                      .Register(*registry_);
+  tracker_errors_ = &prometheus::BuildCounter()
+                         .Name("toposched_tracker_errors_total")
+                         .Help(
+                             "Tracker calls that failed where they should not have, by operation "
+                             "(commit: a reservation lost during a slow Binding write)")
+                         .Register(*registry_);
   ready_ = &prometheus::BuildGauge()
                 .Name("toposched_ready")
                 .Help("1 once the first full sync and rebuild are done")
@@ -81,6 +87,10 @@ void Metrics::CountRebuildConflicts(int count) { rebuild_conflicts_->Increment(c
 
 void Metrics::CountApiError(std::string_view operation) {
   api_errors_->Add({{"operation", std::string(operation)}}).Increment();
+}
+
+void Metrics::CountTrackerError(std::string_view operation) {
+  tracker_errors_->Add({{"operation", std::string(operation)}}).Increment();
 }
 
 void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }

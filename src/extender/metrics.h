@@ -27,6 +27,9 @@ class Metrics {
   void SetOutstandingReservations(int count);
   void CountRebuildConflicts(int count);
   void CountApiError(std::string_view operation);
+  // A tracker call that failed where it should not have (e.g. a commit after the reservation
+  // expired); each is logged and reconciled where it happens.
+  void CountTrackerError(std::string_view operation);
   void SetReady(bool ready);
   // Leader election: 1 while this process holds the lease; each change of role, by the new role.
   void SetLeader(bool leader);
@@ -45,6 +48,7 @@ class Metrics {
   prometheus::Gauge* reservations_;
   prometheus::Counter* rebuild_conflicts_;
   prometheus::Family<prometheus::Counter>* api_errors_;
+  prometheus::Family<prometheus::Counter>* tracker_errors_;
   prometheus::Gauge* ready_;
   prometheus::Gauge* leader_;
   prometheus::Family<prometheus::Counter>* leader_transitions_;

@@ -192,9 +192,11 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     }
     return EncodeBindingResult("");
   }
-  const int64_t deadline =
-      steady_ns_() +
-      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.reservation_timeout).count();
+  // The reservation outlives the slowest Binding write the client allows, so that expiry never
+  // frees ids a write still in flight is about to give the pod.
+  const int64_t deadline = steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              options_.reservation_timeout + writer_.MaxWriteTime())
+                                              .count();
   // A shared pool's devices exist for the pod only once its partition does. The bind is marked
   // as provisioning before it reserves, so a deletion racing it always leaves cleanup to it.
   const std::string pool =
@@ -245,7 +247,12 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
   if (!status.ok()) {
     metrics_.CountApiError("bind");
     if (partition.empty()) {
-      (void)tracker_.Rollback(args.pod_uid);
+      if (auto rolled = tracker_.Rollback(args.pod_uid); !rolled.ok()) {
+        // Expired meanwhile: the ids are free already, which is what a rollback wanted.
+        metrics_.CountTrackerError("rollback");
+        spdlog::warn("bind {} to {}: rollback after the failed write: {}", key, args.node,
+                     rolled.error());
+      }
       spdlog::warn("bind {} to {} failed, ids released: {}", key, args.node, status.error());
     } else {
       {
@@ -260,7 +267,29 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     return EncodeBindingResult(status.error());
   }
   if (partition.empty()) {
-    (void)tracker_.Commit(args.pod_uid);
+    auto committed = tracker_.Commit(args.pod_uid);
+    if (!committed.ok()) {
+      // Usually the pod watch saw the Binding first and adopted it: held as written, nothing to
+      // do. Otherwise the reservation was lost during the write.
+      const auto hold = tracker_.Find(args.pod_uid);
+      if (hold && hold->state == tracker::HoldState::kCommitted &&
+          hold->allocation.node == args.node) {
+        committed = OkStatus();
+      }
+    }
+    if (!committed.ok()) {
+      // The pod is bound with these ids whatever the tracker says: hold exactly them again, or
+      // say loudly that another pod got them meanwhile.
+      metrics_.CountTrackerError("commit");
+      auto adopted = tracker_.Adopt({args.pod_uid, key, *reserved});
+      spdlog::error("bind {} to {}: the write succeeded but its reservation was gone ({}); {}", key,
+                    args.node, committed.error(),
+                    adopted.ok() ? "the recorded ids are held again" : adopted.error());
+      if (!adopted.ok()) {
+        metrics_.CountRebuildConflicts(1);
+        ReportProblem(args.pod_uid, key, "AllocationConflict", adopted.error());
+      }
+    }
   } else {
     Status committed = OkStatus();
     {

@@ -43,6 +43,10 @@ class ClusterWriter {
   virtual Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
                       const std::string& node,
                       const std::map<std::string, std::string>& annotations) = 0;
+  // The longest one Bind write can take (its client's connect and request timeouts): a bind's
+  // reservation must outlive it, or a slow but successful write would leave the pod bound to ids
+  // the tracker had already freed.
+  virtual std::chrono::milliseconds MaxWriteTime() const { return {}; }
   // Raises a Kubernetes Event on the pod; best effort.
   virtual void Event(const std::string& ns, const std::string& name, const std::string& uid,
                      std::string_view type, std::string_view reason, std::string_view message) = 0;
