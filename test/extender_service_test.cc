@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "deviceplugin/allocation.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
@@ -336,6 +337,77 @@ TEST_F(ServiceTest, PodsPlacedByAwsExtenderCountAsUsed) {
   EXPECT_TRUE(service_.tracker().Find("uid-aws").has_value());
   EXPECT_FALSE(service_.tracker().Find("uid-broken").has_value());
   EXPECT_THAT(metrics_.Serialize(), ::testing::HasSubstr("toposched_rebuild_conflicts_total 1"));
+}
+
+// AWS_NEURON_IDS of a pod with an init container, a sidecar and two app containers (issue 12):
+// written in kubelet's container order, and read back per container by the extender after a
+// restart (without toposched.io/allocation) and by the device plugin exactly as bind chose them.
+// Before the fix the list was written in the tracker's placement order (largest app first) and
+// both readers sorted it before splitting, so every container but one got someone else's ids.
+TEST_F(ServiceTest, MultiContainerAwsIdsReadBackAsWritten) {
+  json pod = json::parse(testing::PodJson("multi", "uid-multi", "aws.amazon.com/neuron", 1));
+  json& spec = pod["spec"];
+  spec["containers"][0]["name"] = "small";
+  json big = spec["containers"][0];
+  big["name"] = "big";
+  big["resources"]["requests"]["aws.amazon.com/neuron"] = "4";
+  big["resources"]["limits"]["aws.amazon.com/neuron"] = "4";
+  spec["containers"].push_back(big);
+  json init = spec["containers"][0];
+  init["name"] = "init";
+  json sidecar = init;
+  sidecar["name"] = "proxy";
+  sidecar["restartPolicy"] = "Always";
+  spec["initContainers"] = json::array({init, sidecar});
+  Filter(pod.dump(), {"inf-a"});
+  ASSERT_EQ(Bind("multi", "uid-multi", "inf-a")["Error"], "");
+
+  // What bind chose, per container.
+  std::map<std::string, std::vector<int>> chosen;
+  const auto placed = service_.tracker().Find("uid-multi");
+  ASSERT_TRUE(placed.has_value());
+  for (const auto& c : placed->allocation.containers) {
+    chosen[c.container] = c.placement.ids;
+  }
+  ASSERT_EQ(chosen.size(), 4u);
+  const auto written = writer_.Bindings().at("uid-multi").annotations;
+  std::string expected;
+  for (const char* name : {"init", "proxy", "small", "big"}) {  // kubelet's order
+    for (int id : chosen.at(name)) expected += (expected.empty() ? "" : ",") + std::to_string(id);
+  }
+  EXPECT_EQ(written.at("AWS_NEURON_IDS"), expected);
+
+  // The bound pod as the API server has it, with only AWS's annotations left.
+  pod["spec"]["nodeName"] = "inf-a";
+  pod["status"]["phase"] = "Running";
+  for (const auto& [k, v] : written) {
+    if (k != "toposched.io/allocation") pod["metadata"]["annotations"][k] = v;
+  }
+  const simdjson::padded_string bound(pod.dump());
+  auto decoded = kube::DecodePod(bound);
+  ASSERT_TRUE(decoded.ok()) << decoded.error();
+  service_.ReplacePods({*decoded});  // a restarted extender's rebuild
+  auto hold = service_.tracker().Find("uid-multi");
+  ASSERT_TRUE(hold.has_value());
+  for (const auto& c : hold->allocation.containers) {
+    std::vector<int> ids = c.placement.ids;
+    std::sort(ids.begin(), ids.end());
+    std::vector<int> want = chosen.at(c.container);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(ids, want) << "extender rebuild, container " << c.container;
+  }
+
+  const std::vector<deviceplugin::ResourceSpec> devices = {
+      {"aws.amazon.com/neuron", topology::Unit::kDevice, {}}};
+  auto claims = deviceplugin::ReadPodClaims(*decoded, devices, "inf-a");
+  ASSERT_TRUE(claims.ok()) << claims.error();
+  EXPECT_FALSE(claims->from_record);
+  ASSERT_EQ(claims->claims.size(), 4u);
+  for (const auto& claim : claims->claims) {
+    std::vector<int> want = chosen.at(claim.container);
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(claim.ids, want) << "device plugin, container " << claim.container;
+  }
 }
 
 TEST_F(ServiceTest, FullNodeObjectsAnswerWithNodesNotNames) {

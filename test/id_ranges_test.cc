@@ -141,5 +141,24 @@ TEST(IdRanges, FormatThenParseRoundTrips) {
   }
 }
 
+TEST(IdRanges, SplitsGroupsInTheOrderWritten) {
+  // An init container's 8, an app's 4-7, an init reusing 4: order kept, repeats across groups.
+  auto groups = SplitIdGroups("8,4,5,6,7,4", {1, 4, 1}, 16);
+  ASSERT_TRUE(groups.ok()) << groups.error();
+  EXPECT_EQ(*groups, (std::vector<std::vector<int>>{{8}, {4, 5, 6, 7}, {4}}));
+  auto ranges = SplitIdGroups("9-11, 0", {3, 1}, 16);
+  ASSERT_TRUE(ranges.ok());
+  EXPECT_EQ(*ranges, (std::vector<std::vector<int>>{{9, 10, 11}, {0}}));
+  EXPECT_TRUE(SplitIdGroups("", {}, 16).ok());
+  EXPECT_FALSE(SplitIdGroups("1,1", {2}, 16).ok());           // twice in one container
+  EXPECT_FALSE(SplitIdGroups("1,2,3", {2}, 16).ok());         // more than asked
+  EXPECT_FALSE(SplitIdGroups("1", {2}, 16).ok());             // fewer
+  EXPECT_FALSE(SplitIdGroups("16", {1}, 16).ok());            // out of range
+  EXPECT_FALSE(SplitIdGroups("0-511,0-511", {2}, 512).ok());  // expands past what was asked
+  auto bad = SplitIdGroups("1,x", {2}, 16);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("'x'"), std::string::npos) << bad.error();
+}
+
 }  // namespace
 }  // namespace toposched::topology

@@ -109,40 +109,39 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
       out.claims.push_back(std::move(claim));
     }
   } else if (auto ids_it = notes.find(kube::kAnnotationNeuronIds); ids_it != notes.end()) {
-    // AWS's extender writes only the ids of all containers together, in container order.
-    auto ids = topology::ParseIdRanges(ids_it->second, topology::kMaxCores);
-    if (!ids.ok()) {
-      return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, ids.error())};
-    }
-    size_t next = 0;
+    // AWS's extender writes only the ids of all containers together, in kubelet's container
+    // order (init containers first); an init container that reuses ids lists them again.
+    std::vector<Claim> wanted;
+    std::vector<int> counts;
     int order = 0;
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
         for (const ResourceSpec& spec : resources) {
           const int64_t want = ContainerRequest(container, spec);
           if (want <= 0) continue;
-          if (next + static_cast<size_t>(want) > ids->size()) {
-            return Error{
-                fmt::format("annotation {} lists {} ids, fewer than the pod's containers request",
-                            kube::kAnnotationNeuronIds, ids->size())};
+          if (want > topology::kMaxCores) {
+            return Error{fmt::format("container '{}' asks for {} {}: not a usable count",
+                                     container.name, want, spec.name)};
           }
           Claim claim;
           claim.container = container.name;
           claim.resource = spec.name;
-          claim.ids.assign(ids->begin() + static_cast<std::ptrdiff_t>(next),
-                           ids->begin() + static_cast<std::ptrdiff_t>(next + want));
-          std::sort(claim.ids.begin(), claim.ids.end());
           claim.requested = static_cast<int>(want);
           claim.order = order;
-          next += static_cast<size_t>(want);
-          out.claims.push_back(std::move(claim));
+          wanted.push_back(std::move(claim));
+          counts.push_back(static_cast<int>(want));
         }
         ++order;
       }
     }
-    if (next != ids->size()) {
-      return Error{fmt::format("annotation {} lists {} ids but the pod's containers request {}",
-                               kube::kAnnotationNeuronIds, ids->size(), next)};
+    auto groups = topology::SplitIdGroups(ids_it->second, counts, topology::kMaxCores);
+    if (!groups.ok()) {
+      return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
+    }
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      wanted[i].ids = std::move((*groups)[i]);
+      std::sort(wanted[i].ids.begin(), wanted[i].ids.end());
+      out.claims.push_back(std::move(wanted[i]));
     }
   }
   for (Claim& claim : out.claims) {

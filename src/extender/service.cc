@@ -236,9 +236,17 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
       record.instance_type = it->second.instance_type;
     }
   }
-  for (const auto& c : reserved->containers) {
-    record.containers.push_back(
-        {c.container, requests.ResourceFor(c.container, c.placement.unit), c.placement.ids});
+  // In kubelet's container order (init containers first), the order AWS_NEURON_IDS is read back
+  // in; the tracker placed them largest first.
+  for (const auto& want : requests.spec.containers) {
+    const auto placed =
+        std::find_if(reserved->containers.begin(), reserved->containers.end(), [&](const auto& c) {
+          return c.container == want.name && c.placement.unit == want.request.unit;
+        });
+    if (placed == reserved->containers.end()) continue;
+    record.containers.push_back({placed->container,
+                                 requests.ResourceFor(placed->container, placed->placement.unit),
+                                 placed->placement.ids});
   }
   auto annotations = kube::AllocationAnnotations(record, wall_ns_());
   if (!partition.empty()) annotations[std::string(kAnnotationPartition)] = partition;
@@ -494,29 +502,20 @@ bool HasAllocationAnnotation(const kube::Pod& pod) {
 // the way the device plugin does, so that such pods count as used after a switch to toposched.
 Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, const std::string& text,
                                                 const ResourceNames& names) {
-  auto ids = topology::ParseIdRanges(text, topology::kMaxCores);
-  if (!ids.ok()) {
-    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, ids.error())};
-  }
   auto requests = RequestsOf(pod, names);
   if (!requests.ok()) return Error{requests.error()};
-  size_t wanted = 0;
-  for (const auto& c : requests->spec.containers) wanted += static_cast<size_t>(c.request.count);
-  if (wanted != ids->size()) {
-    return Error{fmt::format("annotation {} lists {} ids but the pod's containers ask for {}",
-                             kube::kAnnotationNeuronIds, ids->size(), wanted)};
+  // RequestsOf lists the containers in kubelet's order, the order the list is written in.
+  std::vector<int> counts;
+  for (const auto& c : requests->spec.containers) counts.push_back(c.request.count);
+  auto groups = topology::SplitIdGroups(text, counts, topology::kMaxCores);
+  if (!groups.ok()) {
+    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
   }
   kube::AllocationRecord record;
   record.node = pod.node_name;
-  size_t next = 0;
   for (size_t i = 0; i < requests->spec.containers.size(); ++i) {
-    const auto& c = requests->spec.containers[i];
-    const auto count = static_cast<size_t>(c.request.count);
     record.containers.push_back(
-        {c.name, requests->resource_of[i],
-         std::vector<int>(ids->begin() + static_cast<std::ptrdiff_t>(next),
-                          ids->begin() + static_cast<std::ptrdiff_t>(next + count))});
-    next += count;
+        {requests->spec.containers[i].name, requests->resource_of[i], std::move((*groups)[i])});
   }
   return record;
 }

@@ -16,7 +16,9 @@
 
 namespace toposched::kube {
 
-// Comma list of every container's ids, in container order.
+// Comma list of every container's ids, in kubelet's container order (init containers first, then
+// app containers, each in spec order); an init container that reuses its pod's ids lists them
+// again. Split back per container by topology::SplitIdGroups.
 inline constexpr std::string_view kAnnotationNeuronIds = "AWS_NEURON_IDS";
 // "false" when the extender writes it; AWS's plugin sets "true" after Allocate.
 inline constexpr std::string_view kAnnotationAllocated = "NEURON_ALLOCATED";

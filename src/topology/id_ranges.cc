@@ -20,13 +20,12 @@ bool ParseNumber(std::string_view s, int& out) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-}  // namespace
-
-Result<std::vector<int>> ParseIdRanges(std::string_view text, int limit) {
+// The ids in the order written, ranges expanded; repeats are the callers' to judge. More than
+// `max_ids` is an error (a short text of ranges must not expand without bound).
+Result<std::vector<int>> ParseInOrder(std::string_view text, int limit, size_t max_ids) {
   std::vector<int> ids;
   text = Trim(text);
   if (text.empty()) return ids;
-  std::vector<bool> seen(static_cast<size_t>(limit), false);
   while (true) {
     const size_t comma = text.find(',');
     const std::string_view part = Trim(text.substr(0, comma));
@@ -38,7 +37,8 @@ Result<std::vector<int>> ParseIdRanges(std::string_view text, int limit) {
       ok = ParseNumber(part, lo);
       hi = lo;
     } else {
-      ok = ParseNumber(Trim(part.substr(0, dash)), lo) && ParseNumber(Trim(part.substr(dash + 1)), hi);
+      ok = ParseNumber(Trim(part.substr(0, dash)), lo) &&
+           ParseNumber(Trim(part.substr(dash + 1)), hi);
     }
     if (!ok) {
       return Error{fmt::format("'{}' is not an id or a range like 0-3", part)};
@@ -47,16 +47,62 @@ Result<std::vector<int>> ParseIdRanges(std::string_view text, int limit) {
     if (hi >= limit) {
       return Error{fmt::format("id {} is out of range: ids go from 0 to {}", hi, limit - 1)};
     }
-    for (int id = lo; id <= hi; ++id) {
-      if (seen[static_cast<size_t>(id)]) return Error{fmt::format("id {} is listed twice", id)};
-      seen[static_cast<size_t>(id)] = true;
-      ids.push_back(id);
+    if (ids.size() + static_cast<size_t>(hi - lo + 1) > max_ids) {
+      return Error{fmt::format("lists more than {} ids", max_ids)};
     }
+    for (int id = lo; id <= hi; ++id) ids.push_back(id);
     if (comma == std::string_view::npos) break;
     text = text.substr(comma + 1);
   }
-  std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+// The first id that stands twice in [begin, end), or -1.
+int FirstRepeat(std::vector<int>::const_iterator begin, std::vector<int>::const_iterator end,
+                int limit) {
+  std::vector<bool> seen(static_cast<size_t>(limit), false);
+  for (auto it = begin; it != end; ++it) {
+    if (seen[static_cast<size_t>(*it)]) return *it;
+    seen[static_cast<size_t>(*it)] = true;
+  }
+  return -1;
+}
+
+}  // namespace
+
+Result<std::vector<int>> ParseIdRanges(std::string_view text, int limit) {
+  // One more than the ids there are, so that a repeat is reported as one.
+  auto ids = ParseInOrder(text, limit, static_cast<size_t>(std::max(limit, 0)) + 1);
+  if (!ids.ok()) return ids;
+  if (const int twice = FirstRepeat(ids->begin(), ids->end(), limit); twice >= 0) {
+    return Error{fmt::format("id {} is listed twice", twice)};
+  }
+  std::sort(ids->begin(), ids->end());
+  return ids;
+}
+
+Result<std::vector<std::vector<int>>> SplitIdGroups(std::string_view text,
+                                                    const std::vector<int>& counts, int limit) {
+  size_t wanted = 0;
+  for (int count : counts) wanted += static_cast<size_t>(std::max(count, 0));
+  auto ids = ParseInOrder(text, limit, wanted + 1);
+  if (!ids.ok()) return Error{ids.error()};
+  if (ids->size() != wanted) {
+    return Error{fmt::format("lists {} ids but the containers ask for {}", ids->size(), wanted)};
+  }
+  std::vector<std::vector<int>> groups;
+  groups.reserve(counts.size());
+  auto next = ids->cbegin();
+  for (int count : counts) {
+    const auto end = next + std::max(count, 0);
+    if (const int twice = FirstRepeat(next, end, limit); twice >= 0) {
+      return Error{fmt::format("id {} is listed twice for container {} of the list", twice,
+                               groups.size() + 1)};
+    }
+    groups.emplace_back(next, end);
+    next = end;
+  }
+  return groups;
 }
 
 std::string FormatIdRanges(std::vector<int> ids) {
@@ -73,6 +119,8 @@ std::string FormatIdRanges(std::vector<int> ids) {
   return out;
 }
 
-std::string FormatIdList(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+std::string FormatIdList(const std::vector<int>& ids) {
+  return fmt::format("{}", fmt::join(ids, ","));
+}
 
 }  // namespace toposched::topology

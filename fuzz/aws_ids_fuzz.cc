@@ -1,0 +1,41 @@
+// libFuzzer target for AWS_NEURON_IDS splitting (topology::SplitIdGroups): the first bytes choose
+// the containers' counts, the rest is the annotation. It never crashes, what it accepts has the
+// asked sizes, ids in range and no repeat within a container, and writing the groups back out as
+// a plain list splits to the same groups.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/id_ranges.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace toposched::topology;  // NOLINT(google-build-using-namespace): a fuzz harness
+  constexpr int kLimit = 512;
+  if (size < 1) return 0;
+  const size_t containers = data[0] % 6;
+  if (size < 1 + containers) return 0;
+  std::vector<int> counts;
+  for (size_t i = 0; i < containers; ++i) counts.push_back(data[1 + i] % 20);
+  const std::string_view text(reinterpret_cast<const char*>(data + 1 + containers),
+                              size - 1 - containers);
+  auto groups = SplitIdGroups(text, counts, kLimit);
+  if (!groups.ok()) return 0;
+  if (groups->size() != counts.size()) std::abort();
+  std::string again;
+  for (size_t i = 0; i < groups->size(); ++i) {
+    const std::vector<int>& group = (*groups)[i];
+    if (static_cast<int>(group.size()) != counts[i]) std::abort();
+    std::vector<bool> seen(kLimit, false);
+    for (int id : group) {
+      if (id < 0 || id >= kLimit || seen[static_cast<size_t>(id)]) std::abort();
+      seen[static_cast<size_t>(id)] = true;
+    }
+    if (!group.empty()) again += (again.empty() ? "" : ",") + FormatIdList(group);
+  }
+  auto back = SplitIdGroups(again, counts, kLimit);
+  if (!back.ok() || *back != *groups) std::abort();
+  return 0;
+}
