@@ -9,6 +9,7 @@
 #include "deviceplugin/manager.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin_fixtures.h"
+#include "extender/pod_requests.h"
 #include "kube/allocation_record.h"
 
 namespace toposched::deviceplugin {
@@ -58,6 +59,37 @@ class LaggingPodSource : public FakePodSource {
   }
   int fresh_lists = 0;
 };
+
+// The units a container asks for, counted by one rule in the extender and the device plugin
+// (issue 12): the limit, else the request, summed over a resource's names. The plugin used to
+// take the first name it met and the extender the request first, so a container listing both
+// device names got 4 devices from the extender and was served 2 by the plugin.
+TEST(ContainerUnitsTest, ExtenderAndDevicePluginCountAlike) {
+  kube::Pod pod;
+  pod.uid = "u";
+  kube::Container both;
+  both.name = "both";
+  both.limits["aws.amazon.com/neuron"] = 2;
+  both.limits["aws.amazon.com/neurondevice"] = 2;
+  kube::Container requests_only;
+  requests_only.name = "requests-only";
+  requests_only.requests["aws.amazon.com/neuron"] = 3;
+  kube::Container limits_only;
+  limits_only.name = "limits-only";
+  limits_only.limits["aws.amazon.com/neuron"] = 1;
+  pod.containers = {both, requests_only, limits_only};
+  const deviceplugin::ResourceSpec devices{
+      "aws.amazon.com/neuron", topology::Unit::kDevice, {"aws.amazon.com/neurondevice"}};
+  auto extender_view = extender::RequestsOf(pod, extender::ResourceNames{});
+  ASSERT_TRUE(extender_view.ok()) << extender_view.error();
+  ASSERT_EQ(extender_view->spec.containers.size(), 3u);
+  for (size_t i = 0; i < pod.containers.size(); ++i) {
+    EXPECT_EQ(deviceplugin::ContainerRequest(pod.containers[i], devices),
+              extender_view->spec.containers[i].request.count)
+        << pod.containers[i].name;
+  }
+  EXPECT_EQ(deviceplugin::ContainerRequest(both, devices), 4);
+}
 
 TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
   LaggingPodSource pods;

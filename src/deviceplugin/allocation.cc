@@ -59,12 +59,10 @@ std::string ClaimKey(std::string_view container, std::string_view resource) {
 }
 
 int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec) {
-  for (const auto* counts : {&container.limits, &container.requests}) {
-    for (const auto& [name, value] : *counts) {
-      if (spec.Matches(name)) return value;
-    }
-  }
-  return 0;
+  // Every name of the resource counts, as the extender counts them (kube::Container::Asks).
+  int64_t total = container.Asks(spec.name);
+  for (const auto& alias : spec.aliases) total += container.Asks(alias);
+  return total;
 }
 
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,

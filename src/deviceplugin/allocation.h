@@ -53,7 +53,8 @@ struct PodClaims {
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
                                 std::string_view node_name);
 
-// The quantity a container asks for (limits, else requests) of `spec` or one of its aliases.
+// The quantity a container asks for of `spec`: kube::Container::Asks (limit, else request) summed
+// over the resource's name and aliases, as the extender counts it.
 int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec);
 
 // How NEURON_RT_VISIBLE_CORES numbers cores.

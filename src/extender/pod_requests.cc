@@ -23,12 +23,6 @@ std::string PodRequests::ResourceFor(const std::string& container, topology::Uni
 
 namespace {
 
-int64_t CountOf(const kube::Container& c, const std::string& resource) {
-  if (auto it = c.requests.find(resource); it != c.requests.end()) return it->second;
-  if (auto it = c.limits.find(resource); it != c.limits.end()) return it->second;
-  return 0;
-}
-
 Status AddContainer(const kube::Container& c, bool init, const ResourceNames& names,
                     PodRequests& out) {
   for (const auto& [unit, list] : {std::pair{topology::Unit::kDevice, &names.device},
@@ -36,7 +30,7 @@ Status AddContainer(const kube::Container& c, bool init, const ResourceNames& na
     int64_t total = 0;
     std::string first_resource;
     for (const auto& resource : *list) {
-      const int64_t n = CountOf(c, resource);
+      const int64_t n = c.Asks(resource);
       if (n == 0) continue;
       if (first_resource.empty()) first_resource = resource;
       total += n;

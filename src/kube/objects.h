@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace toposched::kube {
@@ -21,6 +22,16 @@ struct Container {
   // Init containers with restartPolicy Always are sidecars: they run beside the app containers
   // for the pod's whole life, so their requests add up like app containers'.
   bool sidecar = false;
+
+  // How many of an extended resource the container asks for: its limit, else its request (the
+  // API server requires the two to be equal when both are set; kubelet allocates the limit). The
+  // one rule the extender and the device plugin both count by; a caller with several names for
+  // one resource adds them up.
+  int64_t Asks(std::string_view resource) const {
+    if (auto it = limits.find(resource); it != limits.end()) return it->second;
+    if (auto it = requests.find(resource); it != requests.end()) return it->second;
+    return 0;
+  }
 };
 
 struct Pod {
