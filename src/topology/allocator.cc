@@ -473,10 +473,9 @@ DeviceMask ChangedDevices(const NodeShape& shape, const FreeState& before, const
 // The cost of going from `before` to `after` on one node.
 double CostBetween(const NodeShape& shape, const FreeState& before, const FreeState& after,
                    const SlotCosts& costs) {
-  const int64_t units_per_core = kUnitsPerDevice / std::max(shape.cores_per_device, 1);
   double cost =
       costs.per_unit *
-      static_cast<double>((FreeCoreCount(before) - FreeCoreCount(after)) * units_per_core);
+      static_cast<double>((FreeCoreCount(before) - FreeCoreCount(after)) * UnitsPerCore(shape));
   const DeviceMask changed = ChangedDevices(shape, before, after);
   for (size_t i = 0; i < costs.classes.size(); ++i) {
     if (costs.per_slot[i] == 0) continue;

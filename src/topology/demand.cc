@@ -61,8 +61,7 @@ double DemandModel::total_weight() const {
 }
 
 int64_t FreeUnits(const NodeShape& shape, const NodeUsage& usage) {
-  if (shape.cores_per_device <= 0) return 0;
-  return (shape.cores - usage.used_core_count()) * (kUnitsPerDevice / shape.cores_per_device);
+  return (shape.cores - usage.used_core_count()) * UnitsPerCore(shape);
 }
 
 SlotCosts SlotCosts::From(const DemandModel& demand, std::span<const int64_t> supply,

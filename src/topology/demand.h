@@ -57,6 +57,9 @@ class DemandModel {
 // Free capacity in fractions of a device: a core is kUnitsPerDevice / cores_per_device units, a
 // whole number for every core size up to 8 per device.
 inline constexpr int64_t kUnitsPerDevice = 840;
+inline int64_t UnitsPerCore(const NodeShape& shape) {
+  return shape.cores_per_device > 0 ? kUnitsPerDevice / shape.cores_per_device : 0;
+}
 int64_t FreeUnits(const NodeShape& shape, const NodeUsage& usage);
 
 // What losing one free slot of each demand class costs now, given the fleet's supply of slots
