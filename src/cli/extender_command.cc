@@ -214,7 +214,7 @@ Result<kube::LeaderElectionConfig> LeaderElectionFromFlags(const ExtenderOptions
   gethostname(host, sizeof host - 1);
   std::random_device random;
   config.identity = fmt::format("{}_{:08x}{:08x}", host, random(), random());
-  if (Status s = kube::ValidateLeaderElection(config); !s.ok()) return Error{s.error()};
+  TOPOSCHED_RETURN_IF_ERROR(kube::ValidateLeaderElection(config));
   return config;
 }
 

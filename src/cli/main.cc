@@ -16,11 +16,10 @@ Result<const topology::Catalog*> LoadCatalog(const std::string& path) {
   if (!in) return Error{fmt::format("cannot read catalog file {}", path)};
   std::stringstream text;
   text << in.rdbuf();
-  auto parsed = topology::Catalog::Parse(text.str(), path);
-  if (!parsed.ok()) return Error{parsed.error()};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto parsed, topology::Catalog::Parse(text.str(), path));
   // The catalog lives for the whole run.
   static topology::Catalog loaded;
-  loaded = std::move(parsed).value();
+  loaded = std::move(parsed);
   return &loaded;
 }
 

@@ -47,9 +47,8 @@ Result<std::vector<int>> ParseUnitIds(topology::Unit unit, const std::vector<std
   std::vector<int> out;
   out.reserve(ids.size());
   for (const std::string& id : ids) {
-    auto parsed = ParseUnitId(unit, id, limit);
-    if (!parsed.ok()) return Error{parsed.error()};
-    out.push_back(*parsed);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto parsed, ParseUnitId(unit, id, limit));
+    out.push_back(parsed);
   }
   std::sort(out.begin(), out.end());
   if (std::adjacent_find(out.begin(), out.end()) != out.end()) {

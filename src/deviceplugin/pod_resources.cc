@@ -105,8 +105,7 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
 
 Result<int> RecordKubeletAssignments(const PodResourcesClient& kubelet, PodSource& pods,
                                      const RecordContext& context) {
-  auto assigned = kubelet.List(std::chrono::seconds(5));
-  if (!assigned.ok()) return Error{assigned.error()};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto assigned, kubelet.List(std::chrono::seconds(5)));
   auto live = pods.PodsOnNode();
   if (!live.ok())
     return Error{fmt::format("listing pods on node {}: {}", context.node_name, live.error())};
@@ -115,7 +114,7 @@ Result<int> RecordKubeletAssignments(const PodResourcesClient& kubelet, PodSourc
                              .count();
   std::vector<std::string> warnings;
   const std::vector<RecordPatch> patches =
-      PlanRecordPatches(*live, *assigned, context, now_ns, &warnings);
+      PlanRecordPatches(*live, assigned, context, now_ns, &warnings);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   int patched = 0;
   for (const RecordPatch& patch : patches) {

@@ -262,9 +262,8 @@ Status CheckDeviceHealth(const HostPaths& paths, int device) {
   const std::string node = paths.DeviceNode(device);
   if (!Exists(node)) return Error{fmt::format("{} is missing", node)};
   const std::string dir = paths.DeviceSysDir(device);
-  auto text = ReadSmallFile(dir + "/core_count");
-  if (!text.ok()) return Error{text.error()};
-  auto cores = ParseCoreCount(*text);
+  TOPOSCHED_ASSIGN_OR_RETURN(auto text, ReadSmallFile(dir + "/core_count"));
+  auto cores = ParseCoreCount(text);
   if (!cores.ok()) return Error{fmt::format("{}: {}", dir, cores.error())};
   return OkStatus();
 }

@@ -89,34 +89,31 @@ Result<std::optional<NamedEntry>> FindNamed(const std::vector<KubeconfigFile>& f
 Status ApplyCluster(const NamedEntry& entry, const std::string& where, ClientConfig& config) {
   const YAML::Node& cluster = entry.body;
   if (!cluster.IsMap()) return Error{where + ": expected a map"};
-  auto server = OptionalScalar(cluster, "server", where);
-  if (!server.ok()) return Error{server.error()};
-  if (!server->has_value() || (*server)->empty()) return Error{where + ": no server"};
-  config.server = **server;
+  TOPOSCHED_ASSIGN_OR_RETURN(auto server, OptionalScalar(cluster, "server", where));
+  if (!server.has_value() || server->empty()) return Error{where + ": no server"};
+  config.server = *server;
 
-  auto ca_file = OptionalScalar(cluster, "certificate-authority", where);
-  if (!ca_file.ok()) return Error{ca_file.error()};
-  if (ca_file->has_value()) config.ca_file = ResolvePath(entry.file->dir, **ca_file);
-  auto ca_data = OptionalScalar(cluster, "certificate-authority-data", where);
-  if (!ca_data.ok()) return Error{ca_data.error()};
-  if (ca_data->has_value()) {
-    Result<std::string> pem = DecodeBase64(**ca_data);
+  TOPOSCHED_ASSIGN_OR_RETURN(auto ca_file, OptionalScalar(cluster, "certificate-authority", where));
+  if (ca_file.has_value()) config.ca_file = ResolvePath(entry.file->dir, *ca_file);
+  TOPOSCHED_ASSIGN_OR_RETURN(auto ca_data,
+                             OptionalScalar(cluster, "certificate-authority-data", where));
+  if (ca_data.has_value()) {
+    Result<std::string> pem = DecodeBase64(*ca_data);
     if (!pem.ok()) return Error{where + ".certificate-authority-data: " + pem.error()};
     config.ca_pem = std::move(*pem);
     config.ca_file.clear();  // inline data wins, as in client-go
   }
-  auto insecure = OptionalScalar(cluster, "insecure-skip-tls-verify", where);
-  if (!insecure.ok()) return Error{insecure.error()};
-  if (insecure->has_value()) {
-    if (**insecure == "true") {
+  TOPOSCHED_ASSIGN_OR_RETURN(auto insecure,
+                             OptionalScalar(cluster, "insecure-skip-tls-verify", where));
+  if (insecure.has_value()) {
+    if (*insecure == "true") {
       config.insecure_skip_tls_verify = true;
-    } else if (**insecure != "false") {
+    } else if (*insecure != "false") {
       return Error{where + ".insecure-skip-tls-verify: expected true or false"};
     }
   }
-  auto server_name = OptionalScalar(cluster, "tls-server-name", where);
-  if (!server_name.ok()) return Error{server_name.error()};
-  if (server_name->has_value()) config.tls_server_name = **server_name;
+  TOPOSCHED_ASSIGN_OR_RETURN(auto server_name, OptionalScalar(cluster, "tls-server-name", where));
+  if (server_name.has_value()) config.tls_server_name = *server_name;
   return OkStatus();
 }
 
@@ -154,17 +151,16 @@ Status ApplyUser(const NamedEntry& entry, const std::string& user_name, const st
       {"client-key-data", &config.client_key_pem, false, true},
   };
   for (const FieldTarget& field : fields) {
-    auto value = OptionalScalar(user, field.key, where);
-    if (!value.ok()) return Error{value.error()};
-    if (!value->has_value()) continue;
+    TOPOSCHED_ASSIGN_OR_RETURN(auto value, OptionalScalar(user, field.key, where));
+    if (!value.has_value()) continue;
     if (field.is_base64) {
-      Result<std::string> decoded = DecodeBase64(**value);
+      Result<std::string> decoded = DecodeBase64(*value);
       if (!decoded.ok()) return Error{where + "." + field.key + ": " + decoded.error()};
       *field.target = std::move(*decoded);
     } else if (field.is_path) {
-      *field.target = ResolvePath(entry.file->dir, **value);
+      *field.target = ResolvePath(entry.file->dir, *value);
     } else {
-      *field.target = **value;
+      *field.target = *value;
     }
   }
   // Inline data wins over a file, as in client-go.
@@ -182,47 +178,42 @@ Result<ClientConfig> ResolveKubeconfig(const std::vector<KubeconfigFile>& files,
                                        const std::string& source) {
   std::string context_name;
   for (const KubeconfigFile& file : files) {
-    auto current = OptionalScalar(file.root, "current-context", file.path);
-    if (!current.ok()) return Error{current.error()};
-    if (current->has_value() && !(*current)->empty()) {
-      context_name = **current;
+    TOPOSCHED_ASSIGN_OR_RETURN(auto current,
+                               OptionalScalar(file.root, "current-context", file.path));
+    if (current.has_value() && !current->empty()) {
+      context_name = *current;
       break;
     }
   }
   if (context_name.empty()) return Error{source + ": no current-context"};
 
-  auto context = FindNamed(files, "contexts", "context", context_name);
-  if (!context.ok()) return Error{context.error()};
-  if (!context->has_value()) return Error{source + ": context \"" + context_name + "\" not found"};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto context, FindNamed(files, "contexts", "context", context_name));
+  if (!context.has_value()) return Error{source + ": context \"" + context_name + "\" not found"};
   const std::string context_where = "context \"" + context_name + "\"";
-  const YAML::Node& context_body = (*context)->body;
+  const YAML::Node& context_body = context->body;
   if (!context_body.IsMap()) return Error{source + ": " + context_where + ": expected a map"};
-  auto cluster_name = OptionalScalar(context_body, "cluster", context_where);
-  if (!cluster_name.ok()) return Error{cluster_name.error()};
-  auto user_name = OptionalScalar(context_body, "user", context_where);
-  if (!user_name.ok()) return Error{user_name.error()};
-  auto namespace_name = OptionalScalar(context_body, "namespace", context_where);
-  if (!namespace_name.ok()) return Error{namespace_name.error()};
-  if (!cluster_name->has_value()) return Error{source + ": " + context_where + " has no cluster"};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto cluster_name,
+                             OptionalScalar(context_body, "cluster", context_where));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto user_name, OptionalScalar(context_body, "user", context_where));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto namespace_name,
+                             OptionalScalar(context_body, "namespace", context_where));
+  if (!cluster_name.has_value()) return Error{source + ": " + context_where + " has no cluster"};
 
   ClientConfig config;
   config.source = "kubeconfig " + source + " (context " + context_name + ")";
-  if (namespace_name->has_value()) config.default_namespace = **namespace_name;
+  if (namespace_name.has_value()) config.default_namespace = *namespace_name;
 
-  auto cluster = FindNamed(files, "clusters", "cluster", **cluster_name);
-  if (!cluster.ok()) return Error{cluster.error()};
-  if (!cluster->has_value()) {
-    return Error{source + ": cluster \"" + **cluster_name + "\" not found"};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto cluster, FindNamed(files, "clusters", "cluster", *cluster_name));
+  if (!cluster.has_value()) {
+    return Error{source + ": cluster \"" + *cluster_name + "\" not found"};
   }
-  Status applied = ApplyCluster(**cluster, "cluster \"" + **cluster_name + "\"", config);
+  Status applied = ApplyCluster(*cluster, "cluster \"" + *cluster_name + "\"", config);
   if (!applied.ok()) return Error{source + ": " + applied.error()};
 
-  if (user_name->has_value() && !(*user_name)->empty()) {
-    auto user = FindNamed(files, "users", "user", **user_name);
-    if (!user.ok()) return Error{user.error()};
-    if (!user->has_value()) return Error{source + ": user \"" + **user_name + "\" not found"};
-    applied = ApplyUser(**user, **user_name, "user \"" + **user_name + "\"", config);
-    if (!applied.ok()) return Error{applied.error()};
+  if (user_name.has_value() && !user_name->empty()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto user, FindNamed(files, "users", "user", *user_name));
+    if (!user.has_value()) return Error{source + ": user \"" + *user_name + "\" not found"};
+    TOPOSCHED_RETURN_IF_ERROR(ApplyUser(*user, *user_name, "user \"" + *user_name + "\"", config));
   }
   return config;
 }

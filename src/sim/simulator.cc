@@ -334,9 +334,8 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
     }
     const Job& job = jobs[event.job];
     if (event.phase == kArrival) {
-      auto outcome = run.Place(event.job, job, now);
-      if (!outcome.ok()) return Error{outcome.error()};
-      if (const std::optional<RejectReason> reason = outcome.value()) {
+      TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(event.job, job, now));
+      if (const std::optional<RejectReason> reason = outcome) {
         CountRejection(out, job, *reason);
         if (*reason != RejectReason::kNeverLegal) {
           refused_share_sum += run.unallocated_share();
@@ -384,9 +383,8 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t j = order[k];
     const Job& job = jobs[j];
-    auto outcome = run.Place(j, job, /*now_ns=*/0);
-    if (!outcome.ok()) return Error{outcome.error()};
-    if (const std::optional<RejectReason> reason = outcome.value()) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(j, job, /*now_ns=*/0));
+    if (const std::optional<RejectReason> reason = outcome) {
       CountRejection(out, job, *reason);
       if (*reason != RejectReason::kNeverLegal && !out.failed) {
         out.failed = true;
@@ -569,31 +567,29 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
     if (group.count < 1) {
       return Error{fmt::format("fleet: {} needs a count of at least 1", group.instance_type)};
     }
-    auto shape = NodeShape::Make(*type);
-    if (!shape.ok()) return Error{shape.error()};
-    if (shape->devices < 1 || shape->cores_per_device < 1) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto shape, NodeShape::Make(*type));
+    if (shape.devices < 1 || shape.cores_per_device < 1) {
       return Error{fmt::format("{} has no devices or cores to place pods on", type->name)};
     }
     for (int k = 0; k < group.count; ++k) {
       const int index = per_type[type->name]++;
       if (group.heads == 0) {
-        fleet.push_back({fmt::format("{}-{}", type->name, index), shape.value(), ""});
+        fleet.push_back({fmt::format("{}-{}", type->name, index), shape, ""});
       } else {
         const std::string pool = fmt::format("{}-pool{}", type->name, index);
         pools_yaml += fmt::format("  - {{name: {}, kind: {}}}\n", pool, type->name);
         for (int h = 0; h < group.heads; ++h) {
-          fleet.push_back({fmt::format("{}-head{}", pool, h), shape.value(), pool});
+          fleet.push_back({fmt::format("{}-head{}", pool, h), shape, pool});
         }
       }
-      result.total_devices += shape->devices;
+      result.total_devices += shape.devices;
     }
   }
   result.nodes = static_cast<int>(fleet.size());
   topology::PoolSet pools;
   if (pools_yaml != "pools:\n") {
-    auto parsed = topology::PoolSet::Parse(pools_yaml, "fleet", catalog);
-    if (!parsed.ok()) return Error{parsed.error()};
-    pools = std::move(parsed).value();
+    TOPOSCHED_ASSIGN_OR_RETURN(auto parsed, topology::PoolSet::Parse(pools_yaml, "fleet", catalog));
+    pools = std::move(parsed);
   }
 
   result.rows = static_cast<int>(trace.tasks.size()) + trace.bad_rows;

@@ -85,10 +85,9 @@ Result<Trace> SyntheticTrace(std::string_view spec, int tasks, uint64_t seed) {
   if (tasks < 1 || tasks > kMaxTasks) {
     return Error{fmt::format("a synthetic trace needs 1 to {} tasks, not {}", kMaxTasks, tasks)};
   }
-  auto mix = ParseMix(spec);
-  if (!mix.ok()) return Error{mix.error()};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto mix, ParseMix(spec));
   double total = 0;
-  for (const Entry& e : *mix) total += e.weight;
+  for (const Entry& e : mix) total += e.weight;
   // The generator's raw output only (see FillOrder): the same seed gives the same trace with
   // any standard library.
   std::mt19937_64 rng(seed);
@@ -102,8 +101,8 @@ Result<Trace> SyntheticTrace(std::string_view spec, int tasks, uint64_t seed) {
   double now_s = 0;
   for (int k = 0; k < tasks; ++k) {
     double pick = uniform() * total;
-    const Entry* chosen = &mix->back();
-    for (const Entry& e : *mix) {
+    const Entry* chosen = &mix.back();
+    for (const Entry& e : mix) {
       if (pick < e.weight) {
         chosen = &e;
         break;
