@@ -1,6 +1,12 @@
 // The extender's logic, independent of HTTP: answers filter, prioritize, bind and preempt from
 // the tracker, and keeps the tracker in step with the cluster (nodes and pods from informers, or
 // from a file in offline mode). Thread-safe: HTTP threads and informer threads call it at once.
+// Parts: query_verbs.cc (filter, prioritize, preempt), bind.cc (bind and its partition step),
+// cluster_sync.cc (nodes, pods, rebuild, partition reconciliation), node_facts.h.
+//
+// Lock order: ExtenderService::mu_ is a leaf, held only around the service's own maps, never
+// while calling the tracker, the writer or PartitionSteps. PartitionSteps' lock comes before the
+// tracker's (bind.h). The clang build checks the annotations (-Wthread-safety).
 #ifndef TOPOSCHED_EXTENDER_SERVICE_H_
 #define TOPOSCHED_EXTENDER_SERVICE_H_
 
@@ -9,19 +15,18 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
+#include "extender/bind.h"
 #include "extender/metrics.h"
+#include "extender/node_facts.h"
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
 #include "kube/objects.h"
-#include "provision/reaper.h"
 #include "provision/service.h"
 #include "topology/catalog.h"
 #include "topology/pools.h"
@@ -109,7 +114,7 @@ class ExtenderService {
     if (options_.provisioner != nullptr) partitions_synced_ = false;
   }
   // Partition removals still in progress in the background.
-  size_t PendingRemovals() const { return reaper_ ? reaper_->Pending() : 0; }
+  size_t PendingRemovals() const { return partitions_ ? partitions_->PendingRemovals() : 0; }
 
   // Ready once nodes and pods have been listed, the tracker rebuilt, and (with a provisioner)
   // the partition service's partitions reconciled.
@@ -120,24 +125,24 @@ class ExtenderService {
   const tracker::Tracker& tracker() const { return tracker_; }
 
  private:
-  struct NodeFacts {
-    std::string instance_type;
-    std::string pool;  // the shared pool it reaches (label), or empty
-    int lnc = 0;
-    int cores_per_device = 0;  // 0 when the type is unknown
+  // What a bind holds so far, for FailBind.
+  struct BindAttempt {
+    std::string uid;
+    std::string key;  // namespace/name
+    std::string node;
+    std::string pool;  // the shared pool the node reaches, or empty
+    bool reserved = false;
+    std::string partition;  // named once the partition step starts
+    PartitionMade made = PartitionMade::kNone;
   };
 
   // Requests of a pod seen by the watch or by filter (offline mode has only the latter).
-  void RememberPod(PodRequests requests);
-  void LearnNode(const kube::Node& node);
-  Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const;
-  // Creates the pod's partition and waits until it is active; on failure the ids are released
-  // (or held until the partition is confirmed gone) and the reason returned.
-  Status ProvisionPartition(const std::string& uid, const std::string& key, const std::string& pool,
-                            const std::string& partition, const tracker::PodAllocation& allocation);
-  // Removes the partition (briefly in the caller's thread, else in the background) and frees the
-  // pod's ids once it is gone.
-  void ReleasePartition(const std::string& uid, const std::string& partition);
+  void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
+  void LearnNode(const kube::Node& node) TS_EXCLUDES(mu_);
+  Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
+  // The one way out of a bind that failed after its first checks: gives back what it held (the
+  // reservation, the partition) and answers kube-scheduler with the reason.
+  std::string FailBind(const BindAttempt& attempt, const std::string& message);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
 
@@ -149,21 +154,19 @@ class ExtenderService {
   Clock wall_ns_;
   tracker::Tracker tracker_;
 
-  mutable std::shared_mutex mu_;
-  std::unordered_map<std::string, NodeFacts> nodes_;   // guarded by mu_
-  std::unordered_map<std::string, PodRequests> pods_;  // by uid; guarded by mu_
+  mutable SharedMutex mu_;
+  std::unordered_map<std::string, NodeFacts> nodes_ TS_GUARDED_BY(mu_);
+  std::unordered_map<std::string, PodRequests> pods_ TS_GUARDED_BY(mu_);  // by uid
+  // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
+      TS_GUARDED_BY(mu_);
   std::atomic<bool> nodes_synced_{false};
   std::atomic<bool> pods_synced_{false};
   std::atomic<bool> api_healthy_{true};
   std::atomic<bool> partitions_synced_{true};
 
-  // Binds between reserve and commit that own a partition step; a pod deleted meanwhile is
-  // cleaned up by its bind, not by DeletePod.
-  std::mutex prov_mu_;
-  std::unordered_set<std::string> provisioning_;  // guarded by prov_mu_
-  // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
-  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_;  // mu_
-  std::unique_ptr<provision::Reaper> reaper_;  // set when options_.provisioner is
+  // The partition step of binds into shared pools; set when options_.provisioner is.
+  std::unique_ptr<PartitionSteps> partitions_;
 };
 
 }  // namespace toposched::extender

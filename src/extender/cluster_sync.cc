@@ -1,0 +1,288 @@
+// Keeping the tracker in step with the cluster: nodes and pods from the informers (or the
+// offline file), the tracker rebuilt from the pods' own records after a start, and the partition
+// service reconciled with the live pods.
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "extender/service.h"
+#include "kube/allocation_record.h"
+#include "topology/id_ranges.h"
+
+namespace toposched::extender {
+
+using topology::Unit;
+
+void ExtenderService::LearnNode(const kube::Node& node) {
+  if (!HasFacts(node)) return;
+  const NodeFacts facts = FactsOf(node, catalog_, options_.pools, options_.resources);
+  {
+    MutexLock lock(mu_);
+    auto it = nodes_.find(node.name);
+    if (it != nodes_.end() && it->second.SameNode(facts)) return;
+    nodes_[node.name] = facts;
+  }
+  if (node.instance_type.empty() && facts.pool.empty()) {
+    spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
+                  node.name);
+  }
+  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc, facts.pool});
+      !s.ok()) {
+    spdlog::warn("{}", s.error());
+  }
+}
+
+void ExtenderService::ReplaceNodes(const std::vector<kube::Node>& nodes) {
+  std::vector<std::string> gone;
+  {
+    ReaderLock lock(mu_);
+    for (const auto& entry : nodes_) {
+      const std::string& name = entry.first;
+      if (std::none_of(nodes.begin(), nodes.end(),
+                       [&](const kube::Node& n) { return n.name == name; })) {
+        gone.push_back(name);
+      }
+    }
+  }
+  for (const auto& name : gone) {
+    kube::Node node;
+    node.name = name;
+    DeleteNode(node);
+  }
+  for (const auto& node : nodes) LearnNode(node);
+  nodes_synced_ = true;
+}
+
+void ExtenderService::UpsertNode(const kube::Node& node) { LearnNode(node); }
+
+void ExtenderService::DeleteNode(const kube::Node& node) {
+  {
+    MutexLock lock(mu_);
+    nodes_.erase(node.name);
+  }
+  tracker_.RemoveNode(node.name);
+}
+
+namespace {
+
+bool HasAllocationAnnotation(const kube::Pod& pod) {
+  return pod.annotations.count(kube::kAnnotationRecord) != 0 ||
+         pod.annotations.count(kube::kAnnotationNeuronIds) != 0;
+}
+
+// A pod placed by AWS's extender carries only AWS_NEURON_IDS: every container's ids together, in
+// kubelet's order (init containers, then app containers; devices before cores). Splits them back
+// the way the device plugin does, so that such pods count as used after a switch to toposched.
+Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, const std::string& text,
+                                                const ResourceNames& names) {
+  auto requests = RequestsOf(pod, names);
+  if (!requests.ok()) return Error{requests.error()};
+  // RequestsOf lists the containers in kubelet's order, the order the list is written in.
+  std::vector<int> counts;
+  for (const auto& c : requests->spec.containers) counts.push_back(c.request.count);
+  auto groups = topology::SplitIdGroups(text, counts, topology::kMaxCores);
+  if (!groups.ok()) {
+    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
+  }
+  kube::AllocationRecord record;
+  record.node = pod.node_name;
+  for (size_t i = 0; i < requests->spec.containers.size(); ++i) {
+    record.containers.push_back(
+        {requests->spec.containers[i].name, requests->resource_of[i], std::move((*groups)[i])});
+  }
+  return record;
+}
+
+}  // namespace
+
+Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
+  Result<kube::AllocationRecord> record = Error{"no allocation record"};
+  if (auto it = pod.annotations.find(kube::kAnnotationRecord); it != pod.annotations.end()) {
+    record = kube::ParseAllocationRecord(it->second);
+    if (!record.ok())
+      return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
+  } else if (auto aws = pod.annotations.find(kube::kAnnotationNeuronIds);
+             aws != pod.annotations.end()) {
+    record = RecordFromAwsIds(pod, aws->second, options_.resources);
+    if (!record.ok()) return Error{record.error()};
+  } else {
+    return Error{"no allocation record"};
+  }
+  if (record->node != pod.node_name) {
+    return Error{fmt::format("allocation record names node {} but the pod runs on {}", record->node,
+                             pod.node_name)};
+  }
+  int cores_per_device = 0;
+  {
+    ReaderLock lock(mu_);
+    auto nit = nodes_.find(pod.node_name);
+    if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", pod.node_name)};
+    cores_per_device = nit->second.cores_per_device;
+  }
+  if (cores_per_device == 0) {
+    return Error{fmt::format("node {} has an unknown instance type", pod.node_name)};
+  }
+  tracker::RecordedPod recorded{pod.uid, pod.Key(), {pod.node_name, {}}};
+  for (const auto& c : record->containers) {
+    const bool device =
+        std::find(options_.resources.device.begin(), options_.resources.device.end(), c.resource) !=
+        options_.resources.device.end();
+    const bool core = std::find(options_.resources.core.begin(), options_.resources.core.end(),
+                                c.resource) != options_.resources.core.end();
+    if (!device && !core) {
+      return Error{fmt::format("allocation record names unmanaged resource '{}'", c.resource)};
+    }
+    topology::Placement p{device ? Unit::kDevice : Unit::kCore, c.ids, 0};
+    std::sort(p.ids.begin(), p.ids.end());
+    for (int id : p.ids) {
+      const int d = device ? id : id / cores_per_device;
+      if (id < 0 || d >= topology::kMaxDevices) {
+        return Error{fmt::format("allocation record has id {} out of range", id)};
+      }
+      p.devices |= topology::DeviceMask{1} << d;
+    }
+    recorded.allocation.containers.push_back({c.container, std::move(p)});
+  }
+  return recorded;
+}
+
+void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
+  std::vector<std::pair<int64_t, tracker::RecordedPod>> recorded;
+  std::unordered_map<std::string, PodRequests> cache;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
+  int invalid = 0;
+  for (const auto& pod : pods) {
+    if (pod.Terminated()) continue;
+    auto requests = RequestsOf(pod, options_.resources);
+    if (!requests.ok() || !requests->spec.AsksForAnything()) continue;
+    cache[pod.uid] = std::move(requests).value();
+    if (pod.node_name.empty()) continue;
+    auto rec = RecordedFromPod(pod);
+    if (!rec.ok()) {
+      if (HasAllocationAnnotation(pod)) {
+        ++invalid;
+        ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
+      }
+      continue;
+    }
+    int64_t at = 0;
+    if (auto t = pod.annotations.find(kube::kAnnotationAllocTime); t != pod.annotations.end()) {
+      auto parsed = kube::ParseAllocTime(t->second);
+      if (parsed.ok()) at = *parsed;
+    }
+    if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+      annotated[pod.uid] = {pod.Key(), p->second};
+    }
+    recorded.emplace_back(at, std::move(rec).value());
+  }
+  // The earliest allocation keeps contested ids; later claims are reported.
+  std::stable_sort(recorded.begin(), recorded.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<tracker::RecordedPod> ordered;
+  ordered.reserve(recorded.size());
+  for (auto& r : recorded) ordered.push_back(std::move(r.second));
+  {
+    MutexLock lock(mu_);
+    pods_ = std::move(cache);
+    annotated_ = std::move(annotated);
+  }
+  const tracker::RebuildReport report = tracker_.Rebuild(ordered, /*keep_reservations=*/true);
+  for (const auto& problem : report.problems) {
+    ReportProblem(
+        problem.uid, problem.name, "AllocationConflict",
+        fmt::format("toposched could not restore this pod's devices: {}", problem.message));
+  }
+  metrics_.CountRebuildConflicts(static_cast<int>(report.problems.size()) + invalid);
+  spdlog::info("rebuilt from {} pods: {} allocations restored, {} reservations kept, {} problems",
+               pods.size(), report.applied, report.reservations_kept,
+               report.problems.size() + invalid);
+  pods_synced_ = true;
+  if (!partitions_synced_) {
+    if (auto s = ReconcilePartitions(); !s.ok()) spdlog::error("{}; retrying", s.error());
+  }
+}
+
+void ExtenderService::UpsertPod(const kube::Pod& pod) {
+  if (pod.Terminated()) {
+    DeletePod(pod);
+    return;
+  }
+  auto requests = RequestsOf(pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) return;
+  RememberPod(std::move(requests).value());
+  if (pod.node_name.empty()) return;
+  auto rec = RecordedFromPod(pod);
+  if (!rec.ok()) {
+    if (HasAllocationAnnotation(pod)) {
+      ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
+    }
+    return;
+  }
+  if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+    MutexLock lock(mu_);
+    annotated_[pod.uid] = {pod.Key(), p->second};
+  }
+  // Our own bind seen again, or a pod bound by another replica / before a restart: adopt it.
+  if (auto s = tracker_.Adopt(*rec); !s.ok()) {
+    metrics_.CountRebuildConflicts(1);
+    ReportProblem(pod.uid, pod.Key(), "AllocationConflict", s.error());
+  }
+}
+
+void ExtenderService::DeletePod(const kube::Pod& pod) {
+  {
+    MutexLock lock(mu_);
+    pods_.erase(pod.uid);
+    annotated_.erase(pod.uid);
+  }
+  // A pod in a shared pool keeps its ids until its partition is gone.
+  if (partitions_ && partitions_->PodDeleted(pod.uid)) return;
+  tracker_.Forget(pod.uid);
+}
+
+Status ExtenderService::ReconcilePartitions() {
+  if (options_.provisioner == nullptr || !pods_synced_) return OkStatus();
+  if (options_.may_reconcile && !options_.may_reconcile()) return OkStatus();  // a standby
+  auto listed = partitions_->service().List();
+  if (!listed.ok()) {
+    return Error{
+        fmt::format("cannot list partitions to reconcile them after a start: {}", listed.error())};
+  }
+  std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
+  {
+    ReaderLock lock(mu_);
+    annotated = annotated_;
+  }
+  std::unordered_set<std::string> present;
+  int orphans = 0;
+  for (const auto& p : *listed) {
+    present.insert(p.name);
+    const std::string owner = provision::OwnerOf(p.name);
+    if (owner.empty()) continue;  // not ours
+    auto hold = tracker_.Find(owner);
+    if (hold && hold->state != tracker::HoldState::kReleasing) continue;  // a live pod owns it
+    if (hold) continue;                                                   // already being removed
+    ++orphans;
+    spdlog::info("partition {} (pool {}) has no live pod; removing it", p.name, p.pool);
+    partitions_->RemoveOrphan(p);
+  }
+  for (const auto& [uid, named] : annotated) {
+    if (present.count(named.second) != 0) continue;
+    ReportProblem(uid, named.first, "PartitionMissing",
+                  fmt::format("partition {} recorded on this pod no longer exists at the "
+                              "partition service; the pod has no accelerators and should be "
+                              "recreated",
+                              named.second));
+  }
+  spdlog::info("reconciled {} partitions: {} orphans being removed", listed->size(), orphans);
+  partitions_synced_ = true;
+  return OkStatus();
+}
+
+}  // namespace toposched::extender

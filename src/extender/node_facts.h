@@ -1,0 +1,39 @@
+// What the extender knows of a node beyond its name: the instance type, the shared pool it
+// reaches, the LNC it runs at, and so how core ids map to devices. Read off the Node object's
+// labels and allocatable; the tracker keeps the node's free ids.
+#ifndef TOPOSCHED_EXTENDER_NODE_FACTS_H_
+#define TOPOSCHED_EXTENDER_NODE_FACTS_H_
+
+#include <string>
+
+#include "extender/pod_requests.h"
+#include "kube/objects.h"
+#include "topology/catalog.h"
+#include "topology/pools.h"
+
+namespace toposched::extender {
+
+struct NodeFacts {
+  std::string instance_type;
+  std::string pool;  // the shared pool it reaches (label), or empty
+  int lnc = 0;
+  int cores_per_device = 0;  // 0 when the type is unknown
+
+  // The facts the tracker's node depends on (cores_per_device follows from them).
+  bool SameNode(const NodeFacts& other) const {
+    return instance_type == other.instance_type && lnc == other.lnc && pool == other.pool;
+  }
+};
+
+// False for a Node with nothing to learn from, e.g. our own filter answer handed back by
+// kube-scheduler (name only).
+bool HasFacts(const kube::Node& node);
+
+// Reads the facts; logs a warning when the node advertises fewer devices than its type has.
+// `pools` may be null (no shared pools configured).
+NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
+                  const topology::PoolSet* pools, const ResourceNames& resources);
+
+}  // namespace toposched::extender
+
+#endif  // TOPOSCHED_EXTENDER_NODE_FACTS_H_

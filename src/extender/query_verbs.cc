@@ -1,0 +1,95 @@
+// Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
+// without changing what is held (filter only remembers the pod and its demand).
+#include <map>
+#include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "extender/service.h"
+
+namespace toposched::extender {
+
+std::string ExtenderService::Filter(const ExtenderArgs& args) {
+  FilterResult result;
+  result.node_names_form = args.node_names.has_value();
+  const std::vector<std::string>& names = args.CandidateNames();
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok()) {
+    for (const auto& n : names) result.failed_unresolvable[n] = requests.error();
+    return EncodeFilterResult(result);
+  }
+  if (!requests->spec.AsksForAnything()) {
+    result.passed.assign(names.begin(), names.end());  // not ours: every node passes untouched
+    return EncodeFilterResult(result);
+  }
+  if (!Ready()) {
+    // Resolvable, so kube-scheduler retries the pod once we know what is taken.
+    for (const auto& n : names) result.failed[n] = std::string(kNotReadyReason);
+    return EncodeFilterResult(result);
+  }
+  result.passed.reserve(names.size());
+  if (args.nodes) {
+    for (const auto& node : *args.nodes) LearnNode(node);
+  }
+  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+    if (fit.fits) {
+      result.passed.push_back(names[i]);
+    } else if (fit.unresolvable) {
+      result.failed_unresolvable[names[i]] = std::move(fit.reason);
+    } else {
+      result.failed[names[i]] = std::move(fit.reason);
+    }
+  });
+  RememberPod(std::move(requests).value());
+  return EncodeFilterResult(result);
+}
+
+std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
+  const std::vector<std::string>& names = args.CandidateNames();
+  std::vector<HostPriority> priorities;
+  priorities.reserve(names.size());
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) {
+    for (const auto& n : names) priorities.push_back({n, 0});
+    return EncodeHostPriorityList(priorities);
+  }
+  if (args.nodes) {
+    for (const auto& node : *args.nodes) LearnNode(node);
+  }
+  // The simulator's node choice, scored: 10 for the one node the policy picks (bind then takes
+  // the same set there), 1-9 for the rest that fit, 0 for the others.
+  const tracker::Ranking ranking = tracker_.Rank(requests->spec, names);
+  for (size_t i = 0; i < names.size(); ++i) priorities.push_back({names[i], ranking.scores[i]});
+  return EncodeHostPriorityList(priorities);
+}
+
+std::string ExtenderService::Preempt(const PreemptionArgs& args) {
+  auto requests = RequestsOf(args.pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) {
+    return EncodePreemptionResult(args.node_victims);  // not ours to judge
+  }
+  std::map<std::string, Victims> out;
+  if (!Ready()) return EncodePreemptionResult(out);  // no victims for ids we cannot see yet
+  for (const auto& [node, victims] : args.node_victims) {
+    // Victims holding none of our ids were chosen for other resources (cpu, memory): keep them.
+    // Among those holding ids, keep only the fewest that free a legal set.
+    std::vector<std::string> holders;
+    std::vector<std::string> others;
+    for (const auto& uid : victims.pod_uids) {
+      auto hold = tracker_.Find(uid);
+      (hold && hold->allocation.node == node ? holders : others).push_back(uid);
+    }
+    auto fewest = tracker_.FewestVictims(requests->spec, node, holders);
+    if (!fewest.ok()) {
+      spdlog::debug("preempt {}: dropping node {}: {}", requests->spec.name, node, fewest.error());
+      continue;
+    }
+    Victims kept{std::move(others), victims.num_pdb_violations};
+    kept.pod_uids.insert(kept.pod_uids.end(), fewest->begin(), fewest->end());
+    out[node] = std::move(kept);
+  }
+  return EncodePreemptionResult(out);
+}
+
+}  // namespace toposched::extender
