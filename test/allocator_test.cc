@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/legality_oracle.h"
 #include "topology/catalog.h"
 #include "topology/id_ranges.h"
 
@@ -25,6 +26,11 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+// The independent model of the rules every answer is checked against.
+using ::toposched::testing::LegalCoreSet;
+using ::toposched::testing::LegalDeviceSet;
+using ::toposched::testing::MaskOf;
+using ::toposched::testing::TouchedBy;
 
 constexpr Policy kPolicies[] = {Policy::kBestFit, Policy::kFirstFit};
 
@@ -61,19 +67,6 @@ Decision Devices(const NodeShape& shape, const NodeUsage& usage, int n, Policy p
 
 Decision Cores(const NodeShape& shape, const NodeUsage& usage, int n, Policy policy) {
   return Allocate(shape, usage, Request{Unit::kCore, n}, policy);
-}
-
-DeviceMask MaskOf(const std::vector<int>& devices) {
-  DeviceMask m = 0;
-  for (int d : devices) m |= DeviceMask{1} << d;
-  return m;
-}
-
-// The devices a set of core ids touches, computed directly.
-DeviceMask TouchedBy(const NodeShape& shape, const std::vector<int>& cores) {
-  DeviceMask m = 0;
-  for (int c : cores) m |= DeviceMask{1} << (c / shape.cores_per_device);
-  return m;
 }
 
 std::string Describe(const Decision& d) {
@@ -816,50 +809,6 @@ TEST(AllocatorLegalPlacements, ListsEveryLegalSet) {
   EXPECT_EQ(IdsOf(LegalPlacements(p4d, Usage(p4d, {0, 2}), {Unit::kDevice, 3})),
             (std::vector<std::vector<int>>{{1, 3, 4}}));
   EXPECT_THAT(LegalPlacements(p4d, Usage(p4d, Range(0, 5)), {Unit::kDevice, 3}), IsEmpty());
-}
-
-// An independent model of the rules: is this set of device ids legal for N devices?
-bool LegalDeviceSet(const NodeShape& shape, DeviceMask set) {
-  const int n = std::popcount(set);
-  if (n == 0) return false;
-  if (n == 1 || set == shape.AllDevices()) return true;
-  const int lo = std::countr_zero(set);
-  const int hi = 63 - std::countl_zero(set);
-  switch (shape.type->rule) {
-    case LegalSetRule::kContiguous:
-      return hi - lo + 1 == n;
-    case LegalSetRule::kAligned: {
-      const auto& sizes = shape.type->sizes;
-      return std::find(sizes.begin(), sizes.end(), n) != sizes.end() && hi - lo + 1 == n &&
-             lo % n == 0;
-    }
-    case LegalSetRule::kAny:
-      return true;
-  }
-  return false;
-}
-
-// The core-count block for the torus rule, from the documented table: the smallest of
-// {1, sizes..., all} devices whose cores hold n.
-int CoreBlock(const NodeShape& shape, int n) {
-  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
-  std::vector<int> levels = shape.type->sizes;
-  levels.push_back(1);
-  levels.push_back(shape.devices);
-  std::sort(levels.begin(), levels.end());
-  for (int level : levels) {
-    if (level * shape.cores_per_device >= n) return level * shape.cores_per_device;
-  }
-  return shape.cores;
-}
-
-bool LegalCoreSet(const NodeShape& shape, const std::vector<int>& ids) {
-  if (ids.empty()) return false;
-  for (size_t i = 1; i < ids.size(); ++i) {
-    if (ids[i] != ids[i - 1] + 1) return false;
-  }
-  const int block = CoreBlock(shape, static_cast<int>(ids.size()));
-  return ids.front() / block == ids.back() / block;
 }
 
 TEST(AllocatorLegalPlacements, DeviceSetsMatchExhaustiveEnumeration) {
