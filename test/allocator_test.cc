@@ -1050,5 +1050,43 @@ TEST(NodeUsage, WorksOnA64DeviceNode) {
   EXPECT_THAT(MaskToIds(0), IsEmpty());
 }
 
+// --- Placement geometry -----------------------------------------------------------------------
+
+TEST(PlacementGeometry, FromIdsFillsTheDevicesTheIdsTouch) {
+  const NodeShape trn1 = ShapeOf("trn1.32xlarge");  // 2 cores per device
+  const Placement devices = Placement::FromIds(trn1, Unit::kDevice, {7, 3, 63});
+  EXPECT_THAT(devices.ids, ElementsAreArray({7, 3, 63}));  // the order given
+  EXPECT_EQ(devices.devices, MaskOf({3, 7, 63}));
+  const Placement cores = Placement::FromIds(trn1, Unit::kCore, {5, 6, 7, 8});
+  EXPECT_EQ(cores.devices, TouchedBy(trn1, {5, 6, 7, 8}));
+  EXPECT_EQ(Placement::FromIds(Unit::kCore, {0, 7}, 4).devices, MaskOf({0, 1}));
+  // Ids with no device bit set none (validating callers report them).
+  EXPECT_EQ(Placement::FromIds(Unit::kDevice, {-1, 64, 2}, 1).devices, MaskOf({2}));
+  EXPECT_EQ(Placement::FromIds(Unit::kCore, {-3, 128, 1}, 2).devices, MaskOf({0}));
+  // Every placement the allocator makes agrees with it.
+  for (const auto& p : LegalPlacements(trn1, NodeUsage{}, {Unit::kCore, 6})) {
+    EXPECT_EQ(Placement::FromIds(trn1, Unit::kCore, p.ids).devices, p.devices);
+  }
+}
+
+TEST(PlacementGeometry, CoresOfAndOverlapsCountADeviceAsAllItsCores) {
+  const NodeShape trn1 = ShapeOf("trn1.32xlarge");
+  const Placement device3 = Placement::FromIds(trn1, Unit::kDevice, {3});
+  const Placement cores = Placement::FromIds(trn1, Unit::kCore, {7, 8});
+  const Placement other = Placement::FromIds(trn1, Unit::kCore, {8, 9});
+  CoreBits six_seven;
+  six_seven.set(6).set(7);
+  EXPECT_EQ(CoresOf(trn1, device3), six_seven);
+  EXPECT_TRUE(Overlaps(trn1, device3, cores));
+  EXPECT_FALSE(Overlaps(trn1, device3, other));
+  EXPECT_TRUE(Overlaps(trn1, cores, other));
+  // Ids outside the node cover nothing, in any order.
+  const Placement messy{Unit::kCore, {9, -1, 8, 32}, 0};
+  CoreBits eight_nine;
+  eight_nine.set(8).set(9);
+  EXPECT_EQ(CoresOf(trn1, messy), eight_nine);
+  EXPECT_FALSE(Overlaps(trn1, messy, Placement{Unit::kDevice, {16, -2}, 0}));
+}
+
 }  // namespace
 }  // namespace toposched::topology
