@@ -152,8 +152,7 @@ void BM_Rebuild100kPods(benchmark::State& state) {
   for (const auto& name : names) {
     (void)t.UpsertNode({name, "trn2.48xlarge", 0});
     for (int k = 0; k < 20; ++k) {
-      topology::Placement p{Unit::kCore, {k * 3, k * 3 + 1, k * 3 + 2}, 0};
-      for (int c : p.ids) p.devices |= topology::DeviceMask{1} << (c / 4);
+      auto p = topology::Placement::FromIds(Unit::kCore, {k * 3, k * 3 + 1, k * 3 + 2}, 4);
       pods.push_back({name + "-" + std::to_string(k), "ns/pod", {name, {{"main", p}}}});
     }
   }

@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/legality_oracle.h"
 #include "topology/catalog.h"
 #include "topology/id_ranges.h"
 
@@ -25,6 +26,11 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+// The independent model of the rules every answer is checked against.
+using ::toposched::testing::LegalCoreSet;
+using ::toposched::testing::LegalDeviceSet;
+using ::toposched::testing::MaskOf;
+using ::toposched::testing::TouchedBy;
 
 constexpr Policy kPolicies[] = {Policy::kBestFit, Policy::kFirstFit};
 
@@ -61,19 +67,6 @@ Decision Devices(const NodeShape& shape, const NodeUsage& usage, int n, Policy p
 
 Decision Cores(const NodeShape& shape, const NodeUsage& usage, int n, Policy policy) {
   return Allocate(shape, usage, Request{Unit::kCore, n}, policy);
-}
-
-DeviceMask MaskOf(const std::vector<int>& devices) {
-  DeviceMask m = 0;
-  for (int d : devices) m |= DeviceMask{1} << d;
-  return m;
-}
-
-// The devices a set of core ids touches, computed directly.
-DeviceMask TouchedBy(const NodeShape& shape, const std::vector<int>& cores) {
-  DeviceMask m = 0;
-  for (int c : cores) m |= DeviceMask{1} << (c / shape.cores_per_device);
-  return m;
 }
 
 std::string Describe(const Decision& d) {
@@ -818,50 +811,6 @@ TEST(AllocatorLegalPlacements, ListsEveryLegalSet) {
   EXPECT_THAT(LegalPlacements(p4d, Usage(p4d, Range(0, 5)), {Unit::kDevice, 3}), IsEmpty());
 }
 
-// An independent model of the rules: is this set of device ids legal for N devices?
-bool LegalDeviceSet(const NodeShape& shape, DeviceMask set) {
-  const int n = std::popcount(set);
-  if (n == 0) return false;
-  if (n == 1 || set == shape.AllDevices()) return true;
-  const int lo = std::countr_zero(set);
-  const int hi = 63 - std::countl_zero(set);
-  switch (shape.type->rule) {
-    case LegalSetRule::kContiguous:
-      return hi - lo + 1 == n;
-    case LegalSetRule::kAligned: {
-      const auto& sizes = shape.type->sizes;
-      return std::find(sizes.begin(), sizes.end(), n) != sizes.end() && hi - lo + 1 == n &&
-             lo % n == 0;
-    }
-    case LegalSetRule::kAny:
-      return true;
-  }
-  return false;
-}
-
-// The core-count block for the torus rule, from the documented table: the smallest of
-// {1, sizes..., all} devices whose cores hold n.
-int CoreBlock(const NodeShape& shape, int n) {
-  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
-  std::vector<int> levels = shape.type->sizes;
-  levels.push_back(1);
-  levels.push_back(shape.devices);
-  std::sort(levels.begin(), levels.end());
-  for (int level : levels) {
-    if (level * shape.cores_per_device >= n) return level * shape.cores_per_device;
-  }
-  return shape.cores;
-}
-
-bool LegalCoreSet(const NodeShape& shape, const std::vector<int>& ids) {
-  if (ids.empty()) return false;
-  for (size_t i = 1; i < ids.size(); ++i) {
-    if (ids[i] != ids[i - 1] + 1) return false;
-  }
-  const int block = CoreBlock(shape, static_cast<int>(ids.size()));
-  return ids.front() / block == ids.back() / block;
-}
-
 TEST(AllocatorLegalPlacements, DeviceSetsMatchExhaustiveEnumeration) {
   std::mt19937 rng(99);
   for (const char* type :
@@ -1099,6 +1048,44 @@ TEST(NodeUsage, WorksOnA64DeviceNode) {
   EXPECT_EQ(MaskToIds(~DeviceMask{0}).size(), 64u);
   EXPECT_THAT(MaskToIds(MaskOf({0, 5, 63})), ElementsAreArray({0, 5, 63}));
   EXPECT_THAT(MaskToIds(0), IsEmpty());
+}
+
+// --- Placement geometry -----------------------------------------------------------------------
+
+TEST(PlacementGeometry, FromIdsFillsTheDevicesTheIdsTouch) {
+  const NodeShape trn1 = ShapeOf("trn1.32xlarge");  // 2 cores per device
+  const Placement devices = Placement::FromIds(trn1, Unit::kDevice, {7, 3, 63});
+  EXPECT_THAT(devices.ids, ElementsAreArray({7, 3, 63}));  // the order given
+  EXPECT_EQ(devices.devices, MaskOf({3, 7, 63}));
+  const Placement cores = Placement::FromIds(trn1, Unit::kCore, {5, 6, 7, 8});
+  EXPECT_EQ(cores.devices, TouchedBy(trn1, {5, 6, 7, 8}));
+  EXPECT_EQ(Placement::FromIds(Unit::kCore, {0, 7}, 4).devices, MaskOf({0, 1}));
+  // Ids with no device bit set none (validating callers report them).
+  EXPECT_EQ(Placement::FromIds(Unit::kDevice, {-1, 64, 2}, 1).devices, MaskOf({2}));
+  EXPECT_EQ(Placement::FromIds(Unit::kCore, {-3, 128, 1}, 2).devices, MaskOf({0}));
+  // Every placement the allocator makes agrees with it.
+  for (const auto& p : LegalPlacements(trn1, NodeUsage{}, {Unit::kCore, 6})) {
+    EXPECT_EQ(Placement::FromIds(trn1, Unit::kCore, p.ids).devices, p.devices);
+  }
+}
+
+TEST(PlacementGeometry, CoresOfAndOverlapsCountADeviceAsAllItsCores) {
+  const NodeShape trn1 = ShapeOf("trn1.32xlarge");
+  const Placement device3 = Placement::FromIds(trn1, Unit::kDevice, {3});
+  const Placement cores = Placement::FromIds(trn1, Unit::kCore, {7, 8});
+  const Placement other = Placement::FromIds(trn1, Unit::kCore, {8, 9});
+  CoreBits six_seven;
+  six_seven.set(6).set(7);
+  EXPECT_EQ(CoresOf(trn1, device3), six_seven);
+  EXPECT_TRUE(Overlaps(trn1, device3, cores));
+  EXPECT_FALSE(Overlaps(trn1, device3, other));
+  EXPECT_TRUE(Overlaps(trn1, cores, other));
+  // Ids outside the node cover nothing, in any order.
+  const Placement messy{Unit::kCore, {9, -1, 8, 32}, 0};
+  CoreBits eight_nine;
+  eight_nine.set(8).set(9);
+  EXPECT_EQ(CoresOf(trn1, messy), eight_nine);
+  EXPECT_FALSE(Overlaps(trn1, messy, Placement{Unit::kDevice, {16, -2}, 0}));
 }
 
 }  // namespace

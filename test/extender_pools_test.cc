@@ -13,6 +13,7 @@
 #include "extender/offline.h"
 #include "extender/service.h"
 #include "pools_fixtures.h"
+#include "support/legality_oracle.h"
 
 namespace toposched::extender {
 namespace {
@@ -86,7 +87,7 @@ class ExtenderPoolsTest : public ::testing::Test {
   void ExpectNoLeak() {
     uint64_t in_partitions = 0;
     for (const auto& p : fake_.Snapshot()) {
-      for (int id : p.ipus) in_partitions |= uint64_t{1} << id;
+      in_partitions |= testing::MaskOf(p.ipus);
     }
     EXPECT_EQ(PoolBusy(), in_partitions);
   }

@@ -16,12 +16,14 @@
 #include "extender/offline.h"
 #include "extender/service.h"
 #include "pools_fixtures.h"
+#include "support/legality_oracle.h"
 #include "tracker/tracker.h"
 
 namespace toposched {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::MaskOf;
 using tracker::HoldState;
 
 struct Head {
@@ -30,12 +32,6 @@ struct Head {
 };
 const Head kHeads[] = {
     {"a1", "pod-a"}, {"a2", "pod-a"}, {"a3", "pod-a"}, {"b1", "pod64"}, {"b2", "pod64"}};
-
-uint64_t MaskOf(const std::vector<int>& ids) {
-  uint64_t m = 0;
-  for (int id : ids) m |= uint64_t{1} << id;
-  return m;
-}
 
 TEST(PoolTrackerPropertyTest, RandomOperationsKeepPoolsConsistent) {
   auto pools =

@@ -3,7 +3,6 @@
 // test that several threads never double-book.
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/legality_oracle.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
 #include "topology/id_ranges.h"
@@ -27,8 +27,11 @@ using topology::Catalog;
 using topology::CoreBits;
 using topology::DeviceMask;
 using topology::FormatIdRanges;
-using topology::LegalSetRule;
 using topology::NodeShape;
+// The independent model of the rules every answer is checked against.
+using ::toposched::testing::CoresCovered;
+using ::toposched::testing::DevicesOfCores;
+using ::toposched::testing::WhyIllegal;
 
 struct NodeDef {
   const char* name;
@@ -44,85 +47,11 @@ NodeShape ShapeFor(const NodeDef& n) {
   return NodeShape::Make(*Catalog::Embedded().Find(n.type), n.lnc).value();
 }
 
-// The cores a placement covers, computed independently of the allocator.
-CoreBits CoresOf(const NodeShape& shape, const Placement& p) {
-  CoreBits bits;
-  for (int id : p.ids) {
-    if (p.unit == Unit::kCore) {
-      bits.set(static_cast<size_t>(id));
-    } else {
-      for (int k = 0; k < shape.cores_per_device; ++k) {
-        bits.set(static_cast<size_t>(id * shape.cores_per_device + k));
-      }
-    }
-  }
-  return bits;
-}
-
+// The cores a pod's sets cover, computed independently of the allocator.
 CoreBits FootprintOf(const NodeShape& shape, const PodAllocation& a) {
   CoreBits bits;
-  for (const auto& c : a.containers) bits |= CoresOf(shape, c.placement);
+  for (const auto& c : a.containers) bits |= CoresCovered(shape, c.placement);
   return bits;
-}
-
-DeviceMask DevicesOfCores(const NodeShape& shape, const CoreBits& cores) {
-  DeviceMask m = 0;
-  for (int c = 0; c < shape.cores; ++c) {
-    if (cores.test(static_cast<size_t>(c))) m |= DeviceMask{1} << (c / shape.cores_per_device);
-  }
-  return m;
-}
-
-// The torus core block, from the documented table (smallest of 1, sizes, all that holds n).
-int CoreBlock(const NodeShape& shape, int n) {
-  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
-  std::vector<int> levels = shape.type->sizes;
-  levels.push_back(1);
-  levels.push_back(shape.devices);
-  std::sort(levels.begin(), levels.end());
-  for (int level : levels) {
-    if (level * shape.cores_per_device >= n) return level * shape.cores_per_device;
-  }
-  return shape.cores;
-}
-
-// Empty when the placement is legal for a request of its size on this shape, else why not.
-std::string WhyIllegal(const NodeShape& shape, const Placement& p) {
-  const int n = static_cast<int>(p.ids.size());
-  if (n == 0) return "empty";
-  const int limit = p.unit == Unit::kDevice ? shape.devices : shape.cores;
-  for (int i = 0; i < n; ++i) {
-    if (p.ids[static_cast<size_t>(i)] < 0 || p.ids[static_cast<size_t>(i)] >= limit)
-      return "out of range";
-    if (i > 0 && p.ids[static_cast<size_t>(i)] <= p.ids[static_cast<size_t>(i - 1)])
-      return "not ascending";
-  }
-  DeviceMask touched = 0;
-  for (int id : p.ids) {
-    touched |= DeviceMask{1} << (p.unit == Unit::kDevice ? id : id / shape.cores_per_device);
-  }
-  if (touched != p.devices) return "devices mask is not the devices the ids touch";
-  const bool consecutive = p.ids.back() - p.ids.front() + 1 == n;
-  if (p.unit == Unit::kCore) {
-    if (!consecutive) return "cores not contiguous";
-    const int block = CoreBlock(shape, n);
-    if (p.ids.front() / block != p.ids.back() / block) return "cores straddle a block";
-    return "";
-  }
-  if (n == 1 || n == shape.devices) return "";
-  switch (shape.type->rule) {
-    case LegalSetRule::kContiguous:
-      return consecutive ? "" : "devices not contiguous";
-    case LegalSetRule::kAligned: {
-      const auto& sizes = shape.type->sizes;
-      if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) return "count not a legal size";
-      if (!consecutive || p.ids.front() % n != 0) return "not an aligned block";
-      return "";
-    }
-    case LegalSetRule::kAny:
-      return "";
-  }
-  return "unknown rule";
 }
 
 struct ModelHold {
@@ -267,7 +196,7 @@ class Harness {
                          << topology::UnitName(ca.placement.unit, 2) << " "
                          << FormatIdRanges(ca.placement.ids);
       if (!it->init) {
-        const CoreBits mine = CoresOf(shape, ca.placement);
+        const CoreBits mine = CoresCovered(shape, ca.placement);
         EXPECT_FALSE((mine & apps).any()) << "two app containers share ids";
         apps |= mine;
       }

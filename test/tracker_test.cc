@@ -22,7 +22,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 using topology::Catalog;
-using topology::DeviceMask;
 using topology::FormatIdRanges;
 using topology::MaskToIds;
 
@@ -45,18 +44,10 @@ PodSpec DevPod(const std::string& uid, int n) { return Pod(uid, {Dev("main", n)}
 PodSpec CorePod(const std::string& uid, int n) { return Pod(uid, {Cores("main", n)}); }
 
 Placement DevicePlacement(const std::vector<int>& ids) {
-  Placement p{Unit::kDevice, ids, 0};
-  for (int d : ids) {
-    if (d >= 0 && d < 64) p.devices |= DeviceMask{1} << d;
-  }
-  return p;
+  return Placement::FromIds(Unit::kDevice, ids, /*cores_per_device=*/1);
 }
 Placement CorePlacement(int cores_per_device, const std::vector<int>& ids) {
-  Placement p{Unit::kCore, ids, 0};
-  for (int c : ids) {
-    if (c >= 0 && c / cores_per_device < 64) p.devices |= DeviceMask{1} << (c / cores_per_device);
-  }
-  return p;
+  return Placement::FromIds(Unit::kCore, ids, cores_per_device);
 }
 RecordedPod Record(const std::string& uid, const std::string& node, std::vector<Placement> sets) {
   RecordedPod r{uid, "ns/" + uid, PodAllocation{node, {}}};

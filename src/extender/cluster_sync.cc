@@ -138,14 +138,14 @@ Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& p
     if (!device && !core) {
       return Error{fmt::format("allocation record names unmanaged resource '{}'", c.resource)};
     }
-    topology::Placement p{device ? Unit::kDevice : Unit::kCore, c.ids, 0};
+    auto p =
+        topology::Placement::FromIds(device ? Unit::kDevice : Unit::kCore, c.ids, cores_per_device);
     std::sort(p.ids.begin(), p.ids.end());
     for (int id : p.ids) {
       const int d = device ? id : id / cores_per_device;
       if (id < 0 || d >= topology::kMaxDevices) {
         return Error{fmt::format("allocation record has id {} out of range", id)};
       }
-      p.devices |= topology::DeviceMask{1} << d;
     }
     recorded.allocation.containers.push_back({c.container, std::move(p)});
   }

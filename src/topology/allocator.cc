@@ -162,8 +162,7 @@ Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const
                         [&](int c) { return (busy >> (c / shape.cores_per_device) & 1) != 0; });
   free.resize(static_cast<size_t>(req.count));
   std::sort(free.begin(), free.end());
-  Placement p{Unit::kCore, free, 0};
-  for (int c : free) p.devices |= DeviceMask{1} << (c / shape.cores_per_device);
+  Placement p = Placement::FromIds(shape, Unit::kCore, std::move(free));
   return Accept(p, FitScore(1.0, UsedCoresAfter(shape, usage, p), shape.cores));
 }
 

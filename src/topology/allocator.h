@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -102,8 +103,23 @@ struct Placement {
   Unit unit = Unit::kDevice;
   std::vector<int> ids;    // ascending device ids or core ids
   DeviceMask devices = 0;  // every device the ids touch
+
+  // The placement of these ids, in the order given, with `devices` filled in. Builds, does not
+  // check: an id with no device bit (negative, or past kMaxDevices) sets none, so that a caller
+  // validating recorded ids can still report them. `cores_per_device` matters for kCore only.
+  static Placement FromIds(Unit unit, std::vector<int> ids, int cores_per_device);
+  static Placement FromIds(const NodeShape& shape, Unit unit, std::vector<int> ids) {
+    return FromIds(unit, std::move(ids), shape.cores_per_device);
+  }
 };
 std::vector<int> MaskToIds(DeviceMask mask);
+
+// Geometry of sets of ids on one node (topology/placement.cc). A device covers all its cores.
+// The cores a placement covers, from its ids alone (recorded placements need not carry ascending
+// ids or a correct `devices` mask); ids outside the shape cover nothing.
+CoreBits CoresOf(const NodeShape& shape, const Placement& p);
+// True if the two placements share a core.
+bool Overlaps(const NodeShape& shape, const Placement& a, const Placement& b);
 
 // The outcome of one allocation question.
 struct Decision {

@@ -238,7 +238,12 @@ class Tracker {
     PoolState* shared = nullptr;  // into shared_ (stable: never rehashed after construction)
     PoolState& pool() { return shared != nullptr ? *shared : own; }
     const PoolState& pool() const { return shared != nullptr ? *shared : own; }
+    // What a hold taken through this node records as its pool (Hold::pool).
+    std::string HoldPool() const { return shared != nullptr ? info.pool : std::string(); }
   };
+
+  // Source files: tracker.cc (nodes, fit, rank, queries), fitting.cc (a pod's containers on one
+  // node), preemption.cc, holds.cc (the hold state machine), rebuild.cc (rebuild, adopt).
 
   FitResult FitLocked(const PodSpec& pod, const NodeEntry& node, const topology::NodeUsage& usage,
                       bool with_ids = true, const topology::SlotCosts* costs = nullptr) const;
@@ -256,6 +261,12 @@ class Tracker {
   void ReleaseLocked(PoolState& pool, const std::string& uid, const PodAllocation& allocation);
   // The pool a hold's ids are in; nullptr if its node is gone (private pools only).
   PoolState* PoolOfHold(const Hold& hold);
+  // The one way a hold enters holds_: takes its ids from `pool` (already validated against it),
+  // records `uid` as a holder there and in the index of its state. On overlap changes nothing
+  // and returns false.
+  bool InsertHoldLocked(PoolState& pool, const std::string& uid, Hold hold);
+  // Moves a held pod to kCommitted or kReleasing (no deadline), keeping the indexes in step.
+  void SetStateLocked(const std::string& uid, Hold& hold, HoldState state);
   void EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it);
   std::vector<std::string> HoldersOverlapping(const PoolState& pool,
                                               const PodAllocation& allocation) const;
