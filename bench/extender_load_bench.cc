@@ -12,11 +12,11 @@
 #include <spdlog/spdlog.h>
 
 #include "extender/api_writer.h"
-#include "extender/http_server.h"
 #include "extender/router.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/client.h"
+#include "net/http_server.h"
 
 namespace {
 
@@ -35,11 +35,12 @@ struct Stack {
   Stack() {
     spdlog::set_level(spdlog::level::err);
     // The API stub: every POST .../binding succeeds.
-    HttpServerOptions stub_options;
+    net::HttpServerOptions stub_options;
     stub_options.address = "127.0.0.1";
     stub_options.port = 0;
     stub_options.threads = 1;
-    stub = std::move(HttpServer::Start(stub_options, [](HttpRequest&&, Responder respond) {
+    stub = std::move(net::HttpServer::Start(stub_options, [](net::HttpRequest&&,
+                                                             net::Responder respond) {
              respond({201, "application/json",
                       R"({"kind":"Status","apiVersion":"v1","status":"Success"})"});
            })).value();
@@ -62,11 +63,11 @@ struct Stack {
     service->ReplaceNodes(nodes);
     service->ReplacePods({});
     router = std::make_unique<Router>(*service, metrics, 4);
-    HttpServerOptions options;
+    net::HttpServerOptions options;
     options.address = "127.0.0.1";
     options.port = 0;
     options.threads = 1;
-    server = std::move(HttpServer::Start(options, router->AsHandler())).value();
+    server = std::move(net::HttpServer::Start(options, router->AsHandler())).value();
     base = "http://127.0.0.1:" + std::to_string(server->port());
   }
   ~Stack() {
@@ -74,12 +75,12 @@ struct Stack {
     stub->Stop();
   }
   Metrics metrics;
-  std::unique_ptr<HttpServer> stub;
+  std::unique_ptr<net::HttpServer> stub;
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<ApiClusterWriter> writer;
   std::unique_ptr<ExtenderService> service;
   std::unique_ptr<Router> router;
-  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<net::HttpServer> server;
   std::vector<std::string> names;
   std::string base;
   std::atomic<int> next_pod{0};

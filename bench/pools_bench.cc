@@ -80,14 +80,14 @@ struct World {
           ++next;
           ++in_flight;
           ext->UpsertPod(testing::IpuPod(uid, uid, 1));
-          extender::HttpRequest request{"POST", "/bind",
-                                        fmt::format(R"({{"PodName":"{0}","PodNamespace":"default",
+          net::HttpRequest request{"POST", "/bind",
+                                   fmt::format(R"({{"PodName":"{0}","PodNamespace":"default",
 "PodUID":"{0}","Node":"{1}"}})",
-                                                    uid, node),
-                                        ""};
+                                               uid, node),
+                                   ""};
           request.body.reserve(request.body.size() + 64);
           lock.unlock();
-          router->Handle(std::move(request), [this, uid](extender::HttpResponse) {
+          router->Handle(std::move(request), [this, uid](net::HttpResponse) {
             auto pod = testing::IpuPod(uid, uid, 1);
             ext->DeletePod(pod);  // the partition is removed in the background
             std::lock_guard l(mu);
@@ -151,12 +151,12 @@ void BM_FilterWhileBindsWaitOnProvisioner(benchmark::State& state) {
   }
   std::vector<double> micros;
   for (auto _ : state) {
-    extender::HttpRequest request{"POST", "/filter", w.filter_body, ""};
+    net::HttpRequest request{"POST", "/filter", w.filter_body, ""};
     request.body.reserve(request.body.size() + 64);
     const auto start = std::chrono::steady_clock::now();
     int status = 0;
     w.router->Handle(std::move(request),
-                     [&](extender::HttpResponse response) { status = response.status; });
+                     [&](net::HttpResponse response) { status = response.status; });
     micros.push_back(
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count());

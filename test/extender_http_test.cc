@@ -12,12 +12,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "extender/http_server.h"
 #include "extender/offline.h"
 #include "extender/router.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
+#include "net/http_server.h"
 
 namespace toposched::extender {
 namespace {
@@ -58,7 +58,7 @@ Reply Request(const std::string& url, const std::string* post_body, const std::s
 
 class HttpTest : public ::testing::Test {
  protected:
-  void Start(HttpServerOptions options = {}) {
+  void Start(net::HttpServerOptions options = {}) {
     std::vector<kube::Node> nodes;
     for (int i = 0; i < 4; ++i) {
       auto node = kube::DecodeNode(
@@ -74,7 +74,7 @@ class HttpTest : public ::testing::Test {
     router_ = std::make_unique<Router>(*service_, metrics_, 4);
     options.address = "127.0.0.1";
     options.port = 0;
-    auto server = HttpServer::Start(options, router_->AsHandler());
+    auto server = net::HttpServer::Start(options, router_->AsHandler());
     ASSERT_TRUE(server.ok()) << server.error();
     server_ = std::move(server).value();
     base_ = (options.tls_cert_file.empty() ? "http://127.0.0.1:" : "https://localhost:") +
@@ -88,7 +88,7 @@ class HttpTest : public ::testing::Test {
   Metrics metrics_;
   std::unique_ptr<ExtenderService> service_;
   std::unique_ptr<Router> router_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<net::HttpServer> server_;
   std::string base_;
 };
 
@@ -132,7 +132,7 @@ TEST_F(HttpTest, MalformedJsonIs400WithAnErrorBody) {
 }
 
 TEST_F(HttpTest, BodyOverTheLimitIs413) {
-  HttpServerOptions options;
+  net::HttpServerOptions options;
   options.body_limit = 1024;
   Start(options);
   const std::string big(4096, ' ');
@@ -163,7 +163,7 @@ TEST_F(HttpTest, ServesHttpsWithTheGivenCertificate) {
       "-addext subjectAltName=DNS:localhost -keyout " +
       (dir / "key.pem").string() + " -out " + (dir / "cert.pem").string() + " >/dev/null 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  HttpServerOptions options;
+  net::HttpServerOptions options;
   options.tls_cert_file = (dir / "cert.pem").string();
   options.tls_key_file = (dir / "key.pem").string();
   Start(options);

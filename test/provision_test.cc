@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "extender/http_server.h"
+#include "net/http_server.h"
 #include "pools_fixtures.h"
 #include "provision/partition.h"
 #include "provision/reaper.h"
@@ -142,14 +142,13 @@ TEST_F(ProvisionerTest, ReaperRunsTheCallbackOnlyOnceGone) {
 
 TEST(HttpServiceTest, TalksToTheFakeOverLoopbackWithAToken) {
   FakePartitionService fake(FakeServiceOptions{20ms, 10ms, 0, "s3cret", 1}, testing::SteadyNowNs);
-  extender::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = "127.0.0.1";
   http.port = 0;
-  auto server = extender::HttpServer::Start(
-      http, [&](extender::HttpRequest&& r, extender::Responder respond) {
-        auto a = fake.Handle(r.method, r.target, r.body, r.authorization);
-        respond({a.status, "application/json", a.body});
-      });
+  auto server = net::HttpServer::Start(http, [&](net::HttpRequest&& r, net::Responder respond) {
+    auto a = fake.Handle(r.method, r.target, r.body, r.authorization);
+    respond({a.status, "application/json", a.body});
+  });
   ASSERT_TRUE(server.ok()) << server.error();
   const std::string url = fmt::format("http://127.0.0.1:{}", (*server)->port());
 
@@ -182,16 +181,15 @@ TEST(HttpServiceTest, TalksToTheFakeOverLoopbackWithAToken) {
 }
 
 TEST(HttpServiceTest, ASlowServiceTimesOut) {
-  extender::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = "127.0.0.1";
   http.port = 0;
-  auto server =
-      extender::HttpServer::Start(http, [&](extender::HttpRequest&&, extender::Responder respond) {
-        std::thread([respond] {
-          std::this_thread::sleep_for(1500ms);
-          respond({200, "application/json", "{\"partitions\":[]}"});
-        }).detach();
-      });
+  auto server = net::HttpServer::Start(http, [&](net::HttpRequest&&, net::Responder respond) {
+    std::thread([respond] {
+      std::this_thread::sleep_for(1500ms);
+      respond({200, "application/json", "{\"partitions\":[]}"});
+    }).detach();
+  });
   ASSERT_TRUE(server.ok()) << server.error();
   auto client =
       MakeHttpService({fmt::format("http://127.0.0.1:{}", (*server)->port()), "", "", 200ms});

@@ -14,7 +14,6 @@
 
 #include "cli/commands.h"
 #include "extender/api_writer.h"
-#include "extender/http_server.h"
 #include "extender/metrics.h"
 #include "extender/offline.h"
 #include "extender/router.h"
@@ -23,6 +22,7 @@
 #include "kube/duration.h"
 #include "kube/informer.h"
 #include "kube/leader_election.h"
+#include "net/http_server.h"
 
 namespace toposched::cli {
 
@@ -409,7 +409,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
 
   extender::Router router(service, metrics, o.bind_threads);
   if (elector) router.SetLeaderGate([&elector] { return elector->IsLeader(); });
-  extender::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = listen->first;
   http.port = listen->second;
   http.threads = o.threads;
@@ -417,7 +417,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   http.tls_cert_file = o.tls_cert_file;
   http.tls_key_file = o.tls_key_file;
   http.tls_client_ca_file = o.tls_client_ca_file;
-  auto server = extender::HttpServer::Start(http, router.AsHandler());
+  auto server = net::HttpServer::Start(http, router.AsHandler());
   if (!server.ok()) {
     spdlog::error("{}", server.error());
     return kExitUsage;

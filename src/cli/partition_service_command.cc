@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
-#include "extender/http_server.h"
+#include "net/http_server.h"
 #include "provision/fake_service.h"
 
 namespace toposched::cli {
@@ -78,13 +78,13 @@ int RunPartitionService(const PartitionServiceOptions& o) {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   });
-  extender::HttpServerOptions http;
+  net::HttpServerOptions http;
   http.address = o.address;
   http.port = static_cast<uint16_t>(o.port);
   http.threads = 2;
   http.body_limit = 1 << 20;
-  auto server = extender::HttpServer::Start(
-      http, [&](extender::HttpRequest&& request, extender::Responder respond) {
+  auto server =
+      net::HttpServer::Start(http, [&](net::HttpRequest&& request, net::Responder respond) {
         provision::FakeAnswer answer =
             fake.Handle(request.method, request.target, request.body, request.authorization);
         spdlog::debug("{} {} -> {}", request.method, request.target, answer.status);

@@ -5,11 +5,14 @@
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
+#include "base/json_reader.h"
 #include "kube/decode.h"
 
 namespace toposched::extender {
 namespace {
 
+namespace ondemand = simdjson::ondemand;
+using json::Path;
 using simdjson::ondemand::value;
 
 // Go's encoding/json matches keys case-insensitively; kube-scheduler sends the exact names.
@@ -25,135 +28,108 @@ bool KeyIs(std::string_view key, std::string_view name) {
   return true;
 }
 
-Error JsonError(std::string_view where, simdjson::error_code code) {
-  return Error{fmt::format("{}: {}", where, simdjson::error_message(code))};
-}
-
-// Iterates the top-level object, calling on_field(key, value) -> Status for each field.
+// Decodes `body` (one JSON object) with the thread's parser, calling on_field(key, value, path)
+// -> Status for each top-level field.
 template <typename Fn>
-Status ForEachField(simdjson::padded_string_view body, simdjson::ondemand::parser& parser,
-                    Fn&& on_field) {
-  simdjson::ondemand::document doc;
-  if (auto err = parser.iterate(body).get(doc)) return JsonError("request body", err);
-  simdjson::ondemand::object root;
-  if (auto err = doc.get_object().get(root)) return JsonError("request body", err);
-  for (auto field : root) {
-    std::string_view key;
-    if (auto err = field.unescaped_key().get(key)) return JsonError("request body", err);
-    value v;
-    if (auto err = field.value().get(v)) return JsonError(key, err);
-    if (auto status = on_field(key, v); !status.ok()) return status;
-  }
+Status ForEachTopField(simdjson::padded_string_view body, Fn&& on_field) {
+  return json::DecodeDocument(body, [&](value& root) -> Status {
+    const Path path;
+    ondemand::object object;
+    bool present = false;
+    if (auto s = json::OpenObject(root, path, object, present); !s.ok()) return s;
+    if (!present) return json::ErrorAt(path, "expected an object, got null");
+    return json::ForEachField(object, path, on_field);
+  });
+}
+
+Status IsNull(value& v, const Path& path, bool& null) {
+  ondemand::json_type type;
+  if (auto s = json::TypeOf(v, path, type); !s.ok()) return s;
+  null = type == ondemand::json_type::null;
   return OkStatus();
 }
 
-Result<bool> IsNull(value& v, std::string_view where) {
+Status ReadStringArray(value& v, const Path& path, std::vector<std::string>& out) {
+  ondemand::array array;
+  bool present = false;
+  if (auto s = json::OpenArray(v, path, array, present); !s.ok() || !present) return s;
+  return json::ForEachElement(array, path, [&](size_t, value& item, const Path& at) -> Status {
+    return json::ReadString(item, at, out.emplace_back());
+  });
+}
+
+Status ReadPod(value& v, const Path& path, kube::Pod& pod, bool& seen) {
   bool null = false;
-  if (auto err = v.is_null().get(null)) return JsonError(where, err);
-  return null;
-}
-
-Status ReadString(value& v, std::string_view where, std::string& out) {
-  std::string_view s;
-  if (auto err = v.get_string().get(s)) return JsonError(where, err);
-  out.assign(s);
-  return OkStatus();
-}
-
-Result<std::vector<std::string>> ReadStringArray(value& v, std::string_view where) {
-  std::vector<std::string> out;
-  simdjson::ondemand::array array;
-  if (auto err = v.get_array().get(array)) return JsonError(where, err);
-  for (auto item : array) {
-    std::string_view s;
-    if (auto err = item.get_string().get(s)) return JsonError(where, err);
-    out.emplace_back(s);
-  }
-  return out;
-}
-
-Status ReadPod(value& v, kube::Pod& pod, bool& seen) {
-  auto null = IsNull(v, "Pod");
-  if (!null.ok()) return Error{null.error()};
-  if (*null) return OkStatus();
+  if (auto s = IsNull(v, path, null); !s.ok() || null) return s;
   auto decoded = kube::DecodePod(v);
-  if (!decoded.ok()) return Error{"Pod: " + decoded.error()};
+  if (!decoded.ok()) return json::ErrorAt(path, decoded.error());
   pod = std::move(decoded).value();
   seen = true;
   return OkStatus();
+}
+
+// A victim pod's UID: a MetaPod {"UID":...} or a full Pod's metadata.uid.
+Status ReadVictimUid(value& v, const Path& path, std::string& uid) {
+  ondemand::object pod;
+  bool present = false;
+  if (auto s = json::OpenObject(v, path, pod, present); !s.ok()) return s;
+  if (!present) return json::ErrorAt(path, "expected an object, got null");
+  return json::ForEachField(
+      pod, path, [&](std::string_view key, value& field, const Path& at) -> Status {
+        if (KeyIs(key, "UID")) return json::ReadString(field, at, uid);  // MetaPod
+        if (key != "metadata") return OkStatus();                        // full Pod
+        ondemand::object meta;
+        bool has_meta = false;
+        if (auto s = json::OpenObject(field, at, meta, has_meta); !s.ok() || !has_meta) return s;
+        return json::ForEachField(
+            meta, at,
+            [&](std::string_view meta_key, value& meta_field, const Path& meta_at) -> Status {
+              if (meta_key != "uid") return OkStatus();
+              return json::ReadString(meta_field, meta_at, uid);
+            });
+      });
 }
 
 // Victims or MetaVictims: {"Pods":[...], "NumPDBViolations":N}; pods are full Pod objects or
 // MetaPods {"UID":...}. Either way only the UID matters.
 Status ReadVictims(value& v, std::string_view node, Victims& out) {
   const std::string where = fmt::format("victims of node {}", node);
-  simdjson::ondemand::object obj;
-  if (auto err = v.get_object().get(obj)) return JsonError(where, err);
-  for (auto field : obj) {
-    std::string_view key;
-    if (auto err = field.unescaped_key().get(key)) return JsonError(where, err);
-    value fv;
-    if (auto err = field.value().get(fv)) return JsonError(where, err);
-    if (KeyIs(key, "NumPDBViolations")) {
-      if (auto err = fv.get_int64().get(out.num_pdb_violations)) return JsonError(where, err);
-    } else if (KeyIs(key, "Pods")) {
-      auto null = IsNull(fv, where);
-      if (!null.ok()) return Error{null.error()};
-      if (*null) continue;
-      simdjson::ondemand::array pods;
-      if (auto err = fv.get_array().get(pods)) return JsonError(where, err);
-      for (auto item : pods) {
-        simdjson::ondemand::object pod;
-        if (auto err = item.get_object().get(pod)) return JsonError(where, err);
-        std::string uid;
-        for (auto pf : pod) {
-          std::string_view pkey;
-          if (auto err = pf.unescaped_key().get(pkey)) return JsonError(where, err);
-          value pv;
-          if (auto err = pf.value().get(pv)) return JsonError(where, err);
-          if (KeyIs(pkey, "UID")) {  // MetaPod
-            if (auto s = ReadString(pv, where, uid); !s.ok()) return s;
-          } else if (pkey == "metadata") {  // full Pod
-            simdjson::ondemand::object meta;
-            if (auto err = pv.get_object().get(meta)) return JsonError(where, err);
-            for (auto mf : meta) {
-              std::string_view mkey;
-              if (auto err = mf.unescaped_key().get(mkey)) return JsonError(where, err);
-              if (mkey != "uid") continue;
-              value mv;
-              if (auto err = mf.value().get(mv)) return JsonError(where, err);
-              if (auto s = ReadString(mv, where, uid); !s.ok()) return s;
-            }
-          }
-        }
-        if (uid.empty()) return Error{fmt::format("{}: a victim pod has no UID", where)};
-        out.pod_uids.push_back(std::move(uid));
-      }
-    }
-  }
-  return OkStatus();
+  const Path path(where);
+  ondemand::object object;
+  bool present = false;
+  if (auto s = json::OpenObject(v, path, object, present); !s.ok() || !present) return s;
+  return json::ForEachField(
+      object, path, [&](std::string_view key, value& field, const Path& at) -> Status {
+        if (KeyIs(key, "NumPDBViolations"))
+          return json::ReadInt64(field, at, out.num_pdb_violations);
+        if (!KeyIs(key, "Pods")) return OkStatus();
+        ondemand::array pods;
+        bool has_pods = false;
+        if (auto s = json::OpenArray(field, at, pods, has_pods); !s.ok() || !has_pods) return s;
+        return json::ForEachElement(pods, at,
+                                    [&](size_t, value& item, const Path& item_at) -> Status {
+                                      std::string uid;
+                                      if (auto s = ReadVictimUid(item, item_at, uid); !s.ok())
+                                        return s;
+                                      if (uid.empty())
+                                        return json::ErrorAt(path, "a victim pod has no UID");
+                                      out.pod_uids.push_back(std::move(uid));
+                                      return OkStatus();
+                                    });
+      });
 }
 
-Status ReadVictimMap(value& v, std::map<std::string, Victims>& out) {
-  auto null = IsNull(v, "NodeNameToVictims");
-  if (!null.ok()) return Error{null.error()};
-  if (*null) return OkStatus();
-  simdjson::ondemand::object obj;
-  if (auto err = v.get_object().get(obj)) return JsonError("NodeNameToVictims", err);
-  for (auto field : obj) {
-    std::string_view node;
-    if (auto err = field.unescaped_key().get(node)) return JsonError("NodeNameToVictims", err);
-    value fv;
-    if (auto err = field.value().get(fv)) return JsonError("NodeNameToVictims", err);
-    Victims victims;
-    auto null_victims = IsNull(fv, node);
-    if (!null_victims.ok()) return Error{null_victims.error()};
-    if (!*null_victims) {
-      if (auto s = ReadVictims(fv, node, victims); !s.ok()) return s;
-    }
-    out[std::string(node)] = std::move(victims);
-  }
-  return OkStatus();
+Status ReadVictimMap(value& v, const Path& path, std::map<std::string, Victims>& out) {
+  ondemand::object object;
+  bool present = false;
+  if (auto s = json::OpenObject(v, path, object, present); !s.ok() || !present) return s;
+  return json::ForEachMapEntry(object, path,
+                               [&](std::string_view node, value& entry, const Path&) -> Status {
+                                 Victims victims;
+                                 if (auto s = ReadVictims(entry, node, victims); !s.ok()) return s;
+                                 out[std::string(node)] = std::move(victims);
+                                 return OkStatus();
+                               });
 }
 
 void AppendStringMap(std::string& out, const std::map<std::string, std::string>& m) {
@@ -181,31 +157,29 @@ const std::vector<std::string>& ExtenderArgs::CandidateNames() const {
 }
 
 Result<ExtenderArgs> DecodeExtenderArgs(simdjson::padded_string_view body) {
-  thread_local simdjson::ondemand::parser parser;
   ExtenderArgs args;
   bool saw_pod = false;
-  auto status = ForEachField(body, parser, [&](std::string_view key, value& v) -> Status {
-    if (KeyIs(key, "Pod")) return ReadPod(v, args.pod, saw_pod);
-    if (KeyIs(key, "NodeNames")) {
-      auto null = IsNull(v, "NodeNames");
-      if (!null.ok()) return Error{null.error()};
-      if (*null) return OkStatus();
-      auto names = ReadStringArray(v, "NodeNames");
-      if (!names.ok()) return Error{names.error()};
-      args.node_names = std::move(names).value();
-      return OkStatus();
-    }
-    if (KeyIs(key, "Nodes")) {
-      auto null = IsNull(v, "Nodes");
-      if (!null.ok()) return Error{null.error()};
-      if (*null) return OkStatus();
-      auto nodes = kube::DecodeNodeListItems(v);
-      if (!nodes.ok()) return Error{"Nodes: " + nodes.error()};
-      args.nodes = std::move(nodes).value();
-      return OkStatus();
-    }
-    return OkStatus();  // unknown keys are ignored, as Go does
-  });
+  auto status =
+      ForEachTopField(body, [&](std::string_view key, value& v, const Path& at) -> Status {
+        if (KeyIs(key, "Pod")) return ReadPod(v, at, args.pod, saw_pod);
+        if (KeyIs(key, "NodeNames")) {
+          bool null = false;
+          if (auto s = IsNull(v, at, null); !s.ok() || null) return s;
+          std::vector<std::string> names;
+          if (auto s = ReadStringArray(v, at, names); !s.ok()) return s;
+          args.node_names = std::move(names);
+          return OkStatus();
+        }
+        if (KeyIs(key, "Nodes")) {
+          bool null = false;
+          if (auto s = IsNull(v, at, null); !s.ok() || null) return s;
+          auto nodes = kube::DecodeNodeListItems(v);
+          if (!nodes.ok()) return json::ErrorAt(at, nodes.error());
+          args.nodes = std::move(nodes).value();
+          return OkStatus();
+        }
+        return OkStatus();  // unknown keys are ignored, as Go does
+      });
   if (!status.ok()) return Error{status.error()};
   if (!saw_pod) return Error{"ExtenderArgs has no Pod"};
   if (!args.node_names && !args.nodes) return Error{"ExtenderArgs has neither NodeNames nor Nodes"};
@@ -213,15 +187,15 @@ Result<ExtenderArgs> DecodeExtenderArgs(simdjson::padded_string_view body) {
 }
 
 Result<BindingArgs> DecodeBindingArgs(simdjson::padded_string_view body) {
-  thread_local simdjson::ondemand::parser parser;
   BindingArgs args;
-  auto status = ForEachField(body, parser, [&](std::string_view key, value& v) -> Status {
-    if (KeyIs(key, "PodName")) return ReadString(v, "PodName", args.pod_name);
-    if (KeyIs(key, "PodNamespace")) return ReadString(v, "PodNamespace", args.pod_namespace);
-    if (KeyIs(key, "PodUID")) return ReadString(v, "PodUID", args.pod_uid);
-    if (KeyIs(key, "Node")) return ReadString(v, "Node", args.node);
-    return OkStatus();
-  });
+  auto status =
+      ForEachTopField(body, [&](std::string_view key, value& v, const Path& at) -> Status {
+        if (KeyIs(key, "PodName")) return json::ReadString(v, at, args.pod_name);
+        if (KeyIs(key, "PodNamespace")) return json::ReadString(v, at, args.pod_namespace);
+        if (KeyIs(key, "PodUID")) return json::ReadString(v, at, args.pod_uid);
+        if (KeyIs(key, "Node")) return json::ReadString(v, at, args.node);
+        return OkStatus();
+      });
   if (!status.ok()) return Error{status.error()};
   if (args.pod_name.empty() || args.pod_namespace.empty() || args.pod_uid.empty() ||
       args.node.empty()) {
@@ -231,16 +205,16 @@ Result<BindingArgs> DecodeBindingArgs(simdjson::padded_string_view body) {
 }
 
 Result<PreemptionArgs> DecodePreemptionArgs(simdjson::padded_string_view body) {
-  thread_local simdjson::ondemand::parser parser;
   PreemptionArgs args;
   bool saw_pod = false;
-  auto status = ForEachField(body, parser, [&](std::string_view key, value& v) -> Status {
-    if (KeyIs(key, "Pod")) return ReadPod(v, args.pod, saw_pod);
-    if (KeyIs(key, "NodeNameToMetaVictims") || KeyIs(key, "NodeNameToVictims")) {
-      return ReadVictimMap(v, args.node_victims);
-    }
-    return OkStatus();
-  });
+  auto status =
+      ForEachTopField(body, [&](std::string_view key, value& v, const Path& at) -> Status {
+        if (KeyIs(key, "Pod")) return ReadPod(v, at, args.pod, saw_pod);
+        if (KeyIs(key, "NodeNameToMetaVictims") || KeyIs(key, "NodeNameToVictims")) {
+          return ReadVictimMap(v, at, args.node_victims);
+        }
+        return OkStatus();
+      });
   if (!status.ok()) return Error{status.error()};
   if (!saw_pod) return Error{"ExtenderPreemptionArgs has no Pod"};
   return args;

@@ -33,7 +33,7 @@ std::string_view LastSegment(std::string_view target) {
 }
 
 // 503 for kube-scheduler (an error it retries, never a placement) and a reason for humans.
-HttpResponse NotLeader(std::string_view verb) {
+net::HttpResponse NotLeader(std::string_view verb) {
   return {503, "application/json",
           fmt::format("{{\"Error\":{}}}",
                       JsonQuote(fmt::format("{}: this toposched extender is a standby (another "
@@ -41,7 +41,7 @@ HttpResponse NotLeader(std::string_view verb) {
                                             verb)))};
 }
 
-HttpResponse BadRequest(std::string_view verb, const std::string& error) {
+net::HttpResponse BadRequest(std::string_view verb, const std::string& error) {
   spdlog::warn("{}: malformed request: {}", verb, error);
   return {400, "application/json",
           fmt::format("{{\"Error\":{}}}",
@@ -50,10 +50,10 @@ HttpResponse BadRequest(std::string_view verb, const std::string& error) {
 
 }  // namespace
 
-void Router::Handle(HttpRequest&& request, Responder respond) {
+void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   const auto start = std::chrono::steady_clock::now();
   const std::string verb(LastSegment(request.target));
-  auto finish = [this, start, verb, respond](HttpResponse response) {
+  auto finish = [this, start, verb, respond](net::HttpResponse response) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics_.ObserveRequest(verb, response.status, seconds);

@@ -8,9 +8,9 @@
 #include <functional>
 #include <memory>
 
-#include "extender/http_server.h"
 #include "extender/metrics.h"
 #include "extender/service.h"
+#include "net/http_server.h"
 
 namespace toposched::extender {
 
@@ -26,9 +26,11 @@ class Router {
   // Set before serving; null (the default) serves always.
   void SetLeaderGate(std::function<bool()> is_leader) { is_leader_ = std::move(is_leader); }
 
-  void Handle(HttpRequest&& request, Responder respond);
-  HttpHandler AsHandler() {
-    return [this](HttpRequest&& r, Responder respond) { Handle(std::move(r), std::move(respond)); };
+  void Handle(net::HttpRequest&& request, net::Responder respond);
+  net::HttpHandler AsHandler() {
+    return [this](net::HttpRequest&& r, net::Responder respond) {
+      Handle(std::move(r), std::move(respond));
+    };
   }
 
  private:

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "base/json_escape.h"
-#include "kube/json_reader.h"
+#include "base/json_reader.h"
 
 namespace toposched::kube {
 namespace {

@@ -12,19 +12,12 @@
 #include <string_view>
 #include <utility>
 
-#include <curl/curl.h>
 #include <spdlog/spdlog.h>
+
+#include "net/http_client.h"
 
 namespace toposched::kube {
 namespace {
-
-// A non-2xx watch answer is kept only for its message; anything beyond this is dropped.
-constexpr size_t kMaxErrorBody = 64 * 1024;
-
-void GlobalInitOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
 
 bool IsTokenSafe(std::string_view token) {
   for (char c : token) {
@@ -51,54 +44,7 @@ Result<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
-// Splits the configured server URL so that tls_server_name can replace the host in the URL while
-// CURLOPT_CONNECT_TO still dials the real address.
-struct ServerUrl {
-  std::string scheme;
-  std::string host;
-  std::string port;
-  std::string path;  // without a trailing '/'
-};
-
-Result<ServerUrl> ParseServerUrl(const std::string& server) {
-  CURLU* url = curl_url();
-  if (url == nullptr) return Error{"out of memory"};
-  ServerUrl parts;
-  const CURLUcode set = curl_url_set(url, CURLUPART_URL, server.c_str(), 0);
-  auto get = [&](CURLUPart part, std::string& out, unsigned flags) {
-    char* text = nullptr;
-    if (curl_url_get(url, part, &text, flags) != CURLUE_OK) return false;
-    out = text;
-    curl_free(text);
-    return true;
-  };
-  const bool ok = set == CURLUE_OK && get(CURLUPART_SCHEME, parts.scheme, 0) &&
-                  get(CURLUPART_HOST, parts.host, 0) &&
-                  get(CURLUPART_PORT, parts.port, CURLU_DEFAULT_PORT) &&
-                  get(CURLUPART_PATH, parts.path, 0);
-  curl_url_cleanup(url);
-  if (!ok) return Error{"invalid server URL \"" + server + "\""};
-  if (parts.scheme != "https" && parts.scheme != "http") {
-    return Error{"server URL \"" + server + "\" must be http or https"};
-  }
-  while (!parts.path.empty() && parts.path.back() == '/') parts.path.pop_back();
-  return parts;
-}
-
 }  // namespace
-
-struct ApiClient::Connection {
-  CURLM* multi = nullptr;  // owns the connection cache, so keep-alive survives between requests
-  CURL* easy = nullptr;
-
-  Connection() : multi(curl_multi_init()), easy(curl_easy_init()) {}
-  ~Connection() {
-    if (easy != nullptr) curl_easy_cleanup(easy);
-    if (multi != nullptr) curl_multi_cleanup(multi);
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-};
 
 struct ApiClient::Request {
   const char* method = "GET";
@@ -113,30 +59,21 @@ struct ApiClient::Request {
 
 namespace {
 
-// State shared with curl's write callback during one transfer.
-struct Transfer {
-  CURL* easy = nullptr;
+// Splits a watch's streamed body into lines for on_line.
+struct LineSplitter {
   const std::function<bool(std::string_view)>* on_line = nullptr;
   size_t max_bytes = 0;
-  HttpResponse response;
   std::string partial_line;  // a line split across chunks
-  bool status_checked = false;
-  bool streaming = false;      // a 2xx watch: body goes to on_line
-  bool consumer_done = false;  // on_line returned false
   bool too_large = false;
 
   // Delivers one line; false when the consumer wants no more.
   bool Deliver(std::string_view line) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) return true;
-    if (!(*on_line)(line)) {
-      consumer_done = true;
-      return false;
-    }
-    return true;
+    return (*on_line)(line);
   }
 
-  // Returns false to make curl abort the transfer.
+  // Returns false to end the transfer.
   bool Stream(std::string_view chunk) {
     while (!chunk.empty()) {
       const size_t newline = chunk.find('\n');
@@ -163,37 +100,22 @@ struct Transfer {
   }
 };
 
-size_t WriteCallback(char* data, size_t size, size_t count, void* user) {
-  auto* transfer = static_cast<Transfer*>(user);
-  const size_t bytes = size * count;
-  const std::string_view chunk(data, bytes);
-  if (transfer->on_line != nullptr) {
-    if (!transfer->status_checked) {
-      long status = 0;  // NOLINT(google-runtime-int)
-      curl_easy_getinfo(transfer->easy, CURLINFO_RESPONSE_CODE, &status);
-      transfer->streaming = status >= 200 && status < 300;
-      transfer->status_checked = true;
-    }
-    if (transfer->streaming) return transfer->Stream(chunk) ? bytes : 0;
-    const size_t room = kMaxErrorBody - std::min(kMaxErrorBody, transfer->response.body.size());
-    transfer->response.body.append(chunk.substr(0, room));
-    return bytes;
-  }
-  if (transfer->response.body.size() + bytes > transfer->max_bytes) {
-    transfer->too_large = true;
-    return 0;
-  }
-  transfer->response.body.append(chunk);
-  return bytes;
+net::HttpClientOptions TransportOptions(const ClientConfig& config, std::string connect_to) {
+  net::HttpClientOptions options;
+  options.tls.ca_file = config.ca_file;
+  options.tls.ca_pem = config.ca_pem;
+  options.tls.insecure_skip_verify = config.insecure_skip_tls_verify;
+  options.tls.client_cert_file = config.client_cert_file;
+  options.tls.client_cert_pem = config.client_cert_pem;
+  options.tls.client_key_file = config.client_key_file;
+  options.tls.client_key_pem = config.client_key_pem;
+  options.connect_to = std::move(connect_to);
+  options.connect_timeout = config.connect_timeout;
+  options.max_response_bytes = config.max_response_bytes;
+  options.max_idle_connections = config.max_idle_connections;
+  options.user_agent = config.user_agent;
+  return options;
 }
-
-struct CurlHeaders {
-  curl_slist* list = nullptr;
-  ~CurlHeaders() { curl_slist_free_all(list); }
-  void Add(const std::string& header) {
-    if (curl_slist* grown = curl_slist_append(list, header.c_str())) list = grown;
-  }
-};
 
 }  // namespace
 
@@ -202,20 +124,24 @@ ApiClient::ApiClient(ClientConfig config) : config_(std::move(config)) {}
 ApiClient::~ApiClient() = default;
 
 Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientConfig config) {
-  GlobalInitOnce();
-  Result<ServerUrl> url = ParseServerUrl(config.server);
-  if (!url.ok()) return Error{url.error()};
+  Result<net::UrlParts> url = net::SplitUrl(config.server);
+  if (!url.ok()) return Error{"invalid server URL \"" + config.server + "\""};
+  if (url->scheme != "https" && url->scheme != "http") {
+    return Error{"server URL \"" + config.server + "\" must be http or https"};
+  }
   if (!IsTokenSafe(config.token)) return Error{"the bearer token holds control characters"};
   std::unique_ptr<ApiClient> client(new ApiClient(std::move(config)));
   const ClientConfig& settings = client->config_;
+  // tls_server_name replaces the host in the URL while CONNECT_TO still dials the real address.
+  std::string connect_to;
   if (settings.tls_server_name.empty()) {
     client->url_base_ = url->scheme + "://" + url->host + ":" + url->port + url->path;
   } else {
     client->url_base_ =
         url->scheme + "://" + settings.tls_server_name + ":" + url->port + url->path;
-    client->connect_to_ =
-        settings.tls_server_name + ":" + url->port + ":" + url->host + ":" + url->port;
+    connect_to = settings.tls_server_name + ":" + url->port + ":" + url->host + ":" + url->port;
   }
+  client->http_ = std::make_unique<net::HttpClient>(TransportOptions(settings, connect_to));
   if (!settings.token_file.empty()) {
     Result<std::string> token = ReadTokenFile(settings.token_file);
     if (!token.ok()) return Error{token.error()};
@@ -261,25 +187,6 @@ std::string ApiClient::Token(bool force_reload) {
   return token_;
 }
 
-std::unique_ptr<ApiClient::Connection> ApiClient::Acquire() {
-  {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
-    if (!idle_.empty()) {
-      std::unique_ptr<Connection> connection = std::move(idle_.back());
-      idle_.pop_back();
-      return connection;
-    }
-  }
-  auto connection = std::make_unique<Connection>();
-  if (connection->multi == nullptr || connection->easy == nullptr) return nullptr;
-  return connection;
-}
-
-void ApiClient::Release(std::unique_ptr<Connection> connection) {
-  std::lock_guard<std::mutex> lock(pool_mutex_);
-  if (idle_.size() < config_.max_idle_connections) idle_.push_back(std::move(connection));
-}
-
 Result<HttpResponse> ApiClient::Send(const Request& request) {
   const std::string token = Token(false);
   Result<HttpResponse> response = SendOnce(request, token);
@@ -292,146 +199,36 @@ Result<HttpResponse> ApiClient::Send(const Request& request) {
 }
 
 Result<HttpResponse> ApiClient::SendOnce(const Request& request, const std::string& token) {
-  std::unique_ptr<Connection> connection = Acquire();
-  if (connection == nullptr) return Error{"cannot create a curl handle"};
-  CURL* easy = connection->easy;
-  curl_easy_reset(easy);  // keeps the connection cache and TLS session
-
-  const std::string url = url_base_ + std::string(request.path);
-  Transfer transfer;
-  transfer.easy = easy;
-  transfer.on_line = request.on_line;
-  transfer.max_bytes = config_.max_response_bytes;
-  char error_buffer[CURL_ERROR_SIZE] = {};
-
-  CurlHeaders headers;
-  headers.Add("Accept: application/json");
-  headers.Add("Expect:");  // no 100-continue round trip before large bodies
-  if (!token.empty()) headers.Add("Authorization: Bearer " + token);
+  net::HttpClientRequest call;
+  call.method = request.method;
+  call.url = url_base_ + std::string(request.path);
+  call.headers.push_back("Accept: application/json");
+  call.headers.push_back("Expect:");  // no 100-continue round trip before large bodies
+  if (!token.empty()) call.headers.push_back("Authorization: Bearer " + token);
   if (!request.content_type.empty()) {
-    headers.Add("Content-Type: " + std::string(request.content_type));
+    call.headers.push_back("Content-Type: " + std::string(request.content_type));
   }
+  call.body = request.body;
+  call.timeout = request.timeout;
+  LineSplitter lines;
+  if (request.on_line != nullptr) {
+    lines.on_line = request.on_line;
+    lines.max_bytes = config_.max_response_bytes;
+    call.on_body = [&lines](std::string_view chunk) { return lines.Stream(chunk); };
+    call.stop = request.stop;
+  }
+  Result<net::HttpClientResponse> response = http_->Send(call);
 
-  curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
-  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy, CURLOPT_USERAGENT, config_.user_agent.c_str());
-  curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers.list);
-  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error_buffer);
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &WriteCallback);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, &transfer);
-  curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(config_.connect_timeout.count()));
-  curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
-
-  curl_slist* connect_to = nullptr;
-  if (!connect_to_.empty()) {
-    connect_to = curl_slist_append(nullptr, connect_to_.c_str());
-    curl_easy_setopt(easy, CURLOPT_CONNECT_TO, connect_to);
+  const std::string what = std::string(request.method) + " " + call.url;
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  if (lines.too_large) {
+    return Error{what + ": response larger than " + std::to_string(lines.max_bytes) + " bytes"};
   }
-  if (config_.insecure_skip_tls_verify) {
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
+  if (response->streamed && response->end == net::TransferEnd::kComplete &&
+      !lines.partial_line.empty()) {
+    lines.Deliver(lines.partial_line);
   }
-  // A configured CA replaces the system bundle rather than adding to it, as in kubectl.
-  if (!config_.ca_pem.empty()) {
-    curl_blob blob{const_cast<char*>(config_.ca_pem.data()), config_.ca_pem.size(),
-                   CURL_BLOB_NOCOPY};  // curl copies the struct; the PEM lives in config_
-    curl_easy_setopt(easy, CURLOPT_CAINFO_BLOB, &blob);
-    curl_easy_setopt(easy, CURLOPT_CAINFO, nullptr);
-    curl_easy_setopt(easy, CURLOPT_CAPATH, nullptr);
-  } else if (!config_.ca_file.empty()) {
-    curl_easy_setopt(easy, CURLOPT_CAINFO, config_.ca_file.c_str());
-    curl_easy_setopt(easy, CURLOPT_CAPATH, nullptr);
-  }
-  if (!config_.client_cert_pem.empty()) {
-    curl_blob blob{const_cast<char*>(config_.client_cert_pem.data()),
-                   config_.client_cert_pem.size(), CURL_BLOB_NOCOPY};
-    curl_easy_setopt(easy, CURLOPT_SSLCERT_BLOB, &blob);
-    curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
-  } else if (!config_.client_cert_file.empty()) {
-    curl_easy_setopt(easy, CURLOPT_SSLCERT, config_.client_cert_file.c_str());
-  }
-  if (!config_.client_key_pem.empty()) {
-    curl_blob blob{const_cast<char*>(config_.client_key_pem.data()), config_.client_key_pem.size(),
-                   CURL_BLOB_NOCOPY};
-    curl_easy_setopt(easy, CURLOPT_SSLKEY_BLOB, &blob);
-    curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
-  } else if (!config_.client_key_file.empty()) {
-    curl_easy_setopt(easy, CURLOPT_SSLKEY, config_.client_key_file.c_str());
-  }
-
-  const std::string_view method(request.method);
-  if (method == "GET") {
-    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-  } else {
-    if (method == "POST") {
-      curl_easy_setopt(easy, CURLOPT_POST, 1L);
-    } else {
-      curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, request.method);
-    }
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, request.body.data());
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
-                     static_cast<curl_off_t>(request.body.size()));
-  }
-
-  // Drive the transfer through the multi interface so `stop` is noticed between short polls
-  // instead of only when curl's progress callback happens to run (about once a second).
-  CURLcode result = CURLE_OK;
-  bool stopped = false;
-  std::string multi_error;
-  CURLMcode multi_code = curl_multi_add_handle(connection->multi, easy);
-  if (multi_code == CURLM_OK) {
-    bool done = false;
-    while (!done) {
-      int running = 0;
-      multi_code = curl_multi_perform(connection->multi, &running);
-      if (multi_code != CURLM_OK) break;
-      int queued = 0;
-      while (CURLMsg* message = curl_multi_info_read(connection->multi, &queued)) {
-        if (message->msg == CURLMSG_DONE && message->easy_handle == easy) {
-          result = message->data.result;
-          done = true;
-        }
-      }
-      if (done) break;
-      if (request.stop != nullptr && request.stop->load()) {
-        stopped = true;
-        break;
-      }
-      const int poll_ms = request.stop != nullptr ? 50 : 1000;
-      multi_code = curl_multi_poll(connection->multi, nullptr, 0, poll_ms, nullptr);
-      if (multi_code != CURLM_OK) break;
-    }
-    curl_multi_remove_handle(connection->multi, easy);
-  }
-  if (multi_code != CURLM_OK) multi_error = curl_multi_strerror(multi_code);
-  curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &transfer.response.status);
-  // The handle goes back to the pool: drop its pointers to this call's buffers and lists.
-  curl_easy_reset(easy);
-  curl_slist_free_all(connect_to);
-  Release(std::move(connection));
-
-  const std::string what = std::string(request.method) + " " + url;
-  if (!multi_error.empty()) return Error{what + ": " + multi_error};
-  if (transfer.too_large) {
-    return Error{what + ": response larger than " + std::to_string(transfer.max_bytes) + " bytes"};
-  }
-  const bool streamed = transfer.on_line != nullptr && transfer.streaming;
-  // A watch ends normally when the consumer or `stop` ends it, or when max_duration expires
-  // after the stream started.
-  if (stopped || (result == CURLE_WRITE_ERROR && transfer.consumer_done) ||
-      (result == CURLE_OPERATION_TIMEDOUT && streamed)) {
-    return std::move(transfer.response);
-  }
-  if (result != CURLE_OK) {
-    std::string detail = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(result);
-    return Error{what + ": " + detail};
-  }
-  if (streamed && !transfer.partial_line.empty()) transfer.Deliver(transfer.partial_line);
-  return std::move(transfer.response);
+  return HttpResponse{response->status, std::move(response->body)};
 }
 
 Result<HttpResponse> ApiClient::Get(std::string_view path) {

@@ -1,5 +1,6 @@
-// A small Kubernetes API client over libcurl (HTTP/1.1, TLS, bearer token or client certificate),
-// and the pod writes toposched makes: Binding with annotations, annotation merge-patch, Events.
+// A small Kubernetes API client over net::HttpClient (HTTP/1.1, TLS, bearer token or client
+// certificate), and the pod writes toposched makes: Binding with annotations, annotation
+// merge-patch, Events.
 #ifndef TOPOSCHED_KUBE_CLIENT_H_
 #define TOPOSCHED_KUBE_CLIENT_H_
 
@@ -17,6 +18,7 @@
 #include "base/result.h"
 #include "kube/kubeconfig.h"
 #include "kube/objects.h"
+#include "net/http_client.h"
 
 namespace toposched::kube {
 
@@ -25,8 +27,9 @@ struct HttpResponse {
   std::string body;
 };
 
-// Thread-safe: any number of threads may call it at once. Each call borrows a connection from a
-// small pool (HTTP keep-alive), so back-to-back requests skip the TCP and TLS handshakes.
+// Thread-safe: any number of threads may call it at once. Each call borrows a connection from
+// net::HttpClient's small pool (HTTP keep-alive), so back-to-back requests skip the TCP and TLS
+// handshakes.
 //
 // A non-2xx answer is not an error here: the caller gets the status and decides. Errors are
 // transport failures (connect, TLS, timeout), carrying curl's message.
@@ -63,7 +66,6 @@ class ApiClient {
   const ClientConfig& config() const { return config_; }
 
  private:
-  struct Connection;
   struct Request;
 
   explicit ApiClient(ClientConfig config);
@@ -72,19 +74,14 @@ class ApiClient {
   // The bearer token to send; re-reads the token file when the reload period has passed or
   // `force_reload` (after a 401). Empty when there is none.
   std::string Token(bool force_reload);
-  std::unique_ptr<Connection> Acquire();
-  void Release(std::unique_ptr<Connection> connection);
 
   const ClientConfig config_;
-  std::string url_base_;    // scheme://host:port/prefix, with tls_server_name as the host if set
-  std::string connect_to_;  // CURLOPT_CONNECT_TO entry when tls_server_name is set
+  std::string url_base_;  // scheme://host:port/prefix, with tls_server_name as the host if set
+  std::unique_ptr<net::HttpClient> http_;
 
   std::mutex token_mutex_;
   std::string token_;
   std::chrono::steady_clock::time_point token_read_at_;
-
-  std::mutex pool_mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_;
 };
 
 // Percent-encodes one path segment or query value (names are DNS labels, but be safe).

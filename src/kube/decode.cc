@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "kube/json_reader.h"
+#include "base/json_reader.h"
 #include "kube/quantity.h"
 
 namespace toposched::kube {

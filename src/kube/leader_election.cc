@@ -7,8 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "base/json_escape.h"
+#include "base/json_reader.h"
 #include "kube/duration.h"
-#include "kube/json_reader.h"
 
 namespace toposched::kube {
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
+#include "base/json_reader.h"
 #include "kube/client.h"
-#include "kube/json_reader.h"
 
 namespace toposched::kube {
 namespace {

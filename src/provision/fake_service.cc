@@ -8,12 +8,57 @@
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
+#include "base/json_reader.h"
 
 namespace toposched::provision {
 namespace {
 
 FakeAnswer Fail(int status, std::string_view message) {
   return {status, "{\"error\":" + JsonQuote(message) + "}"};
+}
+
+// A create request {"name":..,"pool":..,"ipus":[..]}: false unless all three are there with the
+// right types; `bad_id` is set when an ipu is not an id 0..4095.
+bool DecodeCreate(std::string_view body, Partition& out, bool& bad_id) {
+  namespace ondemand = simdjson::ondemand;
+  const simdjson::padded_string padded(body);
+  bool has_name = false;
+  bool has_pool = false;
+  bool has_ipus = false;
+  const Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+    const json::Path path;
+    ondemand::object object;
+    bool present = false;
+    if (auto s = json::OpenObject(root, path, object, present); !s.ok()) return s;
+    if (!present) return Error{"null"};
+    return json::ForEachField(
+        object, path,
+        [&](std::string_view key, ondemand::value& value, const json::Path& at) -> Status {
+          // The first of each key counts.
+          if ((key == "name" && !has_name) || (key == "pool" && !has_pool)) {
+            std::string_view text;
+            if (value.get_string().get(text) != simdjson::SUCCESS) return Error{"not a string"};
+            (key == "name" ? out.name : out.pool) = std::string(text);
+            (key == "name" ? has_name : has_pool) = true;
+          } else if (key == "ipus" && !has_ipus) {
+            ondemand::array ipus;
+            if (value.get_array().get(ipus) != simdjson::SUCCESS) return Error{"not an array"};
+            has_ipus = true;
+            return json::ForEachElement(
+                ipus, at, [&](size_t, ondemand::value& item, const json::Path&) {
+                  int64_t id = 0;
+                  if (item.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > 4095) {
+                    bad_id = true;
+                  } else if (!bad_id) {
+                    out.ipus.push_back(static_cast<int>(id));
+                  }
+                  return OkStatus();
+                });
+          }
+          return OkStatus();
+        });
+  });
+  return status.ok() && has_name && has_pool && has_ipus;
 }
 
 }  // namespace
@@ -56,28 +101,13 @@ FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_vie
       return {200, EncodePartitionList(all)};
     }
     if (method != "POST") return Fail(405, "use GET or POST on /partitions");
-    simdjson::dom::parser parser;
-    simdjson::dom::element root;
-    std::string_view name;
-    std::string_view pool;
-    simdjson::dom::array ipus;
-    if (parser.parse(body.data(), body.size()).get(root) != simdjson::SUCCESS ||
-        root["name"].get_string().get(name) != simdjson::SUCCESS ||
-        root["pool"].get_string().get(pool) != simdjson::SUCCESS ||
-        root["ipus"].get_array().get(ipus) != simdjson::SUCCESS) {
+    Partition p;
+    bool bad_id = false;
+    if (!DecodeCreate(body, p, bad_id)) {
       return Fail(400, "expected {\"name\":..,\"pool\":..,\"ipus\":[..]}");
     }
-    if (!ValidPartitionName(name)) return Fail(400, "invalid partition name");
-    Partition p;
-    p.name = std::string(name);
-    p.pool = std::string(pool);
-    for (auto item : ipus) {
-      int64_t id = 0;
-      if (item.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id > 4095) {
-        return Fail(400, "ipus must be ids 0..4095");
-      }
-      p.ipus.push_back(static_cast<int>(id));
-    }
+    if (!ValidPartitionName(p.name)) return Fail(400, "invalid partition name");
+    if (bad_id) return Fail(400, "ipus must be ids 0..4095");
     std::sort(p.ipus.begin(), p.ipus.end());
     if (p.ipus.empty() || std::adjacent_find(p.ipus.begin(), p.ipus.end()) != p.ipus.end()) {
       return Fail(400, "ipus must be distinct and not empty");

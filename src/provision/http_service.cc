@@ -6,10 +6,10 @@
 //   GET    <url>/partitions                                  -> 200 {"partitions":[...]}
 #include <algorithm>
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
+#include "net/http_client.h"
 #include "provision/service.h"
 
 namespace toposched::provision {
@@ -18,25 +18,23 @@ namespace {
 constexpr size_t kMaxBody = 16 << 20;
 
 struct Reply {
-  long status = 0;
+  long status = 0;  // NOLINT(google-runtime-int)
   std::string body;
-  bool too_large = false;
 };
 
-size_t Write(char* data, size_t size, size_t count, void* user) {
-  auto* reply = static_cast<Reply*>(user);
-  const size_t n = size * count;
-  if (reply->body.size() + n > kMaxBody) {
-    reply->too_large = true;
-    return 0;
-  }
-  reply->body.append(data, n);
-  return n;
+net::HttpClientOptions TransportOptions(const HttpServiceConfig& config) {
+  net::HttpClientOptions options;
+  options.tls.ca_file = config.ca_file;
+  options.connect_timeout =
+      std::chrono::milliseconds(std::min<int64_t>(config.timeout.count(), 3000));
+  options.max_response_bytes = kMaxBody;
+  return options;
 }
 
 class HttpService : public PartitionService {
  public:
-  explicit HttpService(HttpServiceConfig config) : config_(std::move(config)) {
+  explicit HttpService(HttpServiceConfig config)
+      : config_(std::move(config)), http_(TransportOptions(config_)) {
     while (!config_.url.empty() && config_.url.back() == '/') config_.url.pop_back();
   }
 
@@ -89,48 +87,20 @@ class HttpService : public PartitionService {
   }
 
   Result<Reply> Call(const char* method, const std::string& path, const std::string& body) {
-    CURL* easy = curl_easy_init();
-    if (easy == nullptr) return Error{"out of memory"};
-    curl_slist* headers = nullptr;
-    headers = curl_slist_append(headers, "Accept: application/json");
-    if (!body.empty()) headers = curl_slist_append(headers, "Content-Type: application/json");
-    std::string auth;
-    if (!config_.token.empty()) {
-      auth = "Authorization: Bearer " + config_.token;
-      headers = curl_slist_append(headers, auth.c_str());
-    }
-    const std::string url = config_.url + path;
-    Reply reply;
-    char error_buffer[CURL_ERROR_SIZE] = {0};
-    curl_easy_setopt(easy, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, error_buffer);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &Write);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &reply);
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.timeout.count()));
-    curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(std::min<int64_t>(config_.timeout.count(), 3000)));
-    if (!config_.ca_file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, config_.ca_file.c_str());
-    if (std::string_view(method) == "POST") {
-      curl_easy_setopt(easy, CURLOPT_POST, 1L);
-      curl_easy_setopt(easy, CURLOPT_POSTFIELDS, body.c_str());
-      curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    } else if (std::string_view(method) != "GET") {
-      curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, method);
-    }
-    const CURLcode code = curl_easy_perform(easy);
-    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &reply.status);
-    curl_easy_cleanup(easy);
-    curl_slist_free_all(headers);
-    if (reply.too_large) {
-      return Error{
-          fmt::format("partition service at {}: answer over {} bytes", config_.url, kMaxBody)};
-    }
-    if (code != CURLE_OK) {
+    net::HttpClientRequest request;
+    request.method = method;
+    request.url = config_.url + path;
+    request.headers.push_back("Accept: application/json");
+    if (!body.empty()) request.headers.push_back("Content-Type: application/json");
+    if (!config_.token.empty()) request.headers.push_back("Authorization: Bearer " + config_.token);
+    request.body = body;
+    request.timeout = config_.timeout;
+    auto answer = http_.Send(request);
+    if (!answer.ok()) {
       return Error{fmt::format("partition service at {}: {} {}: {}", config_.url, method, path,
-                               error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code))};
+                               answer.error())};
     }
+    Reply reply{answer->status, std::move(answer->body)};
     if (reply.status == 401 || reply.status == 403) {
       return Error{
           fmt::format("partition service at {} refused our credentials (HTTP {}): {}; "
@@ -141,6 +111,7 @@ class HttpService : public PartitionService {
   }
 
   HttpServiceConfig config_;
+  net::HttpClient http_;
 };
 
 }  // namespace
@@ -150,8 +121,6 @@ Result<std::unique_ptr<PartitionService>> MakeHttpService(const HttpServiceConfi
     return Error{
         fmt::format("partition service URL '{}' must start with http:// or https://", config.url)};
   }
-  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (init != CURLE_OK) return Error{"libcurl failed to initialise"};
   return std::unique_ptr<PartitionService>(std::make_unique<HttpService>(config));
 }
 

@@ -2,9 +2,13 @@
 
 #include <simdjson.h>
 
+#include <cstdint>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
+#include "base/json_reader.h"
 
 namespace toposched::provision {
 namespace {
@@ -13,77 +17,107 @@ constexpr std::string_view kPrefix = "ts-";
 constexpr size_t kMaxIpus = 1024;
 constexpr size_t kMaxPartitions = 100000;
 
-Status DecodeOne(simdjson::dom::element element, Partition& out) {
-  simdjson::dom::object object;
-  if (element.get_object().get(object) != simdjson::SUCCESS) {
-    return Error{"a partition must be a JSON object"};
+namespace ondemand = simdjson::ondemand;
+
+// Our own verdict on a well-formed answer, told apart from simdjson's errors (malformed JSON),
+// which On-Demand may find only while the decoder walks the document.
+struct Verdict {
+  bool invalid = false;
+  Status Reject(std::string message) {
+    invalid = true;
+    return Error{std::move(message)};
   }
+};
+
+bool IsType(ondemand::value& value, const json::Path& path, ondemand::json_type want,
+            Status& status) {
+  ondemand::json_type type;
+  status = json::TypeOf(value, path, type);
+  return status.ok() && type == want;
+}
+
+Status DecodeOne(ondemand::value& element, const json::Path& path, Verdict& verdict,
+                 Partition& out) {
+  Status status = OkStatus();
+  if (!IsType(element, path, ondemand::json_type::object, status)) {
+    if (!status.ok()) return status;
+    return verdict.Reject("a partition must be a JSON object");
+  }
+  ondemand::object object;
+  if (auto error = element.get_object().get(object)) return json::JsonErrorAt(path, error);
   bool has_name = false;
   bool has_state = false;
-  for (auto field : object) {
-    const std::string_view key = field.key;
-    if (key == "name" || key == "pool" || key == "message" || key == "state") {
-      std::string_view text;
-      if (field.value.get_string().get(text) != simdjson::SUCCESS) {
-        return Error{fmt::format("partition field '{}' must be a string", key)};
-      }
-      if (key == "name") {
-        if (!ValidPartitionName(text)) {
-          return Error{fmt::format("partition name '{}' is not a valid name", text.substr(0, 64))};
+  status = json::ForEachField(
+      object, path,
+      [&](std::string_view key, ondemand::value& value, const json::Path& at) -> Status {
+        Status read = OkStatus();
+        if (key == "name" || key == "pool" || key == "message" || key == "state") {
+          if (!IsType(value, at, ondemand::json_type::string, read)) {
+            if (!read.ok()) return read;
+            return verdict.Reject(fmt::format("partition field '{}' must be a string", key));
+          }
+          std::string_view text;
+          if (auto error = value.get_string().get(text)) return json::JsonErrorAt(at, error);
+          if (key == "name") {
+            if (!ValidPartitionName(text)) {
+              return verdict.Reject(
+                  fmt::format("partition name '{}' is not a valid name", text.substr(0, 64)));
+            }
+            out.name = std::string(text);
+            has_name = true;
+          } else if (key == "pool") {
+            out.pool = std::string(text.substr(0, 256));
+          } else if (key == "message") {
+            out.message = std::string(text.substr(0, 1024));
+          } else {
+            if (text == "creating") {
+              out.state = PartitionState::kCreating;
+            } else if (text == "active") {
+              out.state = PartitionState::kActive;
+            } else if (text == "failed") {
+              out.state = PartitionState::kFailed;
+            } else if (text == "removing") {
+              out.state = PartitionState::kRemoving;
+            } else {
+              return verdict.Reject(
+                  fmt::format("unknown partition state '{}' (expected creating, active, "
+                              "failed or removing)",
+                              text.substr(0, 32)));
+            }
+            has_state = true;
+          }
+        } else if (key == "ipus") {
+          if (!IsType(value, at, ondemand::json_type::array, read)) {
+            if (!read.ok()) return read;
+            return verdict.Reject("partition field 'ipus' must be an array of ids");
+          }
+          ondemand::array array;
+          if (auto error = value.get_array().get(array)) return json::JsonErrorAt(at, error);
+          out.ipus.clear();
+          return json::ForEachElement(
+              array, at, [&](size_t, ondemand::value& item, const json::Path&) -> Status {
+                int64_t id = 0;
+                if (item.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id >= 4096) {
+                  return verdict.Reject("partition field 'ipus' must hold ids from 0 to 4095");
+                }
+                if (out.ipus.size() >= kMaxIpus)
+                  return verdict.Reject("partition has too many ipus");
+                out.ipus.push_back(static_cast<int>(id));
+                return OkStatus();
+              });
         }
-        out.name = std::string(text);
-        has_name = true;
-      } else if (key == "pool") {
-        out.pool = std::string(text.substr(0, 256));
-      } else if (key == "message") {
-        out.message = std::string(text.substr(0, 1024));
-      } else {
-        if (text == "creating") {
-          out.state = PartitionState::kCreating;
-        } else if (text == "active") {
-          out.state = PartitionState::kActive;
-        } else if (text == "failed") {
-          out.state = PartitionState::kFailed;
-        } else if (text == "removing") {
-          out.state = PartitionState::kRemoving;
-        } else {
-          return Error{
-              fmt::format("unknown partition state '{}' (expected creating, active, "
-                          "failed or removing)",
-                          text.substr(0, 32))};
-        }
-        has_state = true;
-      }
-    } else if (key == "ipus") {
-      simdjson::dom::array array;
-      if (field.value.get_array().get(array) != simdjson::SUCCESS) {
-        return Error{"partition field 'ipus' must be an array of ids"};
-      }
-      out.ipus.clear();
-      for (auto item : array) {
-        int64_t id = 0;
-        if (item.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id >= 4096) {
-          return Error{"partition field 'ipus' must hold ids from 0 to 4095"};
-        }
-        if (out.ipus.size() >= kMaxIpus) return Error{"partition has too many ipus"};
-        out.ipus.push_back(static_cast<int>(id));
-      }
-    }
-    // Other fields are the service's business.
-  }
-  if (!has_name) return Error{"partition has no 'name'"};
-  if (!has_state) return Error{fmt::format("partition {} has no 'state'", out.name)};
+        // Other fields are the service's business.
+        return OkStatus();
+      });
+  if (!status.ok()) return status;
+  if (!has_name) return verdict.Reject("partition has no 'name'");
+  if (!has_state) return verdict.Reject(fmt::format("partition {} has no 'state'", out.name));
   return OkStatus();
 }
 
-Result<simdjson::dom::element> ParseDocument(simdjson::dom::parser& parser, std::string_view json) {
-  simdjson::dom::element root;
-  const auto code = parser.parse(json.data(), json.size()).get(root);
-  if (code != simdjson::SUCCESS) {
-    return Error{fmt::format("the partition service answered malformed JSON ({}): {}",
-                             simdjson::error_message(code), json.substr(0, 80))};
-  }
-  return root;
+Error Malformed(const Status& status, std::string_view json) {
+  return Error{fmt::format("the partition service answered malformed JSON ({}): {}", status.error(),
+                           json.substr(0, 80))};
 }
 
 }  // namespace
@@ -145,44 +179,94 @@ std::string EncodePartitionList(const std::vector<Partition>& partitions) {
 }
 
 Result<Partition> ParsePartition(std::string_view json) {
-  simdjson::dom::parser parser;
-  auto root = ParseDocument(parser, json);
-  if (!root.ok()) return Error{root.error()};
+  const simdjson::padded_string padded(json);
   Partition out;
-  if (auto s = DecodeOne(*root, out); !s.ok()) {
-    return Error{fmt::format("the partition service answered an invalid partition: {}", s.error())};
+  Verdict verdict;
+  const Status status = json::DecodeDocument(
+      padded, [&](ondemand::value& root) { return DecodeOne(root, json::Path(), verdict, out); });
+  if (!status.ok() && !verdict.invalid) return Malformed(status, json);
+  if (!status.ok()) {
+    return Error{
+        fmt::format("the partition service answered an invalid partition: {}", status.error())};
   }
   return out;
 }
 
 Result<std::vector<Partition>> ParsePartitionList(std::string_view json) {
-  simdjson::dom::parser parser;
-  auto root = ParseDocument(parser, json);
-  if (!root.ok()) return Error{root.error()};
-  simdjson::dom::array array;
-  if ((*root)["partitions"].get_array().get(array) != simdjson::SUCCESS) {
-    return Error{"the partition service's list has no 'partitions' array"};
-  }
+  const simdjson::padded_string padded(json);
   std::vector<Partition> out;
-  for (auto item : array) {
-    if (out.size() >= kMaxPartitions) return Error{"the partition list is too long"};
-    Partition p;
-    if (auto s = DecodeOne(item, p); !s.ok()) {
-      return Error{fmt::format("the partition service's list entry {}: {}", out.size(), s.error())};
+  Verdict verdict;
+  const Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+    const json::Path path;
+    Status read = OkStatus();
+    if (!IsType(root, path, ondemand::json_type::object, read)) {
+      if (!read.ok()) return read;
+      return verdict.Reject("the partition service's list has no 'partitions' array");
     }
-    out.push_back(std::move(p));
-  }
+    ondemand::object object;
+    if (auto error = root.get_object().get(object)) return json::JsonErrorAt(path, error);
+    bool seen = false;  // the first "partitions" counts
+    read = json::ForEachField(
+        object, path,
+        [&](std::string_view key, ondemand::value& value, const json::Path& at) -> Status {
+          if (key != "partitions" || seen) return OkStatus();
+          seen = true;
+          Status type = OkStatus();
+          if (!IsType(value, at, ondemand::json_type::array, type)) {
+            if (!type.ok()) return type;
+            return verdict.Reject("the partition service's list has no 'partitions' array");
+          }
+          ondemand::array array;
+          if (auto error = value.get_array().get(array)) return json::JsonErrorAt(at, error);
+          return json::ForEachElement(
+              array, at, [&](size_t, ondemand::value& item, const json::Path& item_path) -> Status {
+                if (out.size() >= kMaxPartitions) {
+                  return verdict.Reject("the partition list is too long");
+                }
+                Partition p;
+                Status decoded = DecodeOne(item, item_path, verdict, p);
+                if (!decoded.ok()) {
+                  if (!verdict.invalid) return decoded;
+                  return Error{fmt::format("the partition service's list entry {}: {}", out.size(),
+                                           decoded.error())};
+                }
+                out.push_back(std::move(p));
+                return OkStatus();
+              });
+        });
+    if (!read.ok()) return read;
+    if (!seen) return verdict.Reject("the partition service's list has no 'partitions' array");
+    return OkStatus();
+  });
+  if (!status.ok() && !verdict.invalid) return Malformed(status, json);
+  if (!status.ok()) return Error{status.error()};
   return out;
 }
 
 std::string ErrorText(std::string_view body) {
-  simdjson::dom::parser parser;
-  simdjson::dom::element root;
-  std::string_view text;
-  if (parser.parse(body.data(), body.size()).get(root) == simdjson::SUCCESS &&
-      root["error"].get_string().get(text) == simdjson::SUCCESS) {
-    return std::string(text.substr(0, 512));
-  }
+  const simdjson::padded_string padded(body);
+  std::string text;
+  bool found = false;
+  const Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+    const json::Path path;
+    ondemand::object object;
+    bool present = false;
+    Status open = json::OpenObject(root, path, object, present);
+    if (!open.ok()) return open;
+    if (!present) return Error{"null"};
+    return json::ForEachField(
+        object, path,
+        [&](std::string_view key, ondemand::value& value, const json::Path&) -> Status {
+          if (key != "error" || found) return OkStatus();
+          // The first "error" counts. Copied: the view points into the thread's parser.
+          std::string_view view;
+          if (value.get_string().get(view) != simdjson::SUCCESS) return Error{"not a string"};
+          text.assign(view.substr(0, 512));
+          found = true;
+          return OkStatus();
+        });
+  });
+  if (status.ok() && found) return text;
   return std::string(body.substr(0, 200));
 }
 

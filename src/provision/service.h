@@ -37,7 +37,7 @@ struct HttpServiceConfig {
   std::chrono::milliseconds timeout{5000};  // per request
 };
 
-// A PartitionService over HTTP+JSON (libcurl). Thread-safe: each call uses its own handle.
+// A PartitionService over HTTP+JSON (net::HttpClient). Thread-safe.
 Result<std::unique_ptr<PartitionService>> MakeHttpService(const HttpServiceConfig& config);
 
 struct ProvisionOptions {

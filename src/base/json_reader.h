@@ -1,7 +1,9 @@
-// Internal to src/kube: small helpers over simdjson On-Demand that use error codes only (input is
-// untrusted, so nothing may throw) and report failures with the JSON path of the bad value.
-#ifndef TOPOSCHED_KUBE_JSON_READER_H_
-#define TOPOSCHED_KUBE_JSON_READER_H_
+// The one way toposched reads untrusted JSON (Kubernetes objects, kube-scheduler's extender
+// calls, the partition service's answers): small helpers over simdjson On-Demand that use error
+// codes only (nothing may throw; toposched_base sets SIMDJSON_EXCEPTIONS=0 for every user) and
+// report failures with the JSON path of the bad value.
+#ifndef TOPOSCHED_BASE_JSON_READER_H_
+#define TOPOSCHED_BASE_JSON_READER_H_
 
 #include <simdjson.h>
 
@@ -13,7 +15,7 @@
 
 #include "base/result.h"
 
-namespace toposched::kube::json {
+namespace toposched::json {
 
 namespace ondemand = simdjson::ondemand;
 
@@ -138,6 +140,6 @@ Status DecodeDocument(simdjson::padded_string_view json, Decode&& decode) {
   return status;
 }
 
-}  // namespace toposched::kube::json
+}  // namespace toposched::json
 
-#endif  // TOPOSCHED_KUBE_JSON_READER_H_
+#endif  // TOPOSCHED_BASE_JSON_READER_H_

@@ -1,4 +1,4 @@
-#include "extender/http_server.h"
+#include "net/http_server.h"
 
 #include <simdjson.h>
 
@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-namespace toposched::extender {
+namespace toposched::net {
 namespace {
 
 namespace asio = boost::asio;
@@ -288,4 +288,4 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o
   return std::unique_ptr<HttpServer>(std::move(server));
 }
 
-}  // namespace toposched::extender
+}  // namespace toposched::net

@@ -1,9 +1,11 @@
-// A small HTTP/1.1 server (Boost.Beast) tuned for kube-scheduler's extender calls: the header is
-// read with Beast, then the body in one read of Content-Length bytes into a buffer padded for
+// The one HTTP/1.1 server (Boost.Beast) in toposched: it serves a handler, and knows nothing of
+// what the handler does (the extender's routes live in extender/router.*, the fake partition
+// service's in provision/fake_service.*). Tuned for kube-scheduler's extender calls: the header
+// is read with Beast, then the body in one read of Content-Length bytes into a buffer padded for
 // simdjson; each response goes out in one write with TCP_NODELAY. Optional TLS, optionally
 // requiring client certificates signed by a given CA.
-#ifndef TOPOSCHED_EXTENDER_HTTP_SERVER_H_
-#define TOPOSCHED_EXTENDER_HTTP_SERVER_H_
+#ifndef TOPOSCHED_NET_HTTP_SERVER_H_
+#define TOPOSCHED_NET_HTTP_SERVER_H_
 
 #include <cstdint>
 #include <functional>
@@ -12,7 +14,7 @@
 
 #include "base/result.h"
 
-namespace toposched::extender {
+namespace toposched::net {
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
@@ -53,6 +55,6 @@ class HttpServer {
   virtual void Stop() = 0;
 };
 
-}  // namespace toposched::extender
+}  // namespace toposched::net
 
-#endif  // TOPOSCHED_EXTENDER_HTTP_SERVER_H_
+#endif  // TOPOSCHED_NET_HTTP_SERVER_H_

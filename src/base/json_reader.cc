@@ -1,4 +1,4 @@
-#include "kube/json_reader.h"
+#include "base/json_reader.h"
 
 #include <simdjson.h>
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace toposched::kube::json {
+namespace toposched::json {
 namespace {
 
 // A parser that grew past this for one huge document is dropped afterwards, so one odd payload
@@ -161,4 +161,4 @@ Status CheckDocumentEnd(ondemand::document& document) {
   return Error{"invalid JSON: unexpected content after the top-level value"};
 }
 
-}  // namespace toposched::kube::json
+}  // namespace toposched::json
