@@ -2,7 +2,6 @@
 // through InsertHoldLocked and leaves through EraseHoldLocked, which keep the pools' usage and the
 // per-state indexes in step with holds_.
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -102,7 +101,7 @@ void Tracker::ReleaseLocked(PoolState& pool, const std::string& uid,
 
 Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& node,
                                        int64_t deadline_ns) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
     return Error{
         fmt::format("pod {} already holds ids on node {}", pod.name, it->second.allocation.node)};
@@ -127,7 +126,7 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
 
 Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name,
                              const PodAllocation& allocation, int64_t deadline_ns) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (holds_.count(uid) != 0) return Error{fmt::format("pod {} already holds ids", pod_name)};
   auto nit = nodes_.find(allocation.node);
   if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", allocation.node)};
@@ -143,7 +142,7 @@ Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name
 }
 
 Status Tracker::Commit(const std::string& uid) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return Error{fmt::format("pod {} has no reservation to commit", uid)};
   if (it->second.state == HoldState::kCommitted) {
@@ -157,7 +156,7 @@ Status Tracker::Commit(const std::string& uid) {
 }
 
 Status Tracker::Rollback(const std::string& uid) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end() || it->second.state != HoldState::kReserved) {
     return Error{fmt::format("pod {} has no reservation to roll back", uid)};
@@ -167,7 +166,7 @@ Status Tracker::Rollback(const std::string& uid) {
 }
 
 bool Tracker::Forget(const std::string& uid) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return false;
   EraseHoldLocked(it);
@@ -175,7 +174,7 @@ bool Tracker::Forget(const std::string& uid) {
 }
 
 Status Tracker::BeginRelease(const std::string& uid) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return Error{fmt::format("pod {} holds nothing", uid)};
   SetStateLocked(uid, it->second, HoldState::kReleasing);
@@ -183,7 +182,7 @@ Status Tracker::BeginRelease(const std::string& uid) {
 }
 
 Status Tracker::ExtendReservation(const std::string& uid, int64_t deadline_ns) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end() || it->second.state != HoldState::kReserved) {
     return Error{fmt::format("pod {} has no reservation to extend", uid)};
@@ -194,7 +193,7 @@ Status Tracker::ExtendReservation(const std::string& uid, int64_t deadline_ns) {
 
 Status Tracker::HoldReleasing(const std::string& uid, const std::string& what,
                               const std::string& pool, const std::vector<int>& device_ids) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (holds_.count(uid) != 0) return Error{fmt::format("{} is already held", what)};
   auto it = shared_.find(pool);
   if (it == shared_.end()) return Error{fmt::format("{}: pool {} is not defined", what, pool)};
@@ -210,7 +209,7 @@ Status Tracker::HoldReleasing(const std::string& uid, const std::string& what,
 }
 
 std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> expired;
   for (const auto& uid : reserved_uids_) {
     if (holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);

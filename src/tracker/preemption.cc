@@ -1,7 +1,6 @@
 // Preemption search: which pods' removal would let a pod fit on a node. Queries only (shared
 // lock); the extender's preempt verb asks them.
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -38,7 +37,7 @@ NodeUsage Tracker::UsageWithout(const NodeEntry& node, std::span<const std::stri
 
 FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
                               std::span<const std::string> gone_uids) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) {
     FitResult r;
@@ -52,7 +51,7 @@ FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
 Result<std::vector<std::string>> Tracker::FewestVictims(
     const PodSpec& pod, const std::string& node,
     std::span<const std::string> candidate_uids) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) return Error{fmt::format("node {} is not known to toposched", node)};
   if (!entry->pool().shape) return Error{entry->pool().error};
@@ -85,7 +84,8 @@ Result<std::vector<std::string>> Tracker::FewestVictims(
   });
   std::vector<std::string> victims;
   std::vector<Placement> placed;
-  auto holders_of = [&](const Placement& p) {
+  // Runs under the caller's shared lock (the analysis checks a lambda on its own).
+  auto holders_of = [&](const Placement& p) TS_REQUIRES_SHARED(mu_) {
     std::vector<std::string> out;
     for (const auto& uid : candidates) {
       for (const auto& held : Footprint(holds_.at(uid).allocation)) {

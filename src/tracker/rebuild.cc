@@ -1,6 +1,5 @@
 // Rebuild and adopt: holds taken from the allocations recorded on pods (at start, on every
 // resync, and for binds seen through the watch), with conflicts reported instead of applied.
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,7 +26,7 @@ bool SameIds(const PodAllocation& a, const PodAllocation& b) {
 }  // namespace
 
 Status Tracker::Adopt(const RecordedPod& pod) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = holds_.find(pod.uid); it != holds_.end()) {
     if (it->second.state == HoldState::kReleasing) {
       return Error{fmt::format("pod {} is being released", pod.name)};
@@ -75,7 +74,7 @@ Status Tracker::Adopt(const RecordedPod& pod) {
 }
 
 RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   RebuildReport report;
   // Holds being released stay whatever the list says: their partitions still exist.
   std::vector<std::pair<std::string, Hold>> in_flight;
@@ -95,8 +94,9 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_rese
     PoolState* pool = PoolOfHold(hold);
     if (pool != nullptr && pool->shape) InsertHoldLocked(*pool, uid, std::move(hold));
   }
+  // Runs under the lock taken above (the analysis checks a lambda on its own).
   auto apply = [&](const std::string& uid, const std::string& pod_name, const PodAllocation& alloc,
-                   Hold hold) -> bool {
+                   Hold hold) TS_REQUIRES(mu_) -> bool {
     RebuildProblem problem{uid, pod_name, alloc.node, {}, {}};
     auto nit = nodes_.find(alloc.node);
     if (holds_.count(uid) != 0) {

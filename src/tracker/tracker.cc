@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -35,11 +34,11 @@ Tracker::Tracker(const topology::Catalog& catalog, Policy policy, const topology
       state.error = fmt::format("pool {}: {}", name, shape.error());
     }
   }
-  RecountAllLocked();
+  RecountAllLocked();  // no lock: nothing else can see the tracker yet (unchecked in constructors)
 }
 
 Status Tracker::UpsertNode(const NodeInfo& info) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   NodeEntry fresh;
   fresh.info = info;
   if (!info.pool.empty()) {
@@ -91,7 +90,7 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
 }
 
 void Tracker::RemoveNode(const std::string& name) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
   for (const auto& uid : it->second.own.pods) {
@@ -122,7 +121,7 @@ FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node, const No
 }
 
 FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) {
     FitResult r;
@@ -149,7 +148,7 @@ void Tracker::ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
 
 void Tracker::VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
                         const std::function<void(size_t, FitResult&&)>& fn) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeEntry* entry = FindNode(nodes[i]);
     if (entry == nullptr) {
@@ -203,7 +202,7 @@ void Tracker::RecountAllLocked() {
 }
 
 void Tracker::ObserveDemand(const PodSpec& pod) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t generation = demand_.generation();
   bool any_app = false;
   for (const auto& c : pod.containers) {
@@ -219,17 +218,17 @@ void Tracker::ObserveDemand(const PodSpec& pod) {
 }
 
 topology::DemandModel Tracker::Demand() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return demand_;
 }
 
 std::vector<int64_t> Tracker::Supply() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   return supply_;
 }
 
 Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const topology::SlotCosts costs = CostsLocked();
   const bool scarcity = policy_ == Policy::kScarcity;
   Ranking out;
@@ -355,21 +354,21 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
 }
 
 std::optional<Hold> Tracker::Find(const std::string& uid) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return std::nullopt;
   return it->second;
 }
 
 std::optional<NodeSnapshot> Tracker::Snapshot(const std::string& node) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr || !entry->pool().shape) return std::nullopt;
   return NodeSnapshot{entry->info, *entry->pool().shape, entry->pool().usage, entry->pool().pods};
 }
 
 std::vector<std::string> Tracker::NodeNames() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   std::vector<std::string> names;
   names.reserve(nodes_.size());
   for (const auto& [name, node] : nodes_) names.push_back(name);
@@ -378,20 +377,20 @@ std::vector<std::string> Tracker::NodeNames() const {
 }
 
 std::string Tracker::PoolOf(const std::string& node) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   return entry != nullptr ? entry->HoldPool() : std::string();
 }
 
 std::optional<topology::NodeUsage> Tracker::PoolUsage(const std::string& pool) const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   auto it = shared_.find(pool);
   if (it == shared_.end()) return std::nullopt;
   return it->second.usage;
 }
 
 TrackerStats Tracker::Stats() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(mu_);
   TrackerStats stats;
   stats.nodes = static_cast<int>(nodes_.size());
   stats.reserved = static_cast<int>(reserved_uids_.size());

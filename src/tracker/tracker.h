@@ -9,15 +9,15 @@
 // for all. A hold in a shared pool outlives the node it was taken through.
 //
 // Thread safety: every public method may be called from any thread. Queries take a shared lock,
-// changes an exclusive one. No I/O and no clock: callers pass "now" and deadlines in nanoseconds
-// of whatever clock they use (a virtual one in the simulator).
+// changes an exclusive one (mu_, annotated for clang's -Wthread-safety: base/mutex.h). No I/O and
+// no clock: callers pass "now" and deadlines in nanoseconds of whatever clock they use (a virtual
+// one in the simulator).
 #ifndef TOPOSCHED_TRACKER_TRACKER_H_
 #define TOPOSCHED_TRACKER_TRACKER_H_
 
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -26,6 +26,7 @@
 
 #include <boost/unordered/unordered_flat_map.hpp>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
@@ -149,78 +150,81 @@ class Tracker {
 
   // Adds or updates a node. An unknown instance type is an error (and the node is kept, so that
   // Fit names the reason). Changing the type of a node that holds pods is refused.
-  Status UpsertNode(const NodeInfo& info);
+  Status UpsertNode(const NodeInfo& info) TS_EXCLUDES(mu_);
   // Drops the node and every hold on its own devices (holds in a shared pool stay: the pool's
   // partitions do not vanish with one head node).
-  void RemoveNode(const std::string& name);
+  void RemoveNode(const std::string& name) TS_EXCLUDES(mu_);
 
   // Would the pod fit on the node now (committed and reserved ids count as used)? Changes nothing.
-  FitResult Fit(const PodSpec& pod, const std::string& node) const;
+  FitResult Fit(const PodSpec& pod, const std::string& node) const TS_EXCLUDES(mu_);
   // Fit for many nodes under one lock, in the order given.
-  std::vector<FitResult> FitAll(const PodSpec& pod, std::span<const std::string> nodes) const;
+  std::vector<FitResult> FitAll(const PodSpec& pod, std::span<const std::string> nodes) const
+      TS_EXCLUDES(mu_);
   // The same, handing each result to `fn(index, result)` instead of collecting them. `fn` runs
   // under the tracker's shared lock: it must not call the tracker. A query for filter and
   // prioritize: the results carry fits, score and reason, but a one-container pod's
   // `allocation` is left empty (building the ids for every node is most of the cost).
   void ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
-                  const std::function<void(size_t, FitResult&&)>& fn) const;
+                  const std::function<void(size_t, FitResult&&)>& fn) const TS_EXCLUDES(mu_);
   // Orders the nodes by the tracker's policy (node order and names do not matter to kScarcity:
   // ties go to the fuller node, then by instance type and usage, and only nodes in the very same
   // state are told apart by their order). One shared lock for all of them.
-  Ranking Rank(const PodSpec& pod, std::span<const std::string> nodes) const;
+  Ranking Rank(const PodSpec& pod, std::span<const std::string> nodes) const TS_EXCLUDES(mu_);
   // Counts the pod's requests into the expected demand kScarcity protects (call once per pod,
   // when it is first seen; retries must not count again).
-  void ObserveDemand(const PodSpec& pod);
+  void ObserveDemand(const PodSpec& pod) TS_EXCLUDES(mu_);
   // The expected demand and the fleet's free slots for each of its classes (index-aligned).
-  topology::DemandModel Demand() const;
-  std::vector<int64_t> Supply() const;
+  topology::DemandModel Demand() const TS_EXCLUDES(mu_);
+  std::vector<int64_t> Supply() const TS_EXCLUDES(mu_);
   // Would it fit if these pods were gone? Changes nothing.
   FitResult FitWithout(const PodSpec& pod, const std::string& node,
-                       std::span<const std::string> gone_uids) const;
+                       std::span<const std::string> gone_uids) const TS_EXCLUDES(mu_);
   // The fewest of `candidate_uids` (pods on `node`) whose removal lets the pod fit: an empty list
   // when it fits already, an error when even removing all of them is not enough. Changes nothing.
   Result<std::vector<std::string>> FewestVictims(const PodSpec& pod, const std::string& node,
-                                                 std::span<const std::string> candidate_uids) const;
+                                                 std::span<const std::string> candidate_uids) const
+      TS_EXCLUDES(mu_);
 
   // Chooses ids for the pod on the node and holds them until `deadline_ns`. Errors (state
   // unchanged) if the pod already holds ids or does not fit.
-  Result<PodAllocation> Reserve(const PodSpec& pod, const std::string& node, int64_t deadline_ns);
+  Result<PodAllocation> Reserve(const PodSpec& pod, const std::string& node, int64_t deadline_ns)
+      TS_EXCLUDES(mu_);
   // Holds exactly these ids (a bind that must write what was chosen elsewhere, e.g. a retry).
   Status ReserveExact(const std::string& uid, const std::string& pod_name,
-                      const PodAllocation& allocation, int64_t deadline_ns);
+                      const PodAllocation& allocation, int64_t deadline_ns) TS_EXCLUDES(mu_);
   // Makes a reservation permanent. Errors if the pod has no reservation.
-  Status Commit(const std::string& uid);
+  Status Commit(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases a reservation (bind failed). Errors if the pod has no reservation.
-  Status Rollback(const std::string& uid);
+  Status Rollback(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases whatever the pod holds (it was deleted). Returns false if it held nothing.
-  bool Forget(const std::string& uid);
+  bool Forget(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases reservations whose deadline is at or before now_ns; returns their uids.
-  std::vector<std::string> ExpireReservations(int64_t now_ns);
+  std::vector<std::string> ExpireReservations(int64_t now_ns) TS_EXCLUDES(mu_);
   // Keeps the pod's ids held after its pod is gone, until Forget: its partition is being removed.
-  Status BeginRelease(const std::string& uid);
+  Status BeginRelease(const std::string& uid) TS_EXCLUDES(mu_);
   // Moves a reservation's deadline (a bind waiting on a provisioner).
-  Status ExtendReservation(const std::string& uid, int64_t deadline_ns);
+  Status ExtendReservation(const std::string& uid, int64_t deadline_ns) TS_EXCLUDES(mu_);
   // Holds devices of a shared pool for something no pod owns (a partition found at restart that
   // is being removed), in state kReleasing under `uid`. Conflicts are refused, naming holders.
   Status HoldReleasing(const std::string& uid, const std::string& what, const std::string& pool,
-                       const std::vector<int>& device_ids);
+                       const std::vector<int>& device_ids) TS_EXCLUDES(mu_);
   // Records a committed allocation made elsewhere (another replica, or before a restart).
   // Conflicts with existing holds are refused, naming the holders.
-  Status Adopt(const RecordedPod& pod);
+  Status Adopt(const RecordedPod& pod) TS_EXCLUDES(mu_);
 
   // Replaces every committed hold with `pods` (in order: on a conflict the earlier pod keeps the
   // ids and the later one is reported and not applied). Reservations still in flight are kept
   // when `keep_reservations`, unless they now conflict.
-  RebuildReport Rebuild(std::span<const RecordedPod> pods, bool keep_reservations);
+  RebuildReport Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) TS_EXCLUDES(mu_);
 
-  std::optional<Hold> Find(const std::string& uid) const;
-  std::optional<NodeSnapshot> Snapshot(const std::string& node) const;
-  std::vector<std::string> NodeNames() const;
+  std::optional<Hold> Find(const std::string& uid) const TS_EXCLUDES(mu_);
+  std::optional<NodeSnapshot> Snapshot(const std::string& node) const TS_EXCLUDES(mu_);
+  std::vector<std::string> NodeNames() const TS_EXCLUDES(mu_);
   // The shared pool the node reaches, or empty (its own devices, or unknown node).
-  std::string PoolOf(const std::string& node) const;
+  std::string PoolOf(const std::string& node) const TS_EXCLUDES(mu_);
   // The usage of a shared pool (nullopt if not defined).
-  std::optional<topology::NodeUsage> PoolUsage(const std::string& pool) const;
-  TrackerStats Stats() const;
+  std::optional<topology::NodeUsage> PoolUsage(const std::string& pool) const TS_EXCLUDES(mu_);
+  TrackerStats Stats() const TS_EXCLUDES(mu_);
   Policy policy() const { return policy_; }
 
  private:
@@ -246,50 +250,56 @@ class Tracker {
   // node), preemption.cc, holds.cc (the hold state machine), rebuild.cc (rebuild, adopt).
 
   FitResult FitLocked(const PodSpec& pod, const NodeEntry& node, const topology::NodeUsage& usage,
-                      bool with_ids = true, const topology::SlotCosts* costs = nullptr) const;
-  topology::SlotCosts CostsLocked() const;
+                      bool with_ids = true, const topology::SlotCosts* costs = nullptr) const
+      TS_REQUIRES_SHARED(mu_);
+  topology::SlotCosts CostsLocked() const TS_REQUIRES_SHARED(mu_);
   // Keeps supply_ equal to the sum of every pool's slots: after any change to a pool's usage.
-  void RecountLocked(PoolState& pool);
-  void UncountLocked(PoolState& pool);
-  void RecountAllLocked();
-  const NodeEntry* FindNode(const std::string& name) const;
+  void RecountLocked(PoolState& pool) TS_REQUIRES(mu_);
+  void UncountLocked(PoolState& pool) TS_REQUIRES(mu_);
+  void RecountAllLocked() TS_REQUIRES(mu_);
+  const NodeEntry* FindNode(const std::string& name) const TS_REQUIRES_SHARED(mu_);
   void VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
-                 const std::function<void(size_t, FitResult&&)>& fn) const;
-  topology::NodeUsage UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const;
-  // REQUIRES: exclusive lock. Takes the ids or, on overlap, changes nothing and returns false.
-  bool TakeLocked(PoolState& pool, const PodAllocation& allocation);
-  void ReleaseLocked(PoolState& pool, const std::string& uid, const PodAllocation& allocation);
+                 const std::function<void(size_t, FitResult&&)>& fn) const TS_EXCLUDES(mu_);
+  topology::NodeUsage UsageWithout(const NodeEntry& node, std::span<const std::string> uids) const
+      TS_REQUIRES_SHARED(mu_);
+  // Takes the ids or, on overlap, changes nothing and returns false.
+  bool TakeLocked(PoolState& pool, const PodAllocation& allocation) TS_REQUIRES(mu_);
+  void ReleaseLocked(PoolState& pool, const std::string& uid, const PodAllocation& allocation)
+      TS_REQUIRES(mu_);
   // The pool a hold's ids are in; nullptr if its node is gone (private pools only).
-  PoolState* PoolOfHold(const Hold& hold);
+  PoolState* PoolOfHold(const Hold& hold) TS_REQUIRES(mu_);
   // The one way a hold enters holds_: takes its ids from `pool` (already validated against it),
   // records `uid` as a holder there and in the index of its state. On overlap changes nothing
   // and returns false.
-  bool InsertHoldLocked(PoolState& pool, const std::string& uid, Hold hold);
+  bool InsertHoldLocked(PoolState& pool, const std::string& uid, Hold hold) TS_REQUIRES(mu_);
   // Moves a held pod to kCommitted or kReleasing (no deadline), keeping the indexes in step.
-  void SetStateLocked(const std::string& uid, Hold& hold, HoldState state);
-  void EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it);
+  void SetStateLocked(const std::string& uid, Hold& hold, HoldState state) TS_REQUIRES(mu_);
+  void EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it) TS_REQUIRES(mu_);
   std::vector<std::string> HoldersOverlapping(const PoolState& pool,
-                                              const PodAllocation& allocation) const;
+                                              const PodAllocation& allocation) const
+      TS_REQUIRES_SHARED(mu_);
   Status ValidateAllocation(const PoolState& pool, const PodAllocation& allocation) const;
 
   const topology::Catalog& catalog_;
   const Policy policy_;
   const topology::PoolSet* pools_;
-  // One state per defined shared pool, made at construction and never added to after.
-  std::unordered_map<std::string, PoolState> shared_;
-  mutable std::shared_mutex mu_;
+  mutable SharedMutex mu_;
+  // One state per defined shared pool, made at construction and never added to after (so
+  // NodeEntry::shared stays valid; what it points at is guarded by mu_ too, which the analysis
+  // cannot see through the pointer).
+  std::unordered_map<std::string, PoolState> shared_ TS_GUARDED_BY(mu_);
   // Open addressing: filter looks up thousands of names per call, and the chained map's pointer
   // walks were a third of that. Entries move on rehash; no pointer into it outlives a lock.
-  boost::unordered_flat_map<std::string, NodeEntry, std::hash<std::string>>
-      nodes_;                                    // guarded by mu_
-  std::unordered_map<std::string, Hold> holds_;  // guarded by mu_
+  boost::unordered_flat_map<std::string, NodeEntry, std::hash<std::string>> nodes_
+      TS_GUARDED_BY(mu_);
+  std::unordered_map<std::string, Hold> holds_ TS_GUARDED_BY(mu_);
   // The uids of holds in the reserved state, so that Stats and expiry cost O(reservations),
   // not O(pods): bind reads the count on every call.
-  std::unordered_set<std::string> reserved_uids_;   // guarded by mu_
-  std::unordered_set<std::string> releasing_uids_;  // guarded by mu_
-  topology::DemandModel demand_;                    // guarded by mu_
-  std::vector<int64_t> supply_;  // guarded by mu_; free slots fleet-wide per demand class
-  int64_t free_units_ = 0;       // guarded by mu_; free capacity fleet-wide
+  std::unordered_set<std::string> reserved_uids_ TS_GUARDED_BY(mu_);
+  std::unordered_set<std::string> releasing_uids_ TS_GUARDED_BY(mu_);
+  topology::DemandModel demand_ TS_GUARDED_BY(mu_);
+  std::vector<int64_t> supply_ TS_GUARDED_BY(mu_);  // free slots fleet-wide per demand class
+  int64_t free_units_ TS_GUARDED_BY(mu_) = 0;       // free capacity fleet-wide
 };
 
 }  // namespace toposched::tracker
