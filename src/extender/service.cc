@@ -5,8 +5,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
+#include "claims/keys.h"
 #include "kube/allocation_record.h"
-#include "topology/id_ranges.h"
 
 namespace toposched::extender {
 namespace {
@@ -54,7 +55,7 @@ void ExtenderService::LearnNode(const kube::Node& node) {
   }
   NodeFacts facts;
   facts.instance_type = node.instance_type;
-  if (auto label = node.labels.find(topology::kPoolLabel); label != node.labels.end()) {
+  if (auto label = node.labels.find(claims::kPoolLabel); label != node.labels.end()) {
     facts.pool = label->second;
     // The node's accelerators are the pool's; its own instance type does not matter here.
     if (const topology::PoolDef* def =
@@ -248,7 +249,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
                                  requests.ResourceFor(placed->container, placed->placement.unit),
                                  placed->placement.ids});
   }
-  auto annotations = kube::AllocationAnnotations(record, wall_ns_());
+  auto annotations = claims::AllocationAnnotations(record, wall_ns_());
   if (!partition.empty()) annotations[std::string(kAnnotationPartition)] = partition;
   auto status =
       writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
@@ -324,7 +325,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     if (auto it = pods_.find(args.pod_uid); it != pods_.end()) it->second.node_name = args.node;
   }
   spdlog::info("bound {} to {}: {}", key, args.node,
-               annotations.at(std::string(kube::kAnnotationNeuronIds)));
+               annotations.at(std::string(claims::kAnnotationNeuronIds)));
   return EncodeBindingResult("");
 }
 
@@ -490,51 +491,11 @@ void ExtenderService::DeleteNode(const kube::Node& node) {
   tracker_.RemoveNode(node.name);
 }
 
-namespace {
-
-bool HasAllocationAnnotation(const kube::Pod& pod) {
-  return pod.annotations.count(kube::kAnnotationRecord) != 0 ||
-         pod.annotations.count(kube::kAnnotationNeuronIds) != 0;
-}
-
-// A pod placed by AWS's extender carries only AWS_NEURON_IDS: every container's ids together, in
-// kubelet's order (init containers, then app containers; devices before cores). Splits them back
-// the way the device plugin does, so that such pods count as used after a switch to toposched.
-Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, const std::string& text,
-                                                const ResourceNames& names) {
-  auto requests = RequestsOf(pod, names);
-  if (!requests.ok()) return Error{requests.error()};
-  // RequestsOf lists the containers in kubelet's order, the order the list is written in.
-  std::vector<int> counts;
-  for (const auto& c : requests->spec.containers) counts.push_back(c.request.count);
-  auto groups = topology::SplitIdGroups(text, counts, topology::kMaxCores);
-  if (!groups.ok()) {
-    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
-  }
-  kube::AllocationRecord record;
-  record.node = pod.node_name;
-  for (size_t i = 0; i < requests->spec.containers.size(); ++i) {
-    record.containers.push_back(
-        {requests->spec.containers[i].name, requests->resource_of[i], std::move((*groups)[i])});
-  }
-  return record;
-}
-
-}  // namespace
-
 Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
-  Result<kube::AllocationRecord> record = Error{"no allocation record"};
-  if (auto it = pod.annotations.find(kube::kAnnotationRecord); it != pod.annotations.end()) {
-    record = kube::ParseAllocationRecord(it->second);
-    if (!record.ok())
-      return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
-  } else if (auto aws = pod.annotations.find(kube::kAnnotationNeuronIds);
-             aws != pod.annotations.end()) {
-    record = RecordFromAwsIds(pod, aws->second, options_.resources);
-    if (!record.ok()) return Error{record.error()};
-  } else {
-    return Error{"no allocation record"};
-  }
+  // toposched.io/allocation, else AWS_NEURON_IDS as AWS's extender writes it, so that pods it
+  // placed count as used after a switch to toposched.
+  auto record = claims::RecordFromPod(pod, options_.resources.Specs());
+  if (!record.ok()) return Error{record.error()};
   if (record->node != pod.node_name) {
     return Error{fmt::format("allocation record names node {} but the pod runs on {}", record->node,
                              pod.node_name)};
@@ -594,14 +555,14 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     if (pod.node_name.empty()) continue;
     auto rec = RecordedFromPod(pod);
     if (!rec.ok()) {
-      if (HasAllocationAnnotation(pod)) {
+      if (claims::HasAllocation(pod)) {
         ++invalid;
         ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
       }
       continue;
     }
     int64_t at = 0;
-    if (auto t = pod.annotations.find(kube::kAnnotationAllocTime); t != pod.annotations.end()) {
+    if (auto t = pod.annotations.find(claims::kAnnotationAllocTime); t != pod.annotations.end()) {
       auto parsed = kube::ParseAllocTime(t->second);
       if (parsed.ok()) at = *parsed;
     }
@@ -648,7 +609,7 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   if (pod.node_name.empty()) return;
   auto rec = RecordedFromPod(pod);
   if (!rec.ok()) {
-    if (HasAllocationAnnotation(pod)) {
+    if (claims::HasAllocation(pod)) {
       ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
     }
     return;

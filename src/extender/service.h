@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/keys.h"
 #include "extender/metrics.h"
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
@@ -69,8 +70,8 @@ struct ExtenderOptions {
   std::function<bool()> may_reconcile;
 };
 
-// The annotation the Binding carries: the partition made for the pod.
-inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition";
+// The annotation the Binding carries: the partition made for the pod (claims/keys.h).
+using claims::kAnnotationPartition;
 
 class ExtenderService {
  public:
