@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
@@ -48,7 +49,7 @@ kube::Pod RecordedPod(int uid, const std::string& node, const std::string& type,
   c.requests[resource] = static_cast<int64_t>(ids.size());
   pod.containers.push_back(c);
   const kube::AllocationRecord record{node, type, {{"main", resource, std::move(ids)}}};
-  for (auto& [k, v] : kube::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
+  for (auto& [k, v] : claims::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
   return pod;
 }
 

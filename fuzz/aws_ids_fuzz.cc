@@ -1,7 +1,7 @@
-// libFuzzer target for AWS_NEURON_IDS splitting (topology::SplitIdGroups): the first bytes choose
+// libFuzzer target for AWS_NEURON_IDS splitting (claims::SplitAwsIds): the first bytes choose
 // the containers' counts, the rest is the annotation. It never crashes, what it accepts has the
-// asked sizes, ids in range and no repeat within a container, and writing the groups back out as
-// a plain list splits to the same groups.
+// asked sizes, ids in range and no repeat within a container, and writing the groups back out
+// with claims::FormatAwsIds splits to the same groups.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -9,11 +9,13 @@
 #include <string_view>
 #include <vector>
 
-#include "topology/id_ranges.h"
+#include "claims/annotations.h"
+#include "kube/allocation_record.h"
+#include "topology/catalog.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace toposched::topology;  // NOLINT(google-build-using-namespace): a fuzz harness
-  constexpr int kLimit = 512;
+  using namespace toposched;  // NOLINT(google-build-using-namespace): a fuzz harness
+  constexpr int kLimit = topology::kMaxCores;
   if (size < 1) return 0;
   const size_t containers = data[0] % 6;
   if (size < 1 + containers) return 0;
@@ -21,10 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < containers; ++i) counts.push_back(data[1 + i] % 20);
   const std::string_view text(reinterpret_cast<const char*>(data + 1 + containers),
                               size - 1 - containers);
-  auto groups = SplitIdGroups(text, counts, kLimit);
+  auto groups = claims::SplitAwsIds(text, counts);
   if (!groups.ok()) return 0;
   if (groups->size() != counts.size()) std::abort();
-  std::string again;
+  kube::AllocationRecord record;
   for (size_t i = 0; i < groups->size(); ++i) {
     const std::vector<int>& group = (*groups)[i];
     if (static_cast<int>(group.size()) != counts[i]) std::abort();
@@ -33,9 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (id < 0 || id >= kLimit || seen[static_cast<size_t>(id)]) std::abort();
       seen[static_cast<size_t>(id)] = true;
     }
-    if (!group.empty()) again += (again.empty() ? "" : ",") + FormatIdList(group);
+    record.containers.push_back({"c" + std::to_string(i), "r", group});
   }
-  auto back = SplitIdGroups(again, counts, kLimit);
+  auto back = claims::SplitAwsIds(claims::FormatAwsIds(record), counts);
   if (!back.ok() || *back != *groups) std::abort();
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "claims/keys.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/manager.h"
@@ -63,13 +64,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)deviceplugin::ParseUnitId(topology::Unit::kCore, text, 512);
       break;
     case 5:
-      (void)deviceplugin::ReadPodClaims(PodWith(kube::kAnnotationRecord, text), resources, "n");
+      (void)deviceplugin::ReadPodClaims(PodWith(claims::kAnnotationRecord, text), resources, "n");
       break;
     case 6:
-      (void)deviceplugin::ReadPodClaims(PodWith(kube::kAnnotationNeuronIds, text), resources, "n");
+      (void)deviceplugin::ReadPodClaims(PodWith(claims::kAnnotationNeuronIds, text), resources,
+                                        "n");
       break;
     case 7:
-      (void)deviceplugin::ReadPodClaims(PodWith(kube::kAnnotationAllocTime, text), resources, "n");
+      (void)deviceplugin::ReadPodClaims(PodWith(claims::kAnnotationAllocTime, text), resources,
+                                        "n");
       break;
     case 8:
       (void)deviceplugin::ReadPodClaims(PodWith(deviceplugin::kAnnotationAllocatedContainers, text),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "claims/keys.h"
 #include "deviceplugin/allocation.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
@@ -104,7 +105,8 @@ TEST_F(ServiceTest, BindWritesAwsAnnotationsAndOurRecordThenCommits) {
   EXPECT_EQ(b.annotations.at("AWS_NEURON_IDS"), "0,1,2,3");
   EXPECT_EQ(b.annotations.at("NEURON_ALLOCATED"), "false");
   EXPECT_EQ(b.annotations.at("NEURON_ALLOC_TIME"), "1743574052764891534");
-  auto record = kube::ParseAllocationRecord(b.annotations.at(std::string(kube::kAnnotationRecord)));
+  auto record =
+      kube::ParseAllocationRecord(b.annotations.at(std::string(claims::kAnnotationRecord)));
   ASSERT_TRUE(record.ok()) << record.error();
   EXPECT_EQ(record->node, "trn-a");
   ASSERT_EQ(record->containers.size(), 1u);
@@ -265,8 +267,8 @@ TEST_F(ServiceTest, RebuildRestoresRecordedPodsAndReportsConflicts) {
     c.name = "main";
     c.requests["aws.amazon.com/neuron"] = 4;
     pod.containers.push_back(c);
-    pod.annotations[std::string(kube::kAnnotationAllocTime)] = time;
-    pod.annotations[std::string(kube::kAnnotationRecord)] =
+    pod.annotations[std::string(claims::kAnnotationAllocTime)] = time;
+    pod.annotations[std::string(claims::kAnnotationRecord)] =
         R"({"node":"trn-a","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[)" +
         ids + "]}]}";
     return pod;

@@ -13,6 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/annotations.h"
 #include "kube/allocation_record.h"
 #include "kube/client.h"
 #include "kube/decode.h"
@@ -335,7 +336,7 @@ TEST(KubeClientTest, BindCarriesAnnotationsAndKeepsThePodsOthers) {
   auto client = ClientFor(server);
   ASSERT_NE(client, nullptr);
   AllocationRecord record{"node-1", "trn1.32xlarge", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
-  auto annotations = AllocationAnnotations(record, 1743574052764891534);
+  auto annotations = claims::AllocationAnnotations(record, 1743574052764891534);
   annotations["odd \"key\""] = "line\nbreak \\ \u00e9";
   Status bound = BindPod(*client, "ml", "train-0", "uid-1", "node-1", annotations);
   ASSERT_TRUE(bound.ok()) << bound.error();
@@ -347,7 +348,7 @@ TEST(KubeClientTest, BindCarriesAnnotationsAndKeepsThePodsOthers) {
   EXPECT_EQ(pod.annotations.at("NEURON_ALLOCATED"), "false");
   EXPECT_EQ(pod.annotations.at("odd \"key\""), "line\nbreak \\ \u00e9");
   Result<AllocationRecord> parsed =
-      ParseAllocationRecord(pod.annotations.find(kAnnotationRecord)->second);
+      ParseAllocationRecord(pod.annotations.find(claims::kAnnotationRecord)->second);
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(*parsed, record);
 

@@ -98,28 +98,10 @@ AllocationRecord SampleRecord() {
   return record;
 }
 
-TEST(KubeAllocationRecordTest, AnnotationsForAwsPluginAndOurRecord) {
-  const auto annotations = AllocationAnnotations(SampleRecord(), 1743574052764891534);
-  ASSERT_EQ(annotations.size(), 4u);
-  EXPECT_EQ(annotations.at("AWS_NEURON_IDS"), "4,5,6,7,16");
-  EXPECT_EQ(annotations.at("NEURON_ALLOCATED"), "false");
-  EXPECT_EQ(annotations.at("NEURON_ALLOC_TIME"), "1743574052764891534");
-  EXPECT_EQ(annotations.at("toposched.io/allocation"),
-            R"({"node":"ip-10-0-12-34.us-west-2.compute.internal","instanceType":"trn1.32xlarge",)"
-            R"("containers":[{"name":"train","resource":"aws.amazon.com/neuron","ids":[4,5,6,7]},)"
-            R"({"name":"log-shipper","resource":"aws.amazon.com/neuroncore","ids":[16]}]})");
-  EXPECT_EQ(kAnnotationNeuronIds, "AWS_NEURON_IDS");
-  EXPECT_EQ(kAnnotationAllocated, "NEURON_ALLOCATED");
-  EXPECT_EQ(kAnnotationAllocTime, "NEURON_ALLOC_TIME");
-  EXPECT_EQ(kAnnotationRecord, "toposched.io/allocation");
-}
-
 TEST(KubeAllocationRecordTest, RoundTripsIncludingCharactersThatNeedEscaping) {
   AllocationRecord record = SampleRecord();
   record.containers.push_back({"we\"ird\\name\n", "example.com/x", {}});
-  const auto annotations = AllocationAnnotations(record, 0);
-  Result<AllocationRecord> parsed =
-      ParseAllocationRecord(annotations.at("toposched.io/allocation"));
+  Result<AllocationRecord> parsed = ParseAllocationRecord(AllocationRecordJson(record));
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(*parsed, record);
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "claims/keys.h"
 #include "kube/objects.h"
 #include "provision/fake_service.h"
 #include "provision/service.h"
@@ -67,7 +68,7 @@ inline kube::Node PoolNode(const std::string& name, const std::string& pool) {
   kube::Node node;
   node.name = name;
   node.instance_type = "m5.8xlarge";
-  node.labels[std::string(topology::kPoolLabel)] = pool;
+  node.labels[std::string(claims::kPoolLabel)] = pool;
   return node;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/keys.h"
 #include "cli/commands.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/api_pod_source.h"
@@ -25,8 +26,8 @@ struct DevicePluginOptions {
   std::string opt_aws_root = "/opt/aws";
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
-  std::string device_resource = "aws.amazon.com/neuron";
-  std::string core_resource = "aws.amazon.com/neuroncore";
+  std::string device_resource{claims::kResourceNeuron};
+  std::string core_resource{claims::kResourceNeuronCore};
   std::string socket_prefix = "toposched";
   std::string instance_type;
   std::string visible_cores = "container";

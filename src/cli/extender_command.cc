@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/keys.h"
+#include "claims/resources.h"
 #include "cli/commands.h"
 #include "extender/api_writer.h"
 #include "extender/metrics.h"
@@ -33,9 +35,8 @@ struct ExtenderOptions {
   std::string tls_client_ca_file;
   std::string kubeconfig;
   std::string offline_nodes;
-  std::vector<std::string> device_resources = {"aws.amazon.com/neuron",
-                                               "aws.amazon.com/neurondevice"};
-  std::vector<std::string> core_resources = {"aws.amazon.com/neuroncore"};
+  std::vector<std::string> device_resources = claims::ResourceSet{}.device;
+  std::vector<std::string> core_resources = claims::ResourceSet{}.core;
   std::string policy = "scarcity";
   double reservation_timeout_s = 30;
   size_t body_limit_mib = 256;
@@ -108,8 +109,9 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
   cmd->add_option("--pools", o->pools_file,
-                  "Shared accelerator pools (YAML; docs/pools.md): nodes labelled "
-                  "toposched.io/ipu-pool=NAME share the pool NAME")
+                  fmt::format("Shared accelerator pools (YAML; docs/pools.md): nodes labelled "
+                              "{}=NAME share the pool NAME",
+                              claims::kPoolLabel))
       ->check(CLI::ExistingFile);
   cmd->add_option("--partition-service", o->partition_service,
                   "URL of the partition service (V-IPU style) that creates a partition for each "

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
 #include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
 
@@ -58,19 +59,12 @@ std::string ClaimKey(std::string_view container, std::string_view resource) {
   return fmt::format("{}={}", container, resource);
 }
 
-int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec) {
-  // Every name of the resource counts, as the extender counts them (kube::Container::Asks).
-  int64_t total = container.Asks(spec.name);
-  for (const auto& alias : spec.aliases) total += container.Asks(alias);
-  return total;
-}
-
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
                                 std::string_view node_name) {
   PodClaims out;
   out.alloc_time = std::numeric_limits<int64_t>::max();
   const auto& notes = pod.annotations;
-  if (auto it = notes.find(kube::kAnnotationAllocTime); it != notes.end()) {
+  if (auto it = notes.find(claims::kAnnotationAllocTime); it != notes.end()) {
     // A malformed time only loses the pod its place in the queue, not its devices.
     if (auto time = kube::ParseAllocTime(it->second); time.ok()) out.alloc_time = *time;
   }
@@ -78,19 +72,20 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
   if (auto it = notes.find(kAnnotationAllocatedContainers); it != notes.end()) {
     served = SplitServed(it->second);
   }
-  const auto allocated_it = notes.find(kube::kAnnotationAllocated);
+  const auto allocated_it = notes.find(claims::kAnnotationAllocated);
   const bool all_served = allocated_it != notes.end() && allocated_it->second == "true";
 
-  if (auto it = notes.find(kube::kAnnotationRecord); it != notes.end()) {
-    auto record = kube::ParseAllocationRecord(it->second);
-    if (!record.ok()) {
-      return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
-    }
-    if (!record->node.empty() && !node_name.empty() && record->node != node_name) {
+  if (claims::HasAllocation(pod)) {
+    // toposched.io/allocation, else AWS_NEURON_IDS alone (AWS's extender), split over the
+    // containers in kubelet's order as claims reads it for the extender too.
+    auto record = claims::RecordFromPod(pod, resources);
+    if (!record.ok()) return Error{record.error()};
+    out.from_record = notes.count(claims::kAnnotationRecord) > 0;
+    if (out.from_record && !record->node.empty() && !node_name.empty() &&
+        record->node != node_name) {
       return Error{fmt::format("annotation {} records node {}, but this is node {}",
-                               kube::kAnnotationRecord, record->node, node_name)};
+                               claims::kAnnotationRecord, record->node, node_name)};
     }
-    out.from_record = true;
     for (const kube::ContainerIds& entry : record->containers) {
       const auto spec =
           std::find_if(resources.begin(), resources.end(),
@@ -105,41 +100,6 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
       claim.requested =
           container == nullptr ? 0 : static_cast<int>(ContainerRequest(*container, *spec));
       out.claims.push_back(std::move(claim));
-    }
-  } else if (auto ids_it = notes.find(kube::kAnnotationNeuronIds); ids_it != notes.end()) {
-    // AWS's extender writes only the ids of all containers together, in kubelet's container
-    // order (init containers first); an init container that reuses ids lists them again.
-    std::vector<Claim> wanted;
-    std::vector<int> counts;
-    int order = 0;
-    for (const auto* list : {&pod.init_containers, &pod.containers}) {
-      for (const kube::Container& container : *list) {
-        for (const ResourceSpec& spec : resources) {
-          const int64_t want = ContainerRequest(container, spec);
-          if (want <= 0) continue;
-          if (want > topology::kMaxCores) {
-            return Error{fmt::format("container '{}' asks for {} {}: not a usable count",
-                                     container.name, want, spec.name)};
-          }
-          Claim claim;
-          claim.container = container.name;
-          claim.resource = spec.name;
-          claim.requested = static_cast<int>(want);
-          claim.order = order;
-          wanted.push_back(std::move(claim));
-          counts.push_back(static_cast<int>(want));
-        }
-        ++order;
-      }
-    }
-    auto groups = topology::SplitIdGroups(ids_it->second, counts, topology::kMaxCores);
-    if (!groups.ok()) {
-      return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
-    }
-    for (size_t i = 0; i < wanted.size(); ++i) {
-      wanted[i].ids = std::move((*groups)[i]);
-      std::sort(wanted[i].ids.begin(), wanted[i].ids.end());
-      out.claims.push_back(std::move(wanted[i]));
     }
   }
   for (Claim& claim : out.claims) {
@@ -278,7 +238,7 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
     if (skipped == nullptr) {
       // No explanations wanted (GetPreferredAllocation): a pod marked allocated as a whole has
       // no candidate, so skip parsing its record.
-      auto allocated = pod.annotations.find(kube::kAnnotationAllocated);
+      auto allocated = pod.annotations.find(claims::kAnnotationAllocated);
       if (allocated != pod.annotations.end() && allocated->second == "true") continue;
     }
     auto claims = ReadPodClaims(pod, options_.resources, options_.node_name);
@@ -425,7 +385,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
       changes[std::string(kAnnotationAllocatedContainers)] =
           fmt::format("{}", fmt::join(chosen->served_keys, ","));
       if (chosen->all_other_claims_served)
-        changes[std::string(kube::kAnnotationAllocated)] = "true";
+        changes[std::string(claims::kAnnotationAllocated)] = "true";
       if (Status patched = pods_.PatchAnnotations(pod, changes); !patched.ok()) {
         // The in-memory record still keeps the claim from being served twice by this process.
         spdlog::warn("allocated {} to {} container {} but could not mark it on the pod: {}",
@@ -473,8 +433,8 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
           "allocation ({} or {}, with {} not \"true\") of exactly {} ids for this resource. "
           "Schedule pods that ask for {} through the toposched extender (their schedulerName), "
           "or ask for 1 or all {} {}{}",
-          options_.node_name, count, resource.name, pods->size(), kube::kAnnotationRecord,
-          kube::kAnnotationNeuronIds, kube::kAnnotationAllocated, count, resource.name, units,
+          options_.node_name, count, resource.name, pods->size(), claims::kAnnotationRecord,
+          claims::kAnnotationNeuronIds, claims::kAnnotationAllocated, count, resource.name, units,
           topology::UnitName(resource.unit, units), why.empty() ? "" : ". Pods seen" + why)};
     }
     grant.ids = requested;

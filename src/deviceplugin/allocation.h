@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/keys.h"
+#include "claims/resources.h"
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/pod_source.h"
 #include "kube/objects.h"
@@ -27,10 +29,8 @@
 
 namespace toposched::deviceplugin {
 
-// Our record of which containers of a pod the plugin has served: "container=resource,...".
-// NEURON_ALLOCATED stays pod-level (AWS's meaning): "true" once every container is served.
-inline constexpr std::string_view kAnnotationAllocatedContainers =
-    "toposched.io/allocated-containers";
+// Our record of which containers of a pod the plugin has served (claims/keys.h).
+using claims::kAnnotationAllocatedContainers;
 
 // One container's share of a pod's recorded allocation.
 struct Claim {
@@ -53,9 +53,9 @@ struct PodClaims {
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
                                 std::string_view node_name);
 
-// The quantity a container asks for of `spec`: kube::Container::Asks (limit, else request) summed
-// over the resource's name and aliases, as the extender counts it.
-int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec);
+// The quantity a container asks for of `spec` (claims/resources.h: limit, else request, summed
+// over the resource's name and aliases, as the extender counts it).
+using claims::ContainerRequest;
 
 // How NEURON_RT_VISIBLE_CORES numbers cores.
 enum class CoreNumbering {

@@ -6,11 +6,6 @@
 
 namespace toposched::deviceplugin {
 
-bool ResourceSpec::Matches(std::string_view resource) const {
-  if (resource == name) return true;
-  return std::find(aliases.begin(), aliases.end(), resource) != aliases.end();
-}
-
 std::string UnitId(topology::Unit unit, int index) {
   return fmt::format("{}{}", unit == topology::Unit::kDevice ? kDeviceIdPrefix : kCoreIdPrefix,
                      index);

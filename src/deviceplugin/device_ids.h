@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/resources.h"
 #include "topology/allocator.h"
 
 namespace toposched::deviceplugin {
@@ -18,16 +19,8 @@ namespace toposched::deviceplugin {
 inline constexpr std::string_view kDeviceIdPrefix = "neuron";
 inline constexpr std::string_view kCoreIdPrefix = "neuroncore";
 
-// One resource this plugin serves: its extended-resource name and what one unit of it is.
-struct ResourceSpec {
-  std::string name;  // e.g. aws.amazon.com/neuron
-  topology::Unit unit = topology::Unit::kDevice;
-  // Other names the extender may have recorded the same resource under (the retired
-  // aws.amazon.com/neurondevice for devices).
-  std::vector<std::string> aliases;
-
-  bool Matches(std::string_view resource) const;
-};
+// One resource this plugin serves: its name, unit and aliases (claims/resources.h).
+using ResourceSpec = claims::ResourceSpec;
 
 std::string UnitId(topology::Unit unit, int index);
 // "neuron3" -> 3. Errors on a wrong prefix, non-digits, leading zeros or index >= limit.

@@ -47,20 +47,6 @@ FileIdentity Identify(const std::string& path) {
 
 }  // namespace
 
-std::vector<ResourceSpec> DefaultResources(const std::string& device_resource,
-                                           const std::string& core_resource) {
-  std::vector<ResourceSpec> out;
-  if (!device_resource.empty()) {
-    ResourceSpec devices{device_resource, topology::Unit::kDevice, {}};
-    if (device_resource == "aws.amazon.com/neuron") {
-      devices.aliases.push_back("aws.amazon.com/neurondevice");
-    }
-    out.push_back(std::move(devices));
-  }
-  if (!core_resource.empty()) out.push_back({core_resource, topology::Unit::kCore, {}});
-  return out;
-}
-
 std::string SocketName(const std::string& prefix, const std::string& resource) {
   const size_t slash = resource.rfind('/');
   std::string base = slash == std::string::npos ? resource : resource.substr(slash + 1);

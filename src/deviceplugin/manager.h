@@ -49,10 +49,9 @@ struct PluginOptions {
   std::chrono::milliseconds reconcile_delay{2000};
 };
 
-// The default resources: devices as aws.amazon.com/neuron (alias neurondevice), cores as
-// aws.amazon.com/neuroncore. An empty name leaves that resource out.
-std::vector<ResourceSpec> DefaultResources(const std::string& device_resource,
-                                           const std::string& core_resource);
+// The default resources (claims/resources.h): devices as aws.amazon.com/neuron (alias
+// neurondevice), cores as aws.amazon.com/neuroncore. An empty name leaves that resource out.
+using claims::DefaultResources;
 
 // "<prefix>-<last path part of the resource, [a-z0-9-] only>.sock".
 std::string SocketName(const std::string& prefix, const std::string& resource);

@@ -6,6 +6,8 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
+#include "claims/keys.h"
 #include "deviceplugin/allocation.h"
 #include "kube/allocation_record.h"
 #include "podresources.grpc.pb.h"
@@ -51,7 +53,7 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
   std::vector<RecordPatch> out;
   for (const kube::Pod& pod : pods) {
     if (pod.deleting || pod.Terminated()) continue;
-    if (pod.annotations.count(kube::kAnnotationRecord) > 0) continue;
+    if (pod.annotations.count(claims::kAnnotationRecord) > 0) continue;
     kube::AllocationRecord record;
     record.node = context.node_name;
     record.instance_type = context.instance_type;
@@ -88,14 +90,14 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
     RecordPatch patch;
     patch.ns = pod.ns;
     patch.name = pod.name;
-    for (auto& [key, value] : kube::AllocationAnnotations(record, now_ns)) {
-      if ((key == kube::kAnnotationNeuronIds || key == kube::kAnnotationAllocTime) &&
+    for (auto& [key, value] : claims::AllocationAnnotations(record, now_ns)) {
+      if ((key == claims::kAnnotationNeuronIds || key == claims::kAnnotationAllocTime) &&
           pod.annotations.count(key) > 0) {
         continue;
       }
       patch.changes[key] = value;
     }
-    patch.changes[std::string(kube::kAnnotationAllocated)] = "true";
+    patch.changes[std::string(claims::kAnnotationAllocated)] = "true";
     patch.changes[std::string(kAnnotationAllocatedContainers)] =
         fmt::format("{}", fmt::join(keys, ","));
     out.push_back(std::move(patch));
@@ -125,7 +127,7 @@ Result<int> RecordKubeletAssignments(const PodResourcesClient& kubelet, PodSourc
     if (status.ok()) {
       ++patched;
       spdlog::info("recorded kubelet's assignment on {}/{}: {}", patch.ns, patch.name,
-                   patch.changes.at(std::string(kube::kAnnotationRecord)).value_or(""));
+                   patch.changes.at(std::string(claims::kAnnotationRecord)).value_or(""));
     } else {
       spdlog::warn("cannot record kubelet's assignment on {}/{}: {}", patch.ns, patch.name,
                    status.error());

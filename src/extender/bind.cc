@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
+#include "claims/keys.h"
 #include "extender/service.h"
 #include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
@@ -211,7 +213,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
                                  requests.ResourceFor(placed->container, placed->placement.unit),
                                  placed->placement.ids});
   }
-  auto annotations = kube::AllocationAnnotations(record, wall_ns_());
+  auto annotations = claims::AllocationAnnotations(record, wall_ns_());
   if (!attempt.partition.empty()) {
     annotations[std::string(kAnnotationPartition)] = attempt.partition;
   }
@@ -261,7 +263,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     if (auto it = pods_.find(args.pod_uid); it != pods_.end()) it->second.node_name = args.node;
   }
   spdlog::info("bound {} to {}: {}", key, args.node,
-               annotations.at(std::string(kube::kAnnotationNeuronIds)));
+               annotations.at(std::string(claims::kAnnotationNeuronIds)));
   return EncodeBindingResult("");
 }
 

@@ -11,9 +11,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/annotations.h"
+#include "claims/keys.h"
 #include "extender/service.h"
 #include "kube/allocation_record.h"
-#include "topology/id_ranges.h"
 
 namespace toposched::extender {
 
@@ -69,53 +70,12 @@ void ExtenderService::DeleteNode(const kube::Node& node) {
   tracker_.RemoveNode(node.name);
 }
 
-namespace {
-
-bool HasAllocationAnnotation(const kube::Pod& pod) {
-  return pod.annotations.count(kube::kAnnotationRecord) != 0 ||
-         pod.annotations.count(kube::kAnnotationNeuronIds) != 0;
-}
-
-// A pod placed by AWS's extender carries only AWS_NEURON_IDS: every container's ids together, in
-// kubelet's order (init containers, then app containers; devices before cores). Splits them back
-// the way the device plugin does, so that such pods count as used after a switch to toposched.
-Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, const std::string& text,
-                                                const ResourceNames& names) {
-  auto requests = RequestsOf(pod, names);
-  if (!requests.ok()) return Error{requests.error()};
-  // RequestsOf lists the containers in kubelet's order, the order the list is written in.
-  std::vector<int> counts;
-  for (const auto& c : requests->spec.containers) counts.push_back(c.request.count);
-  auto groups = topology::SplitIdGroups(text, counts, topology::kMaxCores);
-  if (!groups.ok()) {
-    return Error{fmt::format("annotation {}: {}", kube::kAnnotationNeuronIds, groups.error())};
-  }
-  kube::AllocationRecord record;
-  record.node = pod.node_name;
-  for (size_t i = 0; i < requests->spec.containers.size(); ++i) {
-    record.containers.push_back(
-        {requests->spec.containers[i].name, requests->resource_of[i], std::move((*groups)[i])});
-  }
-  return record;
-}
-
-}  // namespace
-
 Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
-  Result<kube::AllocationRecord> record = Error{"no allocation record"};
-  if (auto it = pod.annotations.find(kube::kAnnotationRecord); it != pod.annotations.end()) {
-    record = kube::ParseAllocationRecord(it->second);
-    if (!record.ok())
-      return Error{fmt::format("annotation {}: {}", kube::kAnnotationRecord, record.error())};
-  } else if (auto aws = pod.annotations.find(kube::kAnnotationNeuronIds);
-             aws != pod.annotations.end()) {
-    record = RecordFromAwsIds(pod, aws->second, options_.resources);
-    if (!record.ok()) return Error{record.error()};
-  } else {
-    return Error{"no allocation record"};
-  }
-  if (record->node != pod.node_name) {
-    return Error{fmt::format("allocation record names node {} but the pod runs on {}", record->node,
+  // toposched.io/allocation, else AWS_NEURON_IDS as AWS's extender writes it, so that pods it
+  // placed count as used after a switch to toposched.
+  TOPOSCHED_ASSIGN_OR_RETURN(auto record, claims::RecordFromPod(pod, options_.resources.Specs()));
+  if (record.node != pod.node_name) {
+    return Error{fmt::format("allocation record names node {} but the pod runs on {}", record.node,
                              pod.node_name)};
   }
   int cores_per_device = 0;
@@ -129,7 +89,7 @@ Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& p
     return Error{fmt::format("node {} has an unknown instance type", pod.node_name)};
   }
   tracker::RecordedPod recorded{pod.uid, pod.Key(), {pod.node_name, {}}};
-  for (const auto& c : record->containers) {
+  for (const auto& c : record.containers) {
     const bool device =
         std::find(options_.resources.device.begin(), options_.resources.device.end(), c.resource) !=
         options_.resources.device.end();
@@ -165,14 +125,14 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     if (pod.node_name.empty()) continue;
     auto rec = RecordedFromPod(pod);
     if (!rec.ok()) {
-      if (HasAllocationAnnotation(pod)) {
+      if (claims::HasAllocation(pod)) {
         ++invalid;
         ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
       }
       continue;
     }
     int64_t at = 0;
-    if (auto t = pod.annotations.find(kube::kAnnotationAllocTime); t != pod.annotations.end()) {
+    if (auto t = pod.annotations.find(claims::kAnnotationAllocTime); t != pod.annotations.end()) {
       auto parsed = kube::ParseAllocTime(t->second);
       if (parsed.ok()) at = *parsed;
     }
@@ -219,7 +179,7 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   if (pod.node_name.empty()) return;
   auto rec = RecordedFromPod(pod);
   if (!rec.ok()) {
-    if (HasAllocationAnnotation(pod)) {
+    if (claims::HasAllocation(pod)) {
       ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
     }
     return;

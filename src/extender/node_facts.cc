@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "claims/keys.h"
+
 namespace toposched::extender {
 namespace {
 
@@ -31,7 +33,7 @@ NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
                   const topology::PoolSet* pools, const ResourceNames& resources) {
   NodeFacts facts;
   facts.instance_type = node.instance_type;
-  if (auto label = node.labels.find(topology::kPoolLabel); label != node.labels.end()) {
+  if (auto label = node.labels.find(claims::kPoolLabel); label != node.labels.end()) {
     facts.pool = label->second;
     // The node's accelerators are the pool's; its own instance type does not matter here.
     if (const topology::PoolDef* def = pools != nullptr ? pools->Find(facts.pool) : nullptr) {

@@ -1,16 +1,8 @@
 #include "extender/pod_requests.h"
 
-#include <algorithm>
-#include <limits>
-
-#include <fmt/format.h>
+#include <utility>
 
 namespace toposched::extender {
-
-bool ResourceNames::Manages(std::string_view name) const {
-  return std::find(device.begin(), device.end(), name) != device.end() ||
-         std::find(core.begin(), core.end(), name) != core.end();
-}
 
 std::string PodRequests::ResourceFor(const std::string& container, topology::Unit unit) const {
   for (size_t i = 0; i < spec.containers.size(); ++i) {
@@ -21,33 +13,6 @@ std::string PodRequests::ResourceFor(const std::string& container, topology::Uni
   return {};
 }
 
-namespace {
-
-Status AddContainer(const kube::Container& c, bool init, const ResourceNames& names,
-                    PodRequests& out) {
-  for (const auto& [unit, list] : {std::pair{topology::Unit::kDevice, &names.device},
-                                   std::pair{topology::Unit::kCore, &names.core}}) {
-    int64_t total = 0;
-    std::string first_resource;
-    for (const auto& resource : *list) {
-      const int64_t n = c.Asks(resource);
-      if (n == 0) continue;
-      if (first_resource.empty()) first_resource = resource;
-      total += n;
-    }
-    if (total == 0) continue;
-    if (total < 0 || total > std::numeric_limits<int>::max()) {
-      return Error{fmt::format("container '{}' asks for {} {}: not a usable count", c.name, total,
-                               first_resource)};
-    }
-    out.spec.containers.push_back({c.name, {unit, static_cast<int>(total)}, init});
-    out.resource_of.push_back(first_resource);
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
 Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names) {
   PodRequests out;
   out.spec.uid = pod.uid;
@@ -55,11 +20,11 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
   out.ns = pod.ns;
   out.name = pod.name;
   out.node_name = pod.node_name;
-  for (const auto& c : pod.init_containers) {
-    if (auto s = AddContainer(c, !c.sidecar, names, out); !s.ok()) return Error{s.error()};
-  }
-  for (const auto& c : pod.containers) {
-    if (auto s = AddContainer(c, false, names, out); !s.ok()) return Error{s.error()};
+  auto asks = claims::ListAsks(pod, names.Specs());
+  if (!asks.ok()) return Error{asks.error()};
+  for (claims::ContainerAsk& ask : *asks) {
+    out.spec.containers.push_back({ask.container, {ask.unit, ask.count}, ask.init});
+    out.resource_of.push_back(std::move(ask.asked_as));
   }
   return out;
 }

@@ -6,18 +6,14 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/resources.h"
 #include "kube/objects.h"
 #include "tracker/tracker.h"
 
 namespace toposched::extender {
 
-// The extended-resource names toposched manages.
-struct ResourceNames {
-  std::vector<std::string> device = {"aws.amazon.com/neuron", "aws.amazon.com/neurondevice"};
-  std::vector<std::string> core = {"aws.amazon.com/neuroncore"};
-
-  bool Manages(std::string_view name) const;
-};
+// The extended-resource names toposched manages (claims owns them and the counting rule).
+using ResourceNames = claims::ResourceSet;
 
 // A pod's requests plus, for each ContainerRequest, the resource name it came from (so the
 // recorded allocation names the resource the pod really asked for).
@@ -32,8 +28,8 @@ struct PodRequests {
   std::string ResourceFor(const std::string& container, topology::Unit unit) const;
 };
 
-// Reads requests (or limits, when a container sets only limits, as Kubernetes defaults them) of
-// every managed resource. Device-resource aliases add up. Sidecars (init containers with
+// Every managed resource a container asks for (claims::ListAsks: limit, else request, names of
+// one resource added up), in kubelet's container order. Sidecars (init containers with
 // restartPolicy Always) count as app containers. Errors on a count that does not fit an int.
 Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names);
 

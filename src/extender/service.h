@@ -21,6 +21,7 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
+#include "claims/keys.h"
 #include "extender/bind.h"
 #include "extender/metrics.h"
 #include "extender/node_facts.h"
@@ -74,8 +75,8 @@ struct ExtenderOptions {
   std::function<bool()> may_reconcile;
 };
 
-// The annotation the Binding carries: the partition made for the pod.
-inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition";
+// The annotation the Binding carries: the partition made for the pod (claims/keys.h).
+using claims::kAnnotationPartition;
 
 class ExtenderService {
  public:

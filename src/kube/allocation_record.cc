@@ -112,23 +112,6 @@ std::string AllocationRecordJson(const AllocationRecord& record) {
   return out;
 }
 
-std::map<std::string, std::string> AllocationAnnotations(const AllocationRecord& record,
-                                                         int64_t alloc_time_ns) {
-  std::string ids;
-  for (const ContainerIds& container : record.containers) {
-    for (int id : container.ids) {
-      if (!ids.empty()) ids += ',';
-      ids += std::to_string(id);
-    }
-  }
-  std::map<std::string, std::string> annotations;
-  annotations.emplace(kAnnotationNeuronIds, std::move(ids));
-  annotations.emplace(kAnnotationAllocated, "false");
-  annotations.emplace(kAnnotationAllocTime, std::to_string(alloc_time_ns));
-  annotations.emplace(kAnnotationRecord, AllocationRecordJson(record));
-  return annotations;
-}
-
 Result<AllocationRecord> ParseAllocationRecord(std::string_view text) {
   AllocationRecord record;
   bool has_node = false;

@@ -1,8 +1,6 @@
-// The annotations toposched writes on a pod when it binds it, and their parsing back: the device
-// plugin reads them at Allocate, and the extender rebuilds its state from them after a restart.
-//
-// AWS_NEURON_IDS, NEURON_ALLOCATED and NEURON_ALLOC_TIME keep AWS's own device plugin working with
-// our extender; toposched.io/allocation is our richer record (ids per container and resource).
+// The allocation record toposched writes on a pod when it binds it (the toposched.io/allocation
+// annotation: ids per container and resource) as JSON, and its strict parsing back. The keys and
+// the other bind-time annotations are claims' (claims/keys.h, claims/annotations.h).
 #ifndef TOPOSCHED_KUBE_ALLOCATION_RECORD_H_
 #define TOPOSCHED_KUBE_ALLOCATION_RECORD_H_
 
@@ -15,17 +13,6 @@
 #include "base/result.h"
 
 namespace toposched::kube {
-
-// Comma list of every container's ids, in kubelet's container order (init containers first, then
-// app containers, each in spec order); an init container that reuses its pod's ids lists them
-// again. Split back per container by topology::SplitIdGroups.
-inline constexpr std::string_view kAnnotationNeuronIds = "AWS_NEURON_IDS";
-// "false" when the extender writes it; AWS's plugin sets "true" after Allocate.
-inline constexpr std::string_view kAnnotationAllocated = "NEURON_ALLOCATED";
-// Unix time in nanoseconds, as a decimal string.
-inline constexpr std::string_view kAnnotationAllocTime = "NEURON_ALLOC_TIME";
-// The AllocationRecord as compact JSON.
-inline constexpr std::string_view kAnnotationRecord = "toposched.io/allocation";
 
 struct ContainerIds {
   std::string container;
@@ -43,16 +30,13 @@ struct AllocationRecord {
   bool operator==(const AllocationRecord&) const = default;
 };
 
-// The four annotations for a pod bound with `record` at `alloc_time_ns`.
-std::map<std::string, std::string> AllocationAnnotations(const AllocationRecord& record,
-                                                         int64_t alloc_time_ns);
-
 // The record as compact JSON:
 // {"node":"n","instanceType":"t","containers":[{"name":"c","resource":"r","ids":[0,1]}]}
 std::string AllocationRecordJson(const AllocationRecord& record);
 
-// Parses kAnnotationRecord strictly: malformed JSON, wrong types, missing fields, negative or huge
-// ids are errors. Unknown fields are ignored so that newer writers stay readable.
+// Parses the toposched.io/allocation annotation strictly: malformed JSON, wrong types, missing
+// fields, negative or huge ids are errors. Unknown fields are ignored so that newer writers stay
+// readable.
 Result<AllocationRecord> ParseAllocationRecord(std::string_view json);
 
 // Parses NEURON_ALLOC_TIME: decimal digits only, fitting in int64.

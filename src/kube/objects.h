@@ -11,6 +11,11 @@
 
 namespace toposched::kube {
 
+// The prefix of toposched's own labels and annotations. Re-exported as claims::kKeyPrefix with
+// every other key (claims/keys.h); defined here because kube, below claims, keeps only the node
+// labels we read (kube::IsNodeLabelWeRead).
+inline constexpr std::string_view kOwnKeyPrefix = "toposched.io/";
+
 // Resource name -> whole-number quantity. Only extended resources (names with a '/', e.g.
 // aws.amazon.com/neuron) are kept: they are always integers.
 using ResourceCounts = std::map<std::string, int64_t, std::less<>>;
@@ -22,16 +27,7 @@ struct Container {
   // Init containers with restartPolicy Always are sidecars: they run beside the app containers
   // for the pod's whole life, so their requests add up like app containers'.
   bool sidecar = false;
-
-  // How many of an extended resource the container asks for: its limit, else its request (the
-  // API server requires the two to be equal when both are set; kubelet allocates the limit). The
-  // one rule the extender and the device plugin both count by; a caller with several names for
-  // one resource adds them up.
-  int64_t Asks(std::string_view resource) const {
-    if (auto it = limits.find(resource); it != limits.end()) return it->second;
-    if (auto it = requests.find(resource); it != requests.end()) return it->second;
-    return 0;
-  }
+  // How many units a container asks for is claims' rule (claims::Asks), not kube's.
 };
 
 struct Pod {

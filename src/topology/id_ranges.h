@@ -14,10 +14,10 @@ namespace toposched::topology {
 // stray characters are errors that quote the offending part. An empty string is an empty list.
 Result<std::vector<int>> ParseIdRanges(std::string_view text, int limit);
 
-// AWS_NEURON_IDS as written: every container's ids one after another, in kubelet's container
-// order (init containers first, then app containers, each in spec order). Splits `text` into
-// consecutive groups of counts[i] ids, in the order written (not sorted): an init container that
-// reuses its pod's ids lists them again, so an id may stand in several groups, never twice in one.
+// Splits `text`, every container's ids one after another, into consecutive groups of counts[i]
+// ids, in the order written (not sorted): an init container that reuses its pod's ids lists them
+// again, so an id may stand in several groups, never twice in one. The parser behind
+// claims::SplitAwsIds, which owns the AWS_NEURON_IDS annotation and its order.
 // Errors quote the part: not an id or a range, outside [0, limit), twice in one group, or a total
 // other than the counts' sum.
 Result<std::vector<std::vector<int>>> SplitIdGroups(std::string_view text,

@@ -1,0 +1,78 @@
+#include "claims/annotations.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "topology/id_ranges.h"
+
+namespace toposched::claims {
+
+std::string FormatAwsIds(const kube::AllocationRecord& record) {
+  std::string ids;
+  for (const kube::ContainerIds& container : record.containers) {
+    for (int id : container.ids) {
+      if (!ids.empty()) ids += ',';
+      ids += std::to_string(id);
+    }
+  }
+  return ids;
+}
+
+Result<std::vector<std::vector<int>>> SplitAwsIds(std::string_view text,
+                                                  const std::vector<int>& counts) {
+  auto groups = topology::SplitIdGroups(text, counts, topology::kMaxCores);
+  if (!groups.ok()) {
+    return Error{fmt::format("annotation {}: {}", kAnnotationNeuronIds, groups.error())};
+  }
+  return groups;
+}
+
+std::map<std::string, std::string> AllocationAnnotations(const kube::AllocationRecord& record,
+                                                         int64_t alloc_time_ns) {
+  std::map<std::string, std::string> annotations;
+  annotations.emplace(kAnnotationNeuronIds, FormatAwsIds(record));
+  annotations.emplace(kAnnotationAllocated, "false");
+  annotations.emplace(kAnnotationAllocTime, std::to_string(alloc_time_ns));
+  annotations.emplace(kAnnotationRecord, kube::AllocationRecordJson(record));
+  return annotations;
+}
+
+Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
+                                                const std::vector<ResourceSpec>& resources) {
+  auto asks = ListAsks(pod, resources);
+  if (!asks.ok()) return Error{asks.error()};
+  std::vector<int> counts;
+  for (const ContainerAsk& ask : *asks) counts.push_back(ask.count);
+  auto groups = SplitAwsIds(text, counts);
+  if (!groups.ok()) return Error{groups.error()};
+  kube::AllocationRecord record;
+  record.node = pod.node_name;
+  for (size_t i = 0; i < asks->size(); ++i) {
+    record.containers.push_back(
+        {(*asks)[i].container, (*asks)[i].asked_as, std::move((*groups)[i])});
+  }
+  return record;
+}
+
+bool HasAllocation(const kube::Pod& pod) {
+  return pod.annotations.count(kAnnotationRecord) != 0 ||
+         pod.annotations.count(kAnnotationNeuronIds) != 0;
+}
+
+Result<kube::AllocationRecord> RecordFromPod(const kube::Pod& pod,
+                                             const std::vector<ResourceSpec>& resources) {
+  if (auto it = pod.annotations.find(kAnnotationRecord); it != pod.annotations.end()) {
+    auto record = kube::ParseAllocationRecord(it->second);
+    if (!record.ok()) {
+      return Error{fmt::format("annotation {}: {}", kAnnotationRecord, record.error())};
+    }
+    return record;
+  }
+  if (auto it = pod.annotations.find(kAnnotationNeuronIds); it != pod.annotations.end()) {
+    return RecordFromAwsIds(pod, it->second, resources);
+  }
+  return Error{"no allocation record"};
+}
+
+}  // namespace toposched::claims
