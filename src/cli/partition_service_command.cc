@@ -84,7 +84,7 @@ int RunPartitionService(const PartitionServiceOptions& o) {
   http.threads = 2;
   http.body_limit = 1 << 20;
   auto server = extender::HttpServer::Start(
-      http, [&](extender::HttpRequest&& request, extender::Responder respond) {
+      http, [&](extender::HttpRequest&& request, const extender::Responder& respond) {
         provision::FakeAnswer answer =
             fake.Handle(request.method, request.target, request.body, request.authorization);
         spdlog::debug("{} {} -> {}", request.method, request.target, answer.status);
