@@ -53,7 +53,7 @@ HttpResponse BadRequest(std::string_view verb, const std::string& error) {
 void Router::Handle(HttpRequest&& request, Responder respond) {
   const auto start = std::chrono::steady_clock::now();
   const std::string verb(LastSegment(request.target));
-  auto finish = [this, start, verb, respond](HttpResponse response) {
+  auto finish = [this, start, verb, respond = std::move(respond)](HttpResponse response) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics_.ObserveRequest(verb, response.status, seconds);
