@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev libboost-json1.81-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
   prometheus-cpp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format clang-tidy
   unzip
 )
 

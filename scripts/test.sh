@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's second command, and what CI runs. Builds and runs every test tier:
+# The README's second command, and what CI runs. Lints, then builds and runs every test tier:
+#   0. lint (scripts/lint.sh): clang-format and clang-tidy; any finding fails the run
 #   1. release build: unit, integration (loopback HTTP, fake API server, fake kubelet) and CLI tests
 #   2. ASan+UBSan build: the same tests under the sanitizers
 #   3. libFuzzer (clang): every parser of untrusted input, a few seconds each
@@ -10,6 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
+
+echo "== lint =="
+scripts/lint.sh
 
 echo "== release build and tests =="
 scripts/build.sh release

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "support/run_command.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -23,9 +24,7 @@ using ::testing::StartsWith;
 using toposched::testing::Outcome;
 
 // Runs `toposched ARGS` (ARGS already shell-quoted where needed).
-Outcome Toposched(const std::string& args) {
-  return toposched::testing::RunCommand(std::string("'") + TOPOSCHED_BINARY + "' " + args);
-}
+Outcome Toposched(const std::string& args) { return toposched::testing::RunToposched(args); }
 
 const char kAws7[] =
     "Instance type trn1.32xlarge does not support requests for device: 7. Please request a "
@@ -187,12 +186,11 @@ TEST(AllocateCli, FlagErrorsExitTwo) {
 }
 
 TEST(AllocateCli, CatalogFlagUsesTheFileAndReportsItsErrors) {
-  const std::string good = ::testing::TempDir() + "toposched_cli_good.yaml";
-  {
-    std::ofstream f(good);
-    f << "instance_types:\n  tiny.ring:\n    devices: 3\n    cores_per_device: 1\n    rule: "
-         "contiguous\n";
-  }
+  const toposched::testing::TempDir dir;
+  const std::string good =
+      dir.WriteFile("good.yaml",
+                    "instance_types:\n  tiny.ring:\n    devices: 3\n    cores_per_device: 1\n"
+                    "    rule: contiguous\n");
   Outcome o = Toposched("--catalog '" + good + "' allocate -t tiny.ring --used 1 --devices 2");
   EXPECT_EQ(o.exit_code, 1) << o.err;
   o = Toposched("--catalog '" + good + "' allocate -t tiny.ring --used 2 --devices 2 --json");
@@ -201,17 +199,13 @@ TEST(AllocateCli, CatalogFlagUsesTheFileAndReportsItsErrors) {
   o = Toposched("--catalog '" + good + "' allocate -t trn1.32xlarge --devices 1");
   EXPECT_EQ(o.exit_code, 2) << "the file replaces the embedded catalog";
 
-  const std::string bad = ::testing::TempDir() + "toposched_cli_bad.yaml";
-  {
-    std::ofstream f(bad);
-    f << "instance_types:\n  t:\n    devices: 4\n    cores_per_device: 2\n    rule: ring\n";
-  }
+  const std::string bad = dir.WriteFile(
+      "bad.yaml",
+      "instance_types:\n  t:\n    devices: 4\n    cores_per_device: 2\n    rule: ring\n");
   o = Toposched("--catalog '" + bad + "' allocate -t t --devices 1");
   EXPECT_EQ(o.exit_code, 2);
   EXPECT_THAT(o.err, HasSubstr(bad + ":5:"));
   EXPECT_THAT(o.err, HasSubstr("rule must be contiguous, aligned or any"));
-  std::remove(good.c_str());
-  std::remove(bad.c_str());
 }
 
 }  // namespace

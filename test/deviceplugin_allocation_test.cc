@@ -274,19 +274,19 @@ TEST_F(DevicePluginAllocationTest, PreferReturnsThePendingPodsIds) {
   std::vector<int> all(16);
   for (int i = 0; i < 16; ++i) all[static_cast<size_t>(i)] = i;
   EXPECT_THAT(service_.Prefer(devices(), all, {}, 4), ElementsAre(8, 9, 10, 11));
-  // Not available to kubelet: fall back to topology, still legal.
-  EXPECT_THAT(service_.Prefer(devices(), {0, 1, 2, 3, 4, 5, 6, 7}, {}, 4),
-              ::testing::AnyOf(ElementsAre(0, 1, 2, 3), ElementsAre(4, 5, 6, 7)));
+  // Not available to kubelet: fall back to topology, still legal. Both free rows sit in the same
+  // free 8-block, so best fit ties and keeps the lowest aligned block.
+  EXPECT_THAT(service_.Prefer(devices(), {0, 1, 2, 3, 4, 5, 6, 7}, {}, 4), ElementsAre(0, 1, 2, 3));
   // Prefer does not mark anything served.
   EXPECT_EQ(pods_.Get("p").annotations.at("NEURON_ALLOCATED"), "false");
 }
 
 TEST(DevicePluginPreferenceTest, LegalSetsOnTheTorus) {
   const auto shape = Shape("trn1.32xlarge");
-  // Rows 0 and 2 are partly used: the only free aligned row is 1 or 3; best fit keeps 2-3 whole?
+  // Rows 0 and 2 are partly used: rows 1 and 3 are free. Neither lies in a larger free aligned
+  // block, so best fit ties and keeps the lowest row.
   const std::vector<int> available = {1, 2, 4, 5, 6, 7, 9, 12, 13, 14, 15};
-  const auto ids = PreferredByTopology(shape, Unit::kDevice, available, {}, 4);
-  EXPECT_TRUE(ids == std::vector<int>({4, 5, 6, 7}) || ids == std::vector<int>({12, 13, 14, 15}));
+  EXPECT_THAT(PreferredByTopology(shape, Unit::kDevice, available, {}, 4), ElementsAre(4, 5, 6, 7));
   // must_include picks the row.
   EXPECT_THAT(PreferredByTopology(shape, Unit::kDevice, available, {13}, 4),
               ElementsAre(12, 13, 14, 15));
@@ -300,9 +300,8 @@ TEST(DevicePluginPreferenceTest, ContiguousOnInf2AndCoresStayInOneBlock) {
   const std::vector<int> available = {0, 1, 3, 4, 5, 7, 8, 9, 10, 11};
   // Best fit: the tightest run of 3 is 3-5.
   EXPECT_THAT(PreferredByTopology(inf2, Unit::kDevice, available, {}, 3), ElementsAre(3, 4, 5));
-  EXPECT_THAT(
-      PreferredByTopology(inf2, Unit::kDevice, available, {9}, 3),
-      ::testing::AnyOf(ElementsAre(7, 8, 9), ElementsAre(8, 9, 10), ElementsAre(9, 10, 11)));
+  // Best fit's 3-5 lacks 9, so the first legal run holding 9, in id order: 7-9.
+  EXPECT_THAT(PreferredByTopology(inf2, Unit::kDevice, available, {9}, 3), ElementsAre(7, 8, 9));
   const auto trn1 = Shape("trn1.32xlarge");
   std::vector<int> cores;
   for (int c = 6; c < 32; ++c) cores.push_back(c);

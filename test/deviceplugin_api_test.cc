@@ -13,6 +13,8 @@
 #include "deviceplugin_fixtures.h"
 #include "kube/client.h"
 #include "support/fake_apiserver.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -138,11 +140,12 @@ TEST_F(DevicePluginApiTest, WatchedSourceServesFromItsCacheAndAsksTheApiOnAMiss)
 
   // A pod bound later reaches the cache through the watch.
   api_.UpsertPod(PodJson("new", "node-a", 4, "8,9,10,11", 200));
-  for (int i = 0; i < 200; ++i) {
-    auto cached = watched.PodsOnNode();
-    if (cached.ok() && cached->size() == 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil(
+      [&] {
+        auto cached = watched.PodsOnNode();
+        return cached.ok() && cached->size() == 2;
+      },
+      std::chrono::seconds(2));
   auto second = service.Allocate(resources_[0], {8, 9, 10, 11});
   ASSERT_TRUE(second.ok()) << second.error();
   EXPECT_EQ(second->pod, "default/new");

@@ -1,4 +1,4 @@
-// Fakes for the device plugin's tests: a temp dir, a fake Neuron sysfs/dev tree, an in-memory
+// Fakes for the device plugin's tests: a fake Neuron sysfs/dev tree, an in-memory
 // pod source, a fake kubelet (Registration server that dials back inside Register, as the real
 // one does, then keeps ListAndWatch open) and a fake PodResources server. Everything lives in a
 // temp dir and uses unix sockets only.
@@ -31,30 +31,10 @@
 #include "deviceplugin/pod_source.h"
 #include "kube/objects.h"
 #include "podresources.grpc.pb.h"
+#include "support/pods.h"
 #include "topology/catalog.h"
 
 namespace toposched::testing {
-
-// A fresh directory under /tmp (short, for unix-socket paths), removed with its contents.
-class ShortTempDir {
- public:
-  ShortTempDir() {
-    char pattern[] = "/tmp/tsdp.XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    path_ = made == nullptr ? std::string() : std::string(made);
-  }
-  ~ShortTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ShortTempDir(const ShortTempDir&) = delete;
-  ShortTempDir& operator=(const ShortTempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline void WriteFile(const std::string& path, const std::string& content) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -160,38 +140,6 @@ class FakePodSource : public deviceplugin::PodSource {
   std::vector<std::pair<std::string, std::map<std::string, std::optional<std::string>>>> patches_;
 };
 
-struct ContainerAsk {
-  std::string name;
-  std::string resource;
-  int count = 0;
-  bool init = false;
-  bool sidecar = false;
-};
-
-inline kube::Pod MakePod(const std::string& name, const std::vector<ContainerAsk>& asks,
-                         std::map<std::string, std::string, std::less<>> annotations = {},
-                         const std::string& node = "node-a") {
-  kube::Pod pod;
-  pod.ns = "default";
-  pod.name = name;
-  pod.uid = name + "-uid";
-  pod.node_name = node;
-  pod.phase = "Pending";
-  pod.creation_timestamp = "2026-11-22T10:00:00Z";
-  pod.annotations = std::move(annotations);
-  for (const ContainerAsk& ask : asks) {
-    kube::Container container;
-    container.name = ask.name;
-    container.sidecar = ask.sidecar;
-    if (ask.count > 0) {
-      container.requests[ask.resource] = ask.count;
-      container.limits[ask.resource] = ask.count;
-    }
-    (ask.init ? pod.init_containers : pod.containers).push_back(std::move(container));
-  }
-  return pod;
-}
-
 // Annotations as the extender writes them: one entry per container.
 inline std::map<std::string, std::string, std::less<>> RecordAnnotations(
     const std::vector<std::tuple<std::string, std::string, std::vector<int>>>& entries,
@@ -211,16 +159,6 @@ inline std::map<std::string, std::string, std::less<>> RecordAnnotations(
       {"NEURON_ALLOCATED", "false"},
       {"NEURON_ALLOC_TIME", std::to_string(alloc_time)},
   };
-}
-
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
 }
 
 // kubelet's side of the device-plugin API, faithful where it matters: Register validates the

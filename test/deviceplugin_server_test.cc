@@ -13,6 +13,8 @@
 
 #include "deviceplugin/manager.h"
 #include "deviceplugin_fixtures.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -25,7 +27,7 @@ using ::testing::HasSubstr;
 using testing::MakePod;
 using testing::RecordAnnotations;
 using testing::ShortTempDir;
-using testing::WaitFor;
+using testing::WaitUntil;
 using namespace std::chrono_literals;
 
 constexpr char kNeuron[] = "aws.amazon.com/neuron";
@@ -91,7 +93,7 @@ class DevicePluginServerTest : public ::testing::Test {
 TEST_F(DevicePluginServerTest, RegistersBothResourcesAndStreamsDevices) {
   Install("inf2.48xlarge");
   RunningPlugin plugin(FastOptions(host_), pods_);
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
   for (const auto& registration : kubelet_->registrations()) {
     EXPECT_TRUE(registration.options_called_inside_register);
     EXPECT_TRUE(registration.preferred_available);
@@ -158,7 +160,7 @@ TEST_F(DevicePluginServerTest, DeviceTurnsUnhealthyWithinASecondAndRecovers) {
 TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
   Install("inf2.48xlarge");
   RunningPlugin plugin(FastOptions(host_), pods_);
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
   ASSERT_TRUE(kubelet_->WaitForDevices(
       kNeuron, [](const auto& v) { return AllHealthy(v, 12); }, 5s));
   std::filesystem::remove(host_.dev() + "/neuron5");  // state the plugin must keep
@@ -168,7 +170,7 @@ TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
   for (int restart = 1; restart <= 2; ++restart) {
     kubelet_->Restart();
     EXPECT_FALSE(std::filesystem::exists(host_.kubelet() + "/toposched-neuron.sock"));
-    ASSERT_TRUE(WaitFor(
+    ASSERT_TRUE(WaitUntil(
         [&] {
           return kubelet_->RegistrationCount(kNeuron) == restart + 1 &&
                  kubelet_->RegistrationCount(kCore) == restart + 1;
@@ -195,7 +197,7 @@ TEST_F(DevicePluginServerTest, RegistersOnceKubeletAppears) {
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(plugin.manager().registrations(), 0);
   FakeKubelet kubelet(host_.kubelet());
-  EXPECT_TRUE(WaitFor([&] { return kubelet.registrations().size() == 2; }, 5s));
+  EXPECT_TRUE(WaitUntil([&] { return kubelet.registrations().size() == 2; }, 5s));
 }
 
 TEST_F(DevicePluginServerTest, WaitsForTheDriverWithoutCrashing) {
@@ -206,7 +208,7 @@ TEST_F(DevicePluginServerTest, WaitsForTheDriverWithoutCrashing) {
   EXPECT_FALSE(plugin.manager().discovered());
   EXPECT_TRUE(kubelet_->registrations().empty());
   host_.Install("inf2.24xlarge");  // the driver loads
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
   EXPECT_TRUE(plugin.manager().discovered());
   EXPECT_TRUE(kubelet_->WaitForDevices(
       kNeuron, [](const auto& v) { return AllHealthy(v, 6); }, 5s));
@@ -217,7 +219,7 @@ class DevicePluginWireTest : public DevicePluginServerTest {
   void SetUp() override {
     Install("trn1.32xlarge");
     plugin_ = std::make_unique<RunningPlugin>(FastOptions(host_), pods_);
-    ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+    ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
     devices_ = kubelet_->PluginStub(kNeuron);
     cores_ = kubelet_->PluginStub(kCore);
   }
@@ -363,14 +365,14 @@ TEST_F(DevicePluginServerTest, RecordsKubeletsAssignmentForUnannotatedPods) {
   PluginOptions options = FastOptions(host_);
   options.pod_resources_socket = socket;
   RunningPlugin plugin(options, pods_);
-  ASSERT_TRUE(WaitFor([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
   auto stub = kubelet_->PluginStub(kNeuron);
   grpc::ClientContext context;
   v1beta1::AllocateRequest request;
   request.add_container_requests()->add_devices_ids("neuron7");
   v1beta1::AllocateResponse response;
   ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
-  ASSERT_TRUE(WaitFor(
+  ASSERT_TRUE(WaitUntil(
       [&] { return pods_.Get("plain").annotations.count("toposched.io/allocation") > 0; }, 3s));
   const kube::Pod pod = pods_.Get("plain");
   EXPECT_THAT(pod.annotations.at("toposched.io/allocation"),

@@ -9,6 +9,7 @@
 #include "deviceplugin/node_topology.h"
 #include "deviceplugin/sysfs.h"
 #include "deviceplugin_fixtures.h"
+#include "support/temp_dir.h"
 
 namespace toposched::deviceplugin {
 namespace {

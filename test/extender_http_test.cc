@@ -18,6 +18,8 @@
 #include "extender_fixtures.h"
 #include "kube/decode.h"
 #include "net/http_server.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
 
 namespace toposched::extender {
 namespace {
@@ -155,22 +157,19 @@ TEST_F(HttpTest, HealthReadinessAndMetrics) {
 }
 
 TEST_F(HttpTest, ServesHttpsWithTheGivenCertificate) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("toposched-tls-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string cmd =
+  const testing::TempDir dir;
+  const testing::Outcome made = testing::RunCommand(
       "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-      "-addext subjectAltName=DNS:localhost -keyout " +
-      (dir / "key.pem").string() + " -out " + (dir / "cert.pem").string() + " >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+      "-addext subjectAltName=DNS:localhost -keyout '" +
+      dir / "key.pem" + "' -out '" + dir / "cert.pem" + "'");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
   net::HttpServerOptions options;
-  options.tls_cert_file = (dir / "cert.pem").string();
-  options.tls_key_file = (dir / "key.pem").string();
+  options.tls_cert_file = dir / "cert.pem";
+  options.tls_key_file = dir / "key.pem";
   Start(options);
-  EXPECT_EQ(Request(base_ + "/healthz", nullptr, (dir / "cert.pem").string()).status, 200);
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr, dir / "cert.pem").status, 200);
   // Without trusting the certificate the client refuses: the server really speaks TLS.
   EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 0);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_F(HttpTest, ConcurrentFilterAndBindNeverDoubleBook) {

@@ -18,22 +18,16 @@
 #include "kube/informer.h"
 #include "kube/leader_election.h"
 #include "support/fake_apiserver.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
 
 namespace toposched::extender {
 namespace {
 
 using nlohmann::json;
+using namespace std::chrono_literals;
 using testing::FakeApiServer;
-
-// Polls `done` for up to five seconds.
-template <typename Fn>
-bool Eventually(Fn done) {
-  for (int i = 0; i < 250; ++i) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
-}
+using testing::WaitUntil;
 
 std::string BoundPodJson(const std::string& name, const std::string& uid, const std::string& node,
                          const std::string& ids, const std::string& alloc_time) {
@@ -146,9 +140,11 @@ TEST_F(OnlineTest, RebuildsFromLivePodsThenBindsWithAnnotationsInTheBinding) {
 TEST_F(OnlineTest, DeletedPodIsForgottenAndPodBoundElsewhereIsAdopted) {
   Extender ext(kubeconfig_);
   server_.DeletePod("default", "old");
-  EXPECT_TRUE(Eventually([&] { return !ext.service->tracker().Find("uid-old").has_value(); }));
+  EXPECT_TRUE(
+      WaitUntil([&] { return !ext.service->tracker().Find("uid-old").has_value(); }, 5s, 20ms));
   server_.UpsertPod(BoundPodJson("other", "uid-other", "trn-1", "8,9,10,11", "300"));
-  EXPECT_TRUE(Eventually([&] { return ext.service->tracker().Find("uid-other").has_value(); }));
+  EXPECT_TRUE(
+      WaitUntil([&] { return ext.service->tracker().Find("uid-other").has_value(); }, 5s, 20ms));
   const json r = ext.Filter(testing::PodJson("big", "uid-big", "aws.amazon.com/neuron", 16),
                             {"trn-0", "trn-1"});
   EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-0"));
@@ -278,7 +274,7 @@ TEST_F(OnlineTest, AWarmStandbyTakesOverAndNoIdIsGivenTwice) {
   a.Filter(p1, {"trn-0"});
   ASSERT_EQ(a.Bind("p1", "uid-p1", "trn-0"), "");
   // The standby learns the leader's bind from its own watch: warm, no relist needed.
-  ASSERT_TRUE(Eventually([&] { return b.service->tracker().Find("uid-p1").has_value(); }));
+  ASSERT_TRUE(WaitUntil([&] { return b.service->tracker().Find("uid-p1").has_value(); }, 5s, 20ms));
 
   // The leader's process freezes: no more renewals. Its own clock closes its gate 10 s after the
   // last successful renewal, before the standby may take over (15 s after it last saw a change).

@@ -14,6 +14,7 @@
 #include "extender/service.h"
 #include "pools_fixtures.h"
 #include "support/legality_oracle.h"
+#include "support/wait.h"
 
 namespace toposched::extender {
 namespace {
@@ -93,7 +94,7 @@ class ExtenderPoolsTest : public ::testing::Test {
   }
 
   void WaitForRemovals() {
-    for (int i = 0; i < 300 && ext_->PendingRemovals() != 0; ++i) std::this_thread::sleep_for(10ms);
+    testing::WaitUntil([&] { return ext_->PendingRemovals() == 0; }, 3s);
     ASSERT_EQ(ext_->PendingRemovals(), 0u);
   }
 
@@ -201,12 +202,12 @@ TEST_F(ExtenderPoolsTest, PodDeletedWhileBindingIsCleanedUpByTheBind) {
   fake_.SetLatency(150ms);
   std::thread binder(
       [&] { EXPECT_THAT(Bind("p", "uid-p", 4, "head-1"), HasSubstr("deleted while binding")); });
-  for (int i = 0; i < 500 && !ext_->tracker().Find("uid-p"); ++i) std::this_thread::sleep_for(1ms);
+  testing::WaitUntil([&] { return ext_->tracker().Find("uid-p").has_value(); }, 500ms, 1ms);
   ASSERT_TRUE(ext_->tracker().Find("uid-p").has_value());
   ext_->DeletePod(testing::IpuPod("p", "uid-p", 4));
   binder.join();
   WaitForRemovals();
-  for (int i = 0; i < 100 && ext_->tracker().Find("uid-p"); ++i) std::this_thread::sleep_for(10ms);
+  testing::WaitUntil([&] { return !ext_->tracker().Find("uid-p").has_value(); }, 1s);
   EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
   EXPECT_EQ(PoolBusy(), 0u);
   EXPECT_TRUE(fake_.Snapshot().empty());

@@ -12,6 +12,7 @@
 #include "extender_fixtures.h"
 #include "kube/allocation_record.h"
 #include "kube/decode.h"
+#include "support/pods.h"
 
 namespace toposched::extender {
 namespace {
@@ -257,16 +258,9 @@ TEST_F(ServiceTest, PreemptDropsNodesWhereVictimsCannotFreeALegalSet) {
 TEST_F(ServiceTest, RebuildRestoresRecordedPodsAndReportsConflicts) {
   auto bound = [](const std::string& name, const std::string& uid, const std::string& ids,
                   const std::string& time) {
-    kube::Pod pod;
-    pod.ns = "default";
-    pod.name = name;
+    kube::Pod pod = testing::MakePod(name, {{"main", "aws.amazon.com/neuron", 4}}, {}, "trn-a");
     pod.uid = uid;
-    pod.node_name = "trn-a";
     pod.phase = "Running";
-    kube::Container c;
-    c.name = "main";
-    c.requests["aws.amazon.com/neuron"] = 4;
-    pod.containers.push_back(c);
     pod.annotations[std::string(claims::kAnnotationAllocTime)] = time;
     pod.annotations[std::string(claims::kAnnotationRecord)] =
         R"({"node":"trn-a","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[)" +
@@ -303,20 +297,12 @@ TEST_F(ServiceTest, StrippedNodesHandedBackByTheSchedulerTeachNothing) {
 
 TEST_F(ServiceTest, PodsPlacedByAwsExtenderCountAsUsed) {
   // AWS's extender writes only AWS_NEURON_IDS (every container's ids, init containers first).
-  kube::Pod pod;
-  pod.ns = "default";
-  pod.name = "aws-placed";
+  kube::Pod pod = testing::MakePod(
+      "aws-placed",
+      {{"warmup", "aws.amazon.com/neuron", 1, /*init=*/true}, {"main", "aws.amazon.com/neuron", 4}},
+      {}, "trn-a");
   pod.uid = "uid-aws";
-  pod.node_name = "trn-a";
   pod.phase = "Running";
-  kube::Container init;
-  init.name = "warmup";
-  init.requests["aws.amazon.com/neuron"] = 1;
-  pod.init_containers.push_back(init);
-  kube::Container main;
-  main.name = "main";
-  main.requests["aws.amazon.com/neuron"] = 4;
-  pod.containers.push_back(main);
   pod.annotations["AWS_NEURON_IDS"] = "8,4,5,6,7";
   pod.annotations["NEURON_ALLOCATED"] = "true";
   pod.annotations["NEURON_ALLOC_TIME"] = "100";

@@ -17,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "support/run_command.h"
+#include "support/temp_dir.h"
 
 namespace {
 
@@ -248,10 +249,9 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
 TEST(HelmChart, AnAwsValuesFileMostlyWorks) {
   // Keys as AWS's values.yaml writes them: its env (KUBECONFIG would point our plugin at a file it
   // does not have), its affinity placeholders, its instance list, its replicaCount.
-  const std::string values = ::testing::TempDir() + "aws-values-" + std::to_string(::getpid());
-  {
-    std::ofstream out(values);
-    out << R"(neuronInstances: [trn2.48xlarge, trn2u.48xlarge]
+  const toposched::testing::TempDir dir;
+  const std::string values =
+      dir.WriteFile("aws-values.yaml", R"(neuronInstances: [trn2.48xlarge, trn2u.48xlarge]
 devicePlugin:
   fullnameOverride: neuron-device-plugin
   env:
@@ -279,10 +279,8 @@ scheduler:
       value: "12345"
 npd:
   enabled: true
-)";
-  }
+)");
   const Rendered r("-f '" + values + "'");
-  std::remove(values.c_str());
   ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
   const YAML::Node ds = r.Get("DaemonSet", "neuron-device-plugin-daemonset");
   const YAML::Node expression = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]

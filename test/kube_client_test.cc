@@ -18,7 +18,9 @@
 #include "kube/client.h"
 #include "kube/decode.h"
 #include "support/fake_apiserver.h"
+#include "support/temp_dir.h"
 #include "support/test_certs.h"
+#include "support/wait.h"
 
 namespace toposched::kube {
 namespace {
@@ -209,20 +211,14 @@ class WatchRunner {
   void Stop() { stop_ = true; }
   // Waits (bounded) for the watch to return.
   bool WaitDone(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!done_ && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    toposched::testing::WaitUntil([&] { return done_.load(); }, timeout,
+                                  std::chrono::milliseconds(2));
     if (done_ && thread_.joinable()) thread_.join();
     return done_;
   }
   bool WaitLines(size_t count, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (lines().size() >= count) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return lines().size() >= count;
+    return toposched::testing::WaitUntil([&] { return lines().size() >= count; }, timeout,
+                                         std::chrono::milliseconds(2));
   }
   std::vector<std::string> lines() {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -12,6 +12,7 @@
 #include "kube/client.h"
 #include "kube/kubeconfig.h"
 #include "support/fake_apiserver.h"
+#include "support/temp_dir.h"
 #include "support/test_certs.h"
 
 namespace toposched::kube {

@@ -15,6 +15,7 @@
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "support/fake_apiserver.h"
+#include "support/wait.h"
 
 namespace toposched::kube {
 namespace {
@@ -26,22 +27,13 @@ using toposched::testing::FakeApiServer;
 using toposched::testing::Kind;
 using toposched::testing::ReadSourceFile;
 using toposched::testing::RecordedRequest;
+using toposched::testing::WaitUntil;
+using namespace std::chrono_literals;
 using toposched::testing::TooOldMode;
 
 std::string PodJson(const std::string& name, const std::string& node = "") {
   return R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"uid-)" + name +
          R"("},"spec":{"nodeName":")" + node + R"("}})";
-}
-
-// Polls `condition` every few milliseconds for at most `timeout`.
-bool Eventually(const std::function<bool()>& condition,
-                std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return condition();
 }
 
 // Mirrors what the informer reports into a map, like a consumer's cache would.
@@ -150,16 +142,16 @@ TEST(KubeInformerTest, ListsInPagesThenWatchesUpsertsDeletesAndBookmarks) {
   ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
   server.UpsertPod(PodJson("new", "node-1"));
   server.DeletePod("ml", "p0");
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("new") && !recorder.Has("p0"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("new") && !recorder.Has("p0"); }, 5s));
   EXPECT_EQ(recorder.Get("new").node_name, "node-1");
 
   // A bookmark moves the resume point even though no object changed for this watch.
   server.UpsertNode(R"({"metadata":{"name":"unrelated"}})");
   const int64_t bookmark = server.resource_version();
   server.SendBookmark(Kind::kPod);
-  ASSERT_TRUE(Eventually([&] { return informer.counters().events >= 3; }));
+  ASSERT_TRUE(WaitUntil([&] { return informer.counters().events >= 3; }, 5s));
   server.EndWatches(Kind::kPod);
-  ASSERT_TRUE(Eventually([&] { return server.watches_started(Kind::kPod) >= 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return server.watches_started(Kind::kPod) >= 2; }, 5s));
   const auto watches = server.RequestsMatching("GET", "/api/v1/pods");
   const RecordedRequest& resumed = watches.back();
   EXPECT_EQ(QueryParam(resumed.query, "watch"), "1");
@@ -189,9 +181,9 @@ TEST(KubeInformerTest, RelistsOnHttp410) {
   server.set_too_old_mode(TooOldMode::kHttp410);
   server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
   server.UpsertPod(PodJson("b"));
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("b"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("b"); }, 5s));
   server.EndWatches(Kind::kPod);
-  ASSERT_TRUE(Eventually([&] { return recorder.replaces() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 2; }, 5s));
   EXPECT_THAT(recorder.Names(), ElementsAre("a", "b"));
   EXPECT_EQ(informer.counters().relists, 1u);
   ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
@@ -213,12 +205,12 @@ TEST(KubeInformerTest, RelistsOnErrorEvent410AndSeesChangesMadeMeanwhile) {
   server.set_too_old_mode(TooOldMode::kErrorEvent);
   server.InjectFailure(FailureRule{"GET", "/api/v1/pods", 503, std::chrono::milliseconds(0), -1});
   server.DropWatchConnections(Kind::kPod);
-  ASSERT_TRUE(Eventually([&] { return informer.counters().request_errors >= 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return informer.counters().request_errors >= 2; }, 5s));
   server.DeletePod("ml", "a");
   server.UpsertPod(PodJson("c"));
   server.CompactHistory();
   server.ClearFailures();
-  ASSERT_TRUE(Eventually([&] { return recorder.replaces() == 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 2; }, 5s));
   EXPECT_THAT(recorder.Names(), ElementsAre("c"));
   const InformerCounters counters = informer.counters();
   EXPECT_EQ(counters.relists, 1u);
@@ -238,13 +230,13 @@ TEST(KubeInformerTest, ResumesAfterADroppedConnectionWithoutRelisting) {
   // Keep the informer out while a pod is added; it must get it from the history on resuming.
   server.InjectFailure(FailureRule{"GET", "/api/v1/pods", 503, std::chrono::milliseconds(0), -1});
   server.DropWatchConnections(Kind::kPod);
-  ASSERT_TRUE(Eventually([&] { return informer.counters().request_errors >= 2; }));
+  ASSERT_TRUE(WaitUntil([&] { return informer.counters().request_errors >= 2; }, 5s));
   server.UpsertPod(PodJson("during-outage"));
   EXPECT_FALSE(recorder.Has("during-outage"));
   server.ClearFailures();
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("during-outage"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("during-outage"); }, 5s));
   server.UpsertPod(PodJson("after"));
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("after"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("after"); }, 5s));
   EXPECT_EQ(recorder.replaces(), 1);
   EXPECT_EQ(informer.counters().relists, 0u);
   EXPECT_GE(informer.counters().watch_restarts, 1u);
@@ -263,7 +255,7 @@ TEST(KubeInformerTest, BadEventsAreCountedAndSkipped) {
   server.SendRawWatchLine(Kind::kPod, R"({"type":"ADDED","object":{"spec":{"containers":"x"}}})");
   server.SendRawWatchLine(Kind::kPod, R"({"type":"TELEPORTED","object":{}})");
   server.UpsertPod(PodJson("fine"));
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("fine"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("fine"); }, 5s));
   EXPECT_EQ(informer.counters().decode_errors, 3u);
   EXPECT_EQ(recorder.upserts(), 1);
   EXPECT_EQ(server.open_watches(Kind::kPod), 1);  // the same watch kept going
@@ -285,7 +277,7 @@ TEST(KubeInformerTest, FieldSelectorLimitsListAndWatch) {
   ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
   server.UpsertPod(PodJson("theirs-2", "node-b"));
   server.UpsertPod(PodJson("mine-2", "node-a"));
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("mine-2"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("mine-2"); }, 5s));
   EXPECT_THAT(recorder.Names(), ElementsAre("mine", "mine-2"));
   for (const auto& request : server.RequestsMatching("GET", "/api/v1/pods")) {
     EXPECT_THAT(request.query, HasSubstr("fieldSelector=spec.nodeName%3Dnode-a"));
@@ -327,7 +319,7 @@ TEST(KubeInformerTest, StopIsPromptWhileWatchingAndWhileBackingOff) {
   slow.max_backoff = std::chrono::seconds(10);
   NodeInformer failing(*client, kNodesPath, recorder.Handlers(), slow);
   failing.Start();
-  ASSERT_TRUE(Eventually([&] { return failing.counters().request_errors >= 1; }));
+  ASSERT_TRUE(WaitUntil([&] { return failing.counters().request_errors >= 1; }, 5s));
   start = std::chrono::steady_clock::now();
   failing.Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1000));
@@ -350,10 +342,10 @@ TEST(KubeInformerTest, NodeInformerDecodesRealNodes) {
   server.UpsertNode(R"({"metadata":{"name":"inf2","labels":)"
                     R"({"node.kubernetes.io/instance-type":"inf2.48xlarge"}},)"
                     R"("status":{"allocatable":{"aws.amazon.com/neuron":"12"}}})");
-  ASSERT_TRUE(Eventually([&] { return recorder.Has("inf2"); }));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("inf2"); }, 5s));
   EXPECT_EQ(recorder.Get("inf2").instance_type, "inf2.48xlarge");
   server.DeleteNode("inf2");
-  ASSERT_TRUE(Eventually([&] { return !recorder.Has("inf2"); }));
+  ASSERT_TRUE(WaitUntil([&] { return !recorder.Has("inf2"); }, 5s));
 }
 
 }  // namespace

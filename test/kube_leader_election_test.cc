@@ -19,6 +19,8 @@
 #include "kube/duration.h"
 #include "kube/leader_election.h"
 #include "support/fake_apiserver.h"
+#include "support/run_command.h"
+#include "support/wait.h"
 
 namespace toposched::kube {
 namespace {
@@ -301,11 +303,9 @@ TEST(LeaderElector, RunsOnItsOwnThreadAndReleasesOnStop) {
   };
   LeaderElector elector(*client, le, steady, steady);
   elector.Start();
-  for (int i = 0; i < 250 && !elector.IsLeader(); ++i) std::this_thread::sleep_for(20ms);
-  ASSERT_TRUE(elector.IsLeader());
-  for (int i = 0; i < 250 && server.RequestsMatching("PUT", "/apis/").size() < 3; ++i) {
-    std::this_thread::sleep_for(20ms);
-  }
+  ASSERT_TRUE(toposched::testing::WaitUntil([&] { return elector.IsLeader(); }, 5s, 20ms));
+  toposched::testing::WaitUntil(
+      [&] { return server.RequestsMatching("PUT", "/apis/").size() >= 3; }, 5s, 20ms);
   EXPECT_GE(server.RequestsMatching("PUT", "/apis/").size(), 3u);  // renewing
   elector.Stop();
   EXPECT_FALSE(elector.IsLeader());
@@ -325,15 +325,10 @@ TEST(ExtenderCli, LeaderElectFlagsAreCheckedFirst) {
            Case{"--leader-elect --offline-nodes examples/offline-nodes.yaml",
                 "cannot be used with --offline-nodes"},
        }) {
-    const std::string out = ::testing::TempDir() + "extender_cli_err";
-    const std::string cmd =
-        std::string("'") + TOPOSCHED_BINARY + "' extender " + c.args + " >'" + out + "' 2>&1";
-    const int status = std::system(cmd.c_str());
-    EXPECT_EQ(WEXITSTATUS(status), 2) << c.args;
-    std::ifstream in(out);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_THAT(text.str(), HasSubstr(c.message)) << c.args;
+    const toposched::testing::Outcome o =
+        toposched::testing::RunToposched(std::string("extender ") + c.args);
+    EXPECT_EQ(o.exit_code, 2) << c.args;
+    EXPECT_THAT(o.out + o.err, HasSubstr(c.message)) << c.args;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "kube/objects.h"
 #include "provision/fake_service.h"
 #include "provision/service.h"
+#include "support/pods.h"
 #include "topology/pools.h"
 
 namespace toposched::testing {
@@ -74,16 +75,8 @@ inline kube::Node PoolNode(const std::string& name, const std::string& pool) {
 
 // A pending pod asking for `count` IPUs in one container.
 inline kube::Pod IpuPod(const std::string& name, const std::string& uid, int count) {
-  kube::Pod pod;
-  pod.ns = "default";
-  pod.name = name;
+  kube::Pod pod = MakePod(name, {{"main", "graphcore.ai/ipu", count}}, {}, /*node=*/"");
   pod.uid = uid;
-  pod.phase = "Pending";
-  kube::Container c;
-  c.name = "main";
-  c.requests["graphcore.ai/ipu"] = count;
-  c.limits["graphcore.ai/ipu"] = count;
-  pod.containers.push_back(c);
   return pod;
 }
 

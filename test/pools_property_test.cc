@@ -17,6 +17,7 @@
 #include "extender/service.h"
 #include "pools_fixtures.h"
 #include "support/legality_oracle.h"
+#include "support/wait.h"
 #include "tracker/tracker.h"
 
 namespace toposched {
@@ -211,7 +212,7 @@ TEST(PoolProvisioningPropertyTest, ConcurrentBindsAndDeletesWithFailuresNeverLea
   for (auto& w : workers) w.join();
   chaos_done = true;
   chaos.join();
-  for (int i = 0; i < 500 && ext.PendingRemovals() != 0; ++i) std::this_thread::sleep_for(10ms);
+  testing::WaitUntil([&] { return ext.PendingRemovals() == 0; }, 5s);
   ASSERT_EQ(ext.PendingRemovals(), 0u);
   EXPECT_GT(bound.load(), 10);
   EXPECT_EQ(overlaps.load(), 0);
@@ -237,7 +238,7 @@ TEST(PoolProvisioningPropertyTest, ConcurrentBindsAndDeletesWithFailuresNeverLea
   for (const auto& mine : left) {
     for (const auto& pod : mine) ext.DeletePod(pod);
   }
-  for (int i = 0; i < 500 && ext.PendingRemovals() != 0; ++i) std::this_thread::sleep_for(10ms);
+  testing::WaitUntil([&] { return ext.PendingRemovals() == 0; }, 5s);
   ASSERT_EQ(ext.PendingRemovals(), 0u);
   // Every pod was deleted: nothing is held and nothing is left at the service.
   EXPECT_TRUE(fake.Snapshot().empty());

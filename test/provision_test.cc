@@ -11,6 +11,7 @@
 #include "provision/partition.h"
 #include "provision/reaper.h"
 #include "provision/service.h"
+#include "support/wait.h"
 
 namespace toposched::provision {
 namespace {
@@ -133,7 +134,7 @@ TEST_F(ProvisionerTest, ReaperRunsTheCallbackOnlyOnceGone) {
     EXPECT_EQ(gone.load(), 0);
     EXPECT_EQ(reaper.Pending(), 1u);
     fake_.SetGarbage(false);
-    for (int i = 0; i < 200 && gone.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+    testing::WaitUntil([&] { return gone.load() != 0; }, 2s);
     EXPECT_EQ(gone.load(), 1);
     EXPECT_EQ(reaper.Pending(), 0u);
   }

@@ -17,6 +17,8 @@
 #include "sim/report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
 #include "topology/catalog.h"
 
 namespace toposched::sim {
@@ -27,30 +29,7 @@ using topology::Unit;
 
 const topology::Catalog& TestCatalog() { return topology::Catalog::Embedded(); }
 
-// A file in the temp directory, removed at the end of the test.
-class TempFile {
- public:
-  TempFile(std::string_view name, std::string_view text)
-      : path_(std::filesystem::temp_directory_path() /
-              (std::to_string(getpid()) + "_" + std::string(name))) {
-    std::ofstream(path_, std::ios::binary) << text;
-  }
-  ~TempFile() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using testing::ReadWholeFile;
 
 Trace MustParse(std::string_view text) {
   auto trace = ParseTrace(text, "test.csv");
@@ -201,8 +180,8 @@ constexpr std::string_view kTorusTrace =
 constexpr int kTaskE = 4, kTaskF = 5, kTaskG = 6, kTaskH = 7;
 
 TEST(SimDynamic, HandMadeTraceGivesTheExactPlacements) {
-  TempFile file("torus.csv", kTorusTrace);  // through a file, as the CLI reads it
-  const Trace trace = MustParse(ReadAll(file.path()));
+  const testing::TempDir dir;  // through a file, as the CLI reads it
+  const Trace trace = MustParse(ReadWholeFile(dir.WriteFile("torus.csv", kTorusTrace)));
   Options options = MakeOptions(Mode::kDynamic, "trn1.32xlarge=1");
   options.record_report_data = true;
   const SimResult result = MustSimulate(trace, options);
@@ -329,7 +308,7 @@ TEST(SimDynamic, RefusesATraceWithoutTimes) {
 
 // The bundled trace, read once for the tests below.
 const Trace& DefaultTrace() {
-  static const Trace trace = MustParse(ReadAll(std::string(kDefaultTraceRelativePath)));
+  static const Trace trace = MustParse(ReadWholeFile(std::string(kDefaultTraceRelativePath)));
   return trace;
 }
 
@@ -427,22 +406,16 @@ TEST(SimReport, HtmlIsSelfContained) {
 
 // Runs the built binary; returns its exit code and stdout.
 std::pair<int, std::string> RunCli(const std::string& args) {
-  const std::string command = std::string(TOPOSCHED_BINARY) + " " + args + " 2>/dev/null";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buffer;
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  testing::Outcome o = testing::RunToposched(args);
+  return {o.exit_code, std::move(o.out)};
 }
 
 TEST(SimCli, PrintsJsonAndRefusesBadInputWithExitTwo) {
-  TempFile trace("cli.csv", kTorusTrace);
-  TempFile no_times("cli_fill.csv", "name,num_gpu,gpu_milli\na,1,1000\n");
+  const testing::TempDir dir;
+  const std::string trace = dir.WriteFile("cli.csv", kTorusTrace);
+  const std::string no_times = dir.WriteFile("cli_fill.csv", "name,num_gpu,gpu_milli\na,1,1000\n");
   const auto [code, out] =
-      RunCli("simulate --json --fleet trn1.32xlarge=1 --policy first-fit --trace " + trace.path());
+      RunCli("simulate --json --fleet trn1.32xlarge=1 --policy first-fit --trace " + trace);
   EXPECT_EQ(code, 0) << out;
   EXPECT_EQ(out.front(), '{');
   // count-only is added to what the user asked for.
@@ -451,17 +424,17 @@ TEST(SimCli, PrintsJsonAndRefusesBadInputWithExitTwo) {
   EXPECT_EQ(out.find("\"name\":\"best-fit\""), std::string::npos) << out;
 
   const auto [unknown_code, unknown_out] =
-      RunCli("simulate --json --fleet trn9.mega=1 --trace " + trace.path());
+      RunCli("simulate --json --fleet trn9.mega=1 --trace " + trace);
   EXPECT_EQ(unknown_code, 2);
   EXPECT_NE(unknown_out.find("trn9.mega"), std::string::npos) << unknown_out;
 
   const auto [dynamic_code, dynamic_out] =
-      RunCli("simulate --json --mode dynamic --trace " + no_times.path());
+      RunCli("simulate --json --mode dynamic --trace " + no_times);
   EXPECT_EQ(dynamic_code, 2);
   EXPECT_NE(dynamic_out.find("--mode fill"), std::string::npos) << dynamic_out;
 
   const auto [fill_code, fill_out] =
-      RunCli("simulate --mode fill --fleet inf2.xlarge=1 --trace " + no_times.path());
+      RunCli("simulate --mode fill --fleet inf2.xlarge=1 --trace " + no_times);
   EXPECT_EQ(fill_code, 0);
   EXPECT_NE(fill_out.find("pods placed"), std::string::npos) << fill_out;
 

@@ -70,7 +70,8 @@ int RunAllocate(const AllocateOptions& opts, const std::string& catalog_path) {
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) return Fail(opts, kExitUsage, catalog.error());
   const InstanceType* type = catalog.value()->Find(opts.instance_type);
-  if (type == nullptr) return Fail(opts, kExitUsage, Catalog::UnknownTypeMessage(opts.instance_type));
+  if (type == nullptr)
+    return Fail(opts, kExitUsage, Catalog::UnknownTypeMessage(opts.instance_type));
   auto shape = NodeShape::Make(*type, opts.lnc);
   if (!shape.ok()) return Fail(opts, kExitUsage, shape.error());
   auto policy = ParsePolicy(opts.policy);

@@ -46,7 +46,7 @@ Status ApiPodSource::PatchAnnotations(
   return kube::PatchPodAnnotations(client_, pod.ns, pod.name, changes);
 }
 
-WatchedPodSource::WatchedPodSource(kube::ApiClient& client, std::string node_name,
+WatchedPodSource::WatchedPodSource(kube::ApiClient& client, const std::string& node_name,
                                    kube::InformerOptions options)
     : api_(client, node_name) {
   options.field_selector = "spec.nodeName=" + node_name;

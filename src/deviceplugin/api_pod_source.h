@@ -35,7 +35,7 @@ class ApiPodSource : public PodSource {
 class WatchedPodSource : public PodSource {
  public:
   // `client` must outlive this object. Starts the watch.
-  WatchedPodSource(kube::ApiClient& client, std::string node_name,
+  WatchedPodSource(kube::ApiClient& client, const std::string& node_name,
                    kube::InformerOptions options = {});
   ~WatchedPodSource() override;
 

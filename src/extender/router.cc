@@ -53,7 +53,7 @@ net::HttpResponse BadRequest(std::string_view verb, const std::string& error) {
 void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   const auto start = std::chrono::steady_clock::now();
   const std::string verb(LastSegment(request.target));
-  auto finish = [this, start, verb, respond](net::HttpResponse response) {
+  auto finish = [this, start, verb, respond = std::move(respond)](net::HttpResponse response) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     metrics_.ObserveRequest(verb, response.status, seconds);

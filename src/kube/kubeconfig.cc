@@ -32,7 +32,7 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   return text.str();
 }
 
-std::string Trim(std::string text) {
+std::string Trim(const std::string& text) {
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos) return {};
   const size_t last = text.find_last_not_of(" \t\r\n");

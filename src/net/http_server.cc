@@ -23,7 +23,7 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace ssl = asio::ssl;
-using tcp = asio::ip::tcp;
+using tcp = asio::ip::tcp;  // NOLINT(readability-identifier-naming): Asio's own name
 
 constexpr auto kReadTimeout = std::chrono::seconds(60);
 constexpr auto kWriteTimeout = std::chrono::seconds(30);

@@ -39,7 +39,7 @@ struct InstanceType {
   bool has_lnc = false;
   LncSetting lnc;
   LegalSetRule rule = LegalSetRule::kContiguous;
-  std::vector<int> sizes;                  // kAligned only, ascending
+  std::vector<int> sizes;                   // kAligned only, ascending
   std::vector<std::vector<int>> adjacency;  // per device, in driver order (may be empty lists)
   std::string source;
 };

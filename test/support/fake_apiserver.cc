@@ -1194,34 +1194,6 @@ std::string FakeApiServer::WriteKubeconfig(const std::string& path,
   return path;
 }
 
-// ---- TempDir ----
-
-TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "toposched-test-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
-  }
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
-
-std::string TempDir::WriteFile(const std::string& name, std::string_view content) const {
-  const std::string full = path_ + "/" + name;
-  // Write then rename, as the kubelet does, so a reader never sees half a file.
-  const std::string staging = full + ".tmp";
-  {
-    std::ofstream out(staging, std::ios::binary | std::ios::trunc);
-    out << content;
-  }
-  std::filesystem::rename(staging, full);
-  return full;
-}
-
 std::string ReadSourceFile(const std::string& relative_path) {
   const std::string path = std::string(TOPOSCHED_SOURCE_DIR) + "/" + relative_path;
   std::ifstream in(path, std::ios::binary);

@@ -129,21 +129,6 @@ class FakeApiServer {
   std::shared_ptr<Impl> impl_;
 };
 
-// A fresh directory under the system temp dir, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  // Writes `content` to path()/name and returns the full path.
-  std::string WriteFile(const std::string& name, std::string_view content) const;
-
- private:
-  std::string path_;
-};
-
 // Reads a file of the source tree (relative to its root), aborting if it is missing.
 std::string ReadSourceFile(const std::string& relative_path);
 

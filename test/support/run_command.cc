@@ -37,4 +37,8 @@ Outcome RunCommand(const std::string& command) {
   return o;
 }
 
+Outcome RunToposched(const std::string& args) {
+  return RunCommand(std::string("'") + TOPOSCHED_BINARY + "' " + args);
+}
+
 }  // namespace toposched::testing

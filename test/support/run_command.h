@@ -17,6 +17,10 @@ struct Outcome {
 // apart. The temp files are removed afterwards.
 Outcome RunCommand(const std::string& command);
 
+// Runs the `toposched` binary of this build with `args` (quoted where needed). A test calling it
+// is registered with RUNS_BINARY in test/CMakeLists.txt, so the binary is built first.
+Outcome RunToposched(const std::string& args);
+
 std::string ReadWholeFile(const std::string& path);
 
 }  // namespace toposched::testing
