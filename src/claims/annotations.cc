@@ -40,17 +40,14 @@ std::map<std::string, std::string> AllocationAnnotations(const kube::AllocationR
 
 Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
                                                 const std::vector<ResourceSpec>& resources) {
-  auto asks = ListAsks(pod, resources);
-  if (!asks.ok()) return Error{asks.error()};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto asks, ListAsks(pod, resources));
   std::vector<int> counts;
-  for (const ContainerAsk& ask : *asks) counts.push_back(ask.count);
-  auto groups = SplitAwsIds(text, counts);
-  if (!groups.ok()) return Error{groups.error()};
+  for (const ContainerAsk& ask : asks) counts.push_back(ask.count);
+  TOPOSCHED_ASSIGN_OR_RETURN(auto groups, SplitAwsIds(text, counts));
   kube::AllocationRecord record;
   record.node = pod.node_name;
-  for (size_t i = 0; i < asks->size(); ++i) {
-    record.containers.push_back(
-        {(*asks)[i].container, (*asks)[i].asked_as, std::move((*groups)[i])});
+  for (size_t i = 0; i < asks.size(); ++i) {
+    record.containers.push_back({asks[i].container, asks[i].asked_as, std::move(groups[i])});
   }
   return record;
 }

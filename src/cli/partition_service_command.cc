@@ -83,8 +83,8 @@ int RunPartitionService(const PartitionServiceOptions& o) {
   http.port = static_cast<uint16_t>(o.port);
   http.threads = 2;
   http.body_limit = 1 << 20;
-  auto server = net::HttpServer::Start(
-      http, [&](net::HttpRequest&& request, const net::Responder& respond) {
+  auto server =
+      net::HttpServer::Start(http, [&](net::HttpRequest&& request, const net::Responder& respond) {
         provision::FakeAnswer answer =
             fake.Handle(request.method, request.target, request.body, request.authorization);
         spdlog::debug("{} {} -> {}", request.method, request.target, answer.status);

@@ -78,15 +78,13 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
   if (claims::HasAllocation(pod)) {
     // toposched.io/allocation, else AWS_NEURON_IDS alone (AWS's extender), split over the
     // containers in kubelet's order as claims reads it for the extender too.
-    auto record = claims::RecordFromPod(pod, resources);
-    if (!record.ok()) return Error{record.error()};
+    TOPOSCHED_ASSIGN_OR_RETURN(auto record, claims::RecordFromPod(pod, resources));
     out.from_record = notes.count(claims::kAnnotationRecord) > 0;
-    if (out.from_record && !record->node.empty() && !node_name.empty() &&
-        record->node != node_name) {
+    if (out.from_record && !record.node.empty() && !node_name.empty() && record.node != node_name) {
       return Error{fmt::format("annotation {} records node {}, but this is node {}",
-                               claims::kAnnotationRecord, record->node, node_name)};
+                               claims::kAnnotationRecord, record.node, node_name)};
     }
-    for (const kube::ContainerIds& entry : record->containers) {
+    for (const kube::ContainerIds& entry : record.containers) {
       const auto spec =
           std::find_if(resources.begin(), resources.end(),
                        [&](const ResourceSpec& r) { return r.Matches(entry.resource); });

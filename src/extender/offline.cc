@@ -73,9 +73,8 @@ Result<std::vector<kube::Node>> ParseNodeFile(std::string_view text, std::string
   if (text[first] == '{') {
     json.assign(text);
   } else {
-    auto converted = YamlToJson(text, source);
-    if (!converted.ok()) return Error{converted.error()};
-    json = std::move(converted).value();
+    TOPOSCHED_ASSIGN_OR_RETURN(auto converted, YamlToJson(text, source));
+    json = std::move(converted);
   }
   // A single Node is accepted too: wrap it as a list.
   auto list = kube::DecodeNodeList(json);

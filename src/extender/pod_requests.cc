@@ -20,9 +20,8 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
   out.ns = pod.ns;
   out.name = pod.name;
   out.node_name = pod.node_name;
-  auto asks = claims::ListAsks(pod, names.Specs());
-  if (!asks.ok()) return Error{asks.error()};
-  for (claims::ContainerAsk& ask : *asks) {
+  TOPOSCHED_ASSIGN_OR_RETURN(auto asks, claims::ListAsks(pod, names.Specs()));
+  for (claims::ContainerAsk& ask : asks) {
     out.spec.containers.push_back({ask.container, {ask.unit, ask.count}, ask.init});
     out.resource_of.push_back(std::move(ask.asked_as));
   }

@@ -143,30 +143,26 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientConfig config) {
   }
   client->http_ = std::make_unique<net::HttpClient>(TransportOptions(settings, connect_to));
   if (!settings.token_file.empty()) {
-    Result<std::string> token = ReadTokenFile(settings.token_file);
-    if (!token.ok()) return Error{token.error()};
-    client->token_ = std::move(*token);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto token, ReadTokenFile(settings.token_file));
+    client->token_ = std::move(token);
     client->token_read_at_ = std::chrono::steady_clock::now();
   }
   return client;
 }
 
 Result<std::unique_ptr<ApiClient>> ApiClient::FromKubeconfig(const std::string& path) {
-  Result<ClientConfig> config = LoadKubeconfig(path);
-  if (!config.ok()) return Error{config.error()};
-  return Create(std::move(*config));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto config, LoadKubeconfig(path));
+  return Create(std::move(config));
 }
 
 Result<std::unique_ptr<ApiClient>> ApiClient::InCluster(const InClusterOptions& options) {
-  Result<ClientConfig> config = InClusterConfig(options);
-  if (!config.ok()) return Error{config.error()};
-  return Create(std::move(*config));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto config, InClusterConfig(options));
+  return Create(std::move(config));
 }
 
 Result<std::unique_ptr<ApiClient>> ApiClient::FromEnvironment(const std::string& kubeconfig_flag) {
-  Result<ClientConfig> config = ConfigFromEnvironment(kubeconfig_flag);
-  if (!config.ok()) return Error{config.error()};
-  return Create(std::move(*config));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto config, ConfigFromEnvironment(kubeconfig_flag));
+  return Create(std::move(config));
 }
 
 std::string ApiClient::Token(bool force_reload) {
@@ -281,13 +277,12 @@ Result<long> ApiClient::Watch(std::string_view path,  // NOLINT(google-runtime-i
   request.timeout = max_duration;
   request.on_line = &on_line;
   request.stop = &stop;
-  Result<HttpResponse> response = Send(request);
-  if (!response.ok()) return Error{response.error()};
-  if (response->status >= 300) {
-    spdlog::debug("kube client: watch {} answered {}: {}", path, response->status,
-                  StatusMessage(response->body));
+  TOPOSCHED_ASSIGN_OR_RETURN(auto response, Send(request));
+  if (response.status >= 300) {
+    spdlog::debug("kube client: watch {} answered {}: {}", path, response.status,
+                  StatusMessage(response.body));
   }
-  return response->status;
+  return response.status;
 }
 
 std::string EscapeUrlComponent(std::string_view text) {

@@ -284,7 +284,7 @@ class BeastServer final : public HttpServer {
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
                                                       HttpHandler handler) {
   auto server = std::make_unique<BeastServer>(options, std::move(handler));
-  if (auto s = server->Listen(); !s.ok()) return Error{s.error()};
+  TOPOSCHED_RETURN_IF_ERROR(server->Listen());
   return std::unique_ptr<HttpServer>(std::move(server));
 }
 

@@ -44,40 +44,35 @@ class HttpService : public PartitionService {
     body += ",\"pool\":";
     AppendJsonQuoted(body, p.pool);
     body += fmt::format(",\"ipus\":[{}]}}", fmt::join(p.ipus, ","));
-    auto reply = Call("POST", "/partitions", body);
-    if (!reply.ok()) return Error{reply.error()};
-    if (reply->status != 200 && reply->status != 201) return Refused("create", *reply);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto reply, Call("POST", "/partitions", body));
+    if (reply.status != 200 && reply.status != 201) return Refused("create", reply);
     return OkStatus();
   }
 
   Result<std::optional<Partition>> Get(const std::string& name) override {
     if (!ValidPartitionName(name)) return Error{fmt::format("invalid partition name '{}'", name)};
-    auto reply = Call("GET", "/partitions/" + name, {});
-    if (!reply.ok()) return Error{reply.error()};
-    if (reply->status == 404) return std::optional<Partition>{};
-    if (reply->status != 200) return Refused("status", *reply);
-    auto parsed = ParsePartition(reply->body);
-    if (!parsed.ok()) return Error{parsed.error()};
-    if (parsed->name != name) {
+    TOPOSCHED_ASSIGN_OR_RETURN(auto reply, Call("GET", "/partitions/" + name, {}));
+    if (reply.status == 404) return std::optional<Partition>{};
+    if (reply.status != 200) return Refused("status", reply);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto parsed, ParsePartition(reply.body));
+    if (parsed.name != name) {
       return Error{
-          fmt::format("asked for partition {}, the service answered about {}", name, parsed->name)};
+          fmt::format("asked for partition {}, the service answered about {}", name, parsed.name)};
     }
-    return std::optional<Partition>(std::move(parsed).value());
+    return std::optional<Partition>(std::move(parsed));
   }
 
   Status Remove(const std::string& name) override {
     if (!ValidPartitionName(name)) return Error{fmt::format("invalid partition name '{}'", name)};
-    auto reply = Call("DELETE", "/partitions/" + name, {});
-    if (!reply.ok()) return Error{reply.error()};
-    if (reply->status == 404 || (reply->status >= 200 && reply->status < 300)) return OkStatus();
-    return Refused("remove", *reply);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto reply, Call("DELETE", "/partitions/" + name, {}));
+    if (reply.status == 404 || (reply.status >= 200 && reply.status < 300)) return OkStatus();
+    return Refused("remove", reply);
   }
 
   Result<std::vector<Partition>> List() override {
-    auto reply = Call("GET", "/partitions", {});
-    if (!reply.ok()) return Error{reply.error()};
-    if (reply->status != 200) return Refused("list", *reply);
-    return ParsePartitionList(reply->body);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto reply, Call("GET", "/partitions", {}));
+    if (reply.status != 200) return Refused("list", reply);
+    return ParsePartitionList(reply.body);
   }
 
  private:

@@ -85,14 +85,13 @@ Result<std::vector<std::vector<int>>> SplitIdGroups(std::string_view text,
                                                     const std::vector<int>& counts, int limit) {
   size_t wanted = 0;
   for (int count : counts) wanted += static_cast<size_t>(std::max(count, 0));
-  auto ids = ParseInOrder(text, limit, wanted + 1);
-  if (!ids.ok()) return Error{ids.error()};
-  if (ids->size() != wanted) {
-    return Error{fmt::format("lists {} ids but the containers ask for {}", ids->size(), wanted)};
+  TOPOSCHED_ASSIGN_OR_RETURN(auto ids, ParseInOrder(text, limit, wanted + 1));
+  if (ids.size() != wanted) {
+    return Error{fmt::format("lists {} ids but the containers ask for {}", ids.size(), wanted)};
   }
   std::vector<std::vector<int>> groups;
   groups.reserve(counts.size());
-  auto next = ids->cbegin();
+  auto next = ids.cbegin();
   for (int count : counts) {
     const auto end = next + std::max(count, 0);
     if (const int twice = FirstRepeat(next, end, limit); twice >= 0) {
