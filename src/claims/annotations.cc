@@ -42,6 +42,7 @@ Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::strin
                                                 const std::vector<ResourceSpec>& resources) {
   TOPOSCHED_ASSIGN_OR_RETURN(auto asks, ListAsks(pod, resources));
   std::vector<int> counts;
+  counts.reserve(asks.size());
   for (const ContainerAsk& ask : asks) counts.push_back(ask.count);
   TOPOSCHED_ASSIGN_OR_RETURN(auto groups, SplitAwsIds(text, counts));
   kube::AllocationRecord record;
