@@ -10,6 +10,16 @@
 #include <fmt/format.h>
 
 namespace toposched::tracker {
+
+std::string UnknownNodeReason(std::string_view node) {
+  return fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
+}
+
+FitResult UnknownNodeFit(std::string_view node) {
+  FitResult r;
+  r.reason = UnknownNodeReason(node);
+  return r;
+}
 namespace {
 
 using topology::Decision;

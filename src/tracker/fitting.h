@@ -4,11 +4,20 @@
 #ifndef TOPOSCHED_TRACKER_FITTING_H_
 #define TOPOSCHED_TRACKER_FITTING_H_
 
+#include <string>
+#include <string_view>
+
 #include "topology/allocator.h"
 #include "topology/demand.h"
 #include "tracker/tracker.h"
 
 namespace toposched::tracker {
+
+// Why a node the tracker does not have cannot take a pod.
+std::string UnknownNodeReason(std::string_view node);
+
+// A failed fit for such a node.
+FitResult UnknownNodeFit(std::string_view node);
 
 // Places every container of the pod on one node. App containers each get their own set (largest
 // first, which packs better); each init container reuses the app containers' ids when a legal

@@ -108,8 +108,7 @@ Result<PodAllocation> Tracker::Reserve(const PodSpec& pod, const std::string& no
   }
   auto nit = nodes_.find(node);
   if (nit == nodes_.end()) {
-    return Error{
-        fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node)};
+    return Error{UnknownNodeReason(node)};
   }
   NodeEntry& entry = nit->second;
   const topology::SlotCosts costs = CostsLocked();

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "tracker/fitting.h"
 #include "tracker/tracker.h"
 
 namespace toposched::tracker {
@@ -40,9 +41,7 @@ FitResult Tracker::FitWithout(const PodSpec& pod, const std::string& node,
   ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) {
-    FitResult r;
-    r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
-    return r;
+    return UnknownNodeFit(node);
   }
   if (!entry->pool().shape) return FitLocked(pod, *entry, entry->pool().usage);
   return FitLocked(pod, *entry, UsageWithout(*entry, gone_uids));

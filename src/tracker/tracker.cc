@@ -124,9 +124,7 @@ FitResult Tracker::Fit(const PodSpec& pod, const std::string& node) const {
   ReaderLock lock(mu_);
   const NodeEntry* entry = FindNode(node);
   if (entry == nullptr) {
-    FitResult r;
-    r.reason = fmt::format("node {} is not known to toposched (not yet synced, or deleted)", node);
-    return r;
+    return UnknownNodeFit(node);
   }
   const topology::SlotCosts costs = CostsLocked();
   return FitLocked(pod, *entry, entry->pool().usage, true, &costs);
@@ -152,10 +150,7 @@ void Tracker::VisitFits(const PodSpec& pod, std::span<const std::string> nodes, 
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeEntry* entry = FindNode(nodes[i]);
     if (entry == nullptr) {
-      FitResult r;
-      r.reason =
-          fmt::format("node {} is not known to toposched (not yet synced, or deleted)", nodes[i]);
-      fn(i, std::move(r));
+      fn(i, UnknownNodeFit(nodes[i]));
       continue;
     }
     fn(i, FitLocked(pod, *entry, entry->pool().usage, with_ids));
@@ -288,10 +283,7 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeEntry* entry = FindNode(nodes[i]);
     if (entry == nullptr) {
-      FitResult r;
-      r.reason =
-          fmt::format("node {} is not known to toposched (not yet synced, or deleted)", nodes[i]);
-      out.fits.push_back(std::move(r));
+      out.fits.push_back(UnknownNodeFit(nodes[i]));
       continue;
     }
     const PoolState& pool = entry->pool();
