@@ -165,7 +165,7 @@ TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
       kNeuron, [](const auto& v) { return AllHealthy(v, 12); }, 5s));
   std::filesystem::remove(host_.dev() + "/neuron5");  // state the plugin must keep
   ASSERT_TRUE(kubelet_->WaitForDevices(
-      kNeuron, [](const auto& v) { return v.health.at("neuron5") == "Unhealthy"; }, 2s));
+      kNeuron, [](const auto& v) { return v.health.at("neuron5") == "Unhealthy"; }, 5s));
 
   for (int restart = 1; restart <= 2; ++restart) {
     kubelet_->Restart();
@@ -185,7 +185,7 @@ TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
           return v.updates > updates - 1 && v.health.size() == 12 &&
                  v.health.at("neuron5") == "Unhealthy";
         },
-        2s));
+        5s));
   }
   EXPECT_TRUE(std::filesystem::exists(host_.kubelet() + "/toposched-neuron.sock"));
   EXPECT_EQ(plugin.manager().registrations(), 6);
