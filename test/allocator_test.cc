@@ -811,6 +811,17 @@ TEST(AllocatorLegalPlacements, ListsEveryLegalSet) {
   EXPECT_THAT(LegalPlacements(p4d, Usage(p4d, Range(0, 5)), {Unit::kDevice, 3}), IsEmpty());
 }
 
+// Trn3: every count is legal through NeuronSwitch (a count trn2's torus refuses, too).
+TEST(AllocatorLegalPlacements, Trn3TakesAnyCountThroughItsSwitch) {
+  const NodeShape trn3 = ShapeOf("trn3.48xlarge");
+  EXPECT_EQ(IdsOf(LegalPlacements(trn3, Usage(trn3, {0, 2}), {Unit::kDevice, 3})),
+            (std::vector<std::vector<int>>{{1, 3, 4}}));
+  EXPECT_EQ(IdsOf(LegalPlacements(trn3, NodeUsage{}, {Unit::kDevice, 7})),
+            (std::vector<std::vector<int>>{{0, 1, 2, 3, 4, 5, 6}}));
+  const NodeShape trn2 = ShapeOf("trn2.48xlarge");
+  EXPECT_THAT(LegalPlacements(trn2, NodeUsage{}, {Unit::kDevice, 7}), IsEmpty());
+}
+
 TEST(AllocatorLegalPlacements, DeviceSetsMatchExhaustiveEnumeration) {
   std::mt19937 rng(99);
   for (const char* type :

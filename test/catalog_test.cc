@@ -65,6 +65,9 @@ TEST(Catalog, DeviceAndCoreCountsOfEveryNeuronType) {
       {"trn1n.32xlarge", 16, 2, LegalSetRule::kAligned},
       {"trn2.48xlarge", 16, 4, LegalSetRule::kAligned},
       {"trn2u.48xlarge", 16, 4, LegalSetRule::kAligned},
+      {"trn3.48xlarge", 16, 4, LegalSetRule::kAny},
+      {"trn3p.48xlarge", 16, 4, LegalSetRule::kAny},
+      {"trn3e.24xlarge", 4, 4, LegalSetRule::kAny},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.type);
@@ -87,8 +90,8 @@ TEST(Catalog, DeviceAndCoreCountsOfEveryNeuronType) {
   }
 }
 
-TEST(Catalog, Trn2CoresFollowTheLncSetting) {
-  for (const char* name : {"trn2.48xlarge", "trn2u.48xlarge"}) {
+TEST(Catalog, Trn2AndTrn3CoresFollowTheLncSetting) {
+  for (const char* name : {"trn2.48xlarge", "trn2u.48xlarge", "trn3.48xlarge", "trn3p.48xlarge"}) {
     SCOPED_TRACE(name);
     const InstanceType& t = TypeOf(name);
     ASSERT_TRUE(t.has_lnc);
@@ -210,6 +213,16 @@ TEST(Catalog, Inf2_24xlargeIsAChainWithoutWrap) {
   ASSERT_EQ(t.adjacency.size(), expected.size());
   for (size_t d = 0; d < expected.size(); ++d) {
     EXPECT_THAT(t.adjacency[d], ElementsAreArray(expected[d])) << "device " << d;
+  }
+}
+
+TEST(Catalog, Trn3ChipsAreAllToAllThroughTheSwitch) {
+  for (const char* name : {"trn3.48xlarge", "trn3p.48xlarge", "trn3e.24xlarge"}) {
+    SCOPED_TRACE(name);
+    const InstanceType& t = TypeOf(name);
+    for (int d = 0; d < t.devices; ++d) {
+      EXPECT_EQ(t.adjacency[static_cast<size_t>(d)].size(), static_cast<size_t>(t.devices - 1));
+    }
   }
 }
 
