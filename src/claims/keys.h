@@ -53,7 +53,27 @@ inline constexpr std::string_view kResourceNeuron = "aws.amazon.com/neuron";
 inline constexpr std::string_view kResourceNeuronDevice = "aws.amazon.com/neurondevice";
 inline constexpr std::string_view kResourceNeuronCore = "aws.amazon.com/neuroncore";
 
+// --- UltraServer node labels, as AWS's device plugin sets them (claims/ultraserver.h reads them).
+
+// The node configs the node supports, e.g. "1_2_4": 1 = alone, 2 = a 2-node half, 4 = all four.
+inline constexpr std::string_view kLabelUltraServerMode = "neuron.amazonaws.com/ultraserver-mode";
+// The UltraServer the node is in (shared by its four nodes) and its index in it, 0..3.
+inline constexpr std::string_view kLabelUltraServerServerId4 =
+    "neuron.amazonaws.com/ultraserver-server-id-4";
+inline constexpr std::string_view kLabelUltraServerNodeId4 =
+    "neuron.amazonaws.com/ultraserver-node-id-4";
+// The 2-node half the node is in (shared by a pair) and its index in it, 0..1.
+inline constexpr std::string_view kLabelUltraServerServerId2 =
+    "neuron.amazonaws.com/ultraserver-server-id-2";
+inline constexpr std::string_view kLabelUltraServerNodeId2 =
+    "neuron.amazonaws.com/ultraserver-node-id-2";
+
 static_assert(kAnnotationRecord.starts_with(kKeyPrefix));
+static_assert(kLabelUltraServerMode.starts_with(kube::kNeuronLabelPrefix));
+static_assert(kLabelUltraServerServerId4.starts_with(kube::kNeuronLabelPrefix));
+static_assert(kLabelUltraServerNodeId4.starts_with(kube::kNeuronLabelPrefix));
+static_assert(kLabelUltraServerServerId2.starts_with(kube::kNeuronLabelPrefix));
+static_assert(kLabelUltraServerNodeId2.starts_with(kube::kNeuronLabelPrefix));
 static_assert(kAnnotationPartition.starts_with(kKeyPrefix));
 static_assert(kAnnotationAllocatedContainers.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));

@@ -471,7 +471,7 @@ Result<ObjectList<T>> DecodeListDocument(const simdjson::padded_string& json,
 
 bool IsNodeLabelWeRead(std::string_view key) {
   return key == "node.kubernetes.io/instance-type" || key == "beta.kubernetes.io/instance-type" ||
-         key.starts_with(kOwnKeyPrefix);
+         key.starts_with(kOwnKeyPrefix) || key.starts_with(kNeuronLabelPrefix);
 }
 
 std::string InstanceTypeFromLabels(const std::map<std::string, std::string, std::less<>>& labels) {

@@ -15,6 +15,9 @@ namespace toposched::kube {
 // every other key (claims/keys.h); defined here because kube, below claims, keeps only the node
 // labels we read (kube::IsNodeLabelWeRead).
 inline constexpr std::string_view kOwnKeyPrefix = "toposched.io/";
+// The prefix of the node labels AWS's Neuron components set (UltraServer membership), kept by the
+// decoder for the same reason; the keys are in claims/keys.h.
+inline constexpr std::string_view kNeuronLabelPrefix = "neuron.amazonaws.com/";
 
 // Resource name -> whole-number quantity. Only extended resources (names with a '/', e.g.
 // aws.amazon.com/neuron) are kept: they are always integers.
