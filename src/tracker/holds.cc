@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "tracker/fitting.h"
+#include "tracker/gang_seats.h"
 #include "tracker/tracker.h"
 
 namespace toposched::tracker {
@@ -166,6 +167,11 @@ Status Tracker::Rollback(const std::string& uid) {
 
 bool Tracker::Forget(const std::string& uid) {
   MutexLock lock(mu_);
+  for (auto& [id, gang] : gangs_) {  // a deleted pod gives its unbound seat back
+    for (size_t r = 0; r < gang.member_uid.size(); ++r) {
+      if (gang.member_uid[r] == uid && !gang.bound[r]) gang.member_uid[r].clear();
+    }
+  }
   auto it = holds_.find(uid);
   if (it == holds_.end()) return false;
   EraseHoldLocked(it);
@@ -211,10 +217,20 @@ std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
   MutexLock lock(mu_);
   std::vector<std::string> expired;
   for (const auto& uid : reserved_uids_) {
-    if (holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);
+    // A gang's seats expire together, by the gang's deadline (below).
+    if (!IsGangSeatKey(uid) && holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);
   }
   std::sort(expired.begin(), expired.end());
   for (const auto& uid : expired) EraseHoldLocked(holds_.find(uid));
+  std::vector<std::string> gangs;
+  for (const auto& [id, gang] : gangs_) {
+    if (gang.deadline_ns <= now_ns) gangs.push_back(id);
+  }
+  std::sort(gangs.begin(), gangs.end());
+  for (const auto& id : gangs) {
+    ReleaseGangLocked(id);
+    expired.push_back("gang " + id);
+  }
   return expired;
 }
 

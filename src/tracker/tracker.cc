@@ -66,8 +66,10 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
   auto it = nodes_.find(info.name);
   if (it != nodes_.end()) {
     NodeEntry& old = it->second;
+    fresh.gang = old.gang;
     if (old.info.instance_type == info.instance_type && old.info.lnc == info.lnc &&
         old.info.pool == info.pool) {
+      old.info.groups = info.groups;  // labels can change without the shape changing
       if (!old.pool().shape) return Error{fmt::format("node {}: {}", info.name, old.pool().error)};
       return OkStatus();
     }
@@ -93,6 +95,10 @@ void Tracker::RemoveNode(const std::string& name) {
   MutexLock lock(mu_);
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
+  if (!it->second.gang.empty()) {
+    ReleaseGangLocked(it->second.gang);  // a gang short of a node cannot be placed whole
+    it = nodes_.find(name);
+  }
   for (const auto& uid : it->second.own.pods) {
     holds_.erase(uid);
     reserved_uids_.erase(uid);
@@ -109,6 +115,11 @@ const Tracker::NodeEntry* Tracker::FindNode(const std::string& name) const {
 
 FitResult Tracker::FitLocked(const PodSpec& pod, const NodeEntry& node, const NodeUsage& usage,
                              bool with_ids, const topology::SlotCosts* costs) const {
+  if (std::string barrier = GangBarrierLocked(pod, node); !barrier.empty()) {
+    FitResult r;
+    r.reason = std::move(barrier);
+    return r;
+  }
   if (!node.pool().shape) {
     FitResult r;
     r.reason = node.pool().error;
@@ -287,8 +298,10 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
       continue;
     }
     const PoolState& pool = entry->pool();
-    if (!pool.shape) {
+    // A node a gang holds is not ranked: it refuses other pods, and members go to their seats.
+    if (!pool.shape || !entry->gang.empty()) {
       out.fits.push_back(FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs));
+      out.fits.back().fits = false;
       continue;
     }
     // Nodes in the same state get the same answer: big clusters have many (empty ones, full

@@ -51,6 +51,9 @@ struct PodSpec {
   std::string uid;   // identity; names can be reused, uids cannot
   std::string name;  // namespace/name, for messages
   std::vector<ContainerRequest> containers;
+  // The gang the pod is a member of (GangRequest::id), or empty. Nodes a gang holds take only
+  // its own members.
+  std::string gang{};
 
   bool AsksForAnything() const;
 };
@@ -75,6 +78,15 @@ struct FitResult {
   PodAllocation allocation;   // the ids it would get (when it fits)
 };
 
+// The node is member `index` (0..nodes-1) of group `id`, a set of `nodes` nodes that a
+// multi-node job may span (an UltraServer, nodes == 4, or one of its halves, nodes == 2).
+struct NodeGroup {
+  int nodes = 0;
+  std::string id;
+  int index = -1;
+  bool operator==(const NodeGroup&) const = default;
+};
+
 struct NodeInfo {
   std::string name;
   std::string instance_type;
@@ -82,6 +94,43 @@ struct NodeInfo {
   // A shared pool this node reaches (label toposched.io/ipu-pool); empty = its own devices.
   // Initialized so that {name, type, lnc} stays warning-free.
   std::string pool{};
+  // The multi-node groups the node belongs to (none: it takes only 1-node gang members).
+  std::vector<NodeGroup> groups{};
+};
+
+// A gang: `size` pods that must be placed all at once, one per node, in `size / group_nodes`
+// whole groups of `group_nodes` nodes (1: any nodes). Every member asks for what `member` asks
+// for. Ranks 0..size-1 go to the chosen groups in group-id order, inside a group by its index.
+struct GangRequest {
+  std::string id;
+  int size = 0;
+  int group_nodes = 1;
+  PodSpec member;
+  // A gang some of whose members are bound already (after a restart, or after its reservation
+  // ran out): the node of each rank, as recorded, and which ranks are bound (by pod uid). Only
+  // the missing ranks are reserved, on their recorded nodes.
+  std::vector<std::string> fixed_nodes{};
+  std::unordered_map<int, std::string> bound{};
+};
+
+// A gang's state in the tracker while any member is unbound.
+struct GangState {
+  std::string id;
+  int size = 0;
+  int group_nodes = 1;
+  std::vector<std::string> nodes;       // by rank
+  std::vector<std::string> member_uid;  // by rank; empty = no pod assigned yet
+  std::vector<bool> bound;              // by rank
+  std::vector<PodAllocation> slots;     // by rank: the ids held for it (empty once bound)
+  int64_t deadline_ns = 0;
+};
+
+// A member's place in its gang.
+struct GangSeat {
+  int rank = -1;
+  std::string node;
+  PodAllocation allocation;  // the ids held for it
+  GangState gang;
 };
 
 // kReleasing: the pod is gone or its bind failed, but what was made for it (a partition) still
@@ -198,7 +247,8 @@ class Tracker {
   Status Rollback(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases whatever the pod holds (it was deleted). Returns false if it held nothing.
   bool Forget(const std::string& uid) TS_EXCLUDES(mu_);
-  // Releases reservations whose deadline is at or before now_ns; returns their uids.
+  // Releases reservations whose deadline is at or before now_ns; returns their uids. A gang whose
+  // deadline passed is released whole (ReleaseGang); its id is returned as "gang " + id.
   std::vector<std::string> ExpireReservations(int64_t now_ns) TS_EXCLUDES(mu_);
   // Keeps the pod's ids held after its pod is gone, until Forget: its partition is being removed.
   Status BeginRelease(const std::string& uid) TS_EXCLUDES(mu_);
@@ -216,6 +266,29 @@ class Tracker {
   // ids and the later one is reported and not applied). Reservations still in flight are kept
   // when `keep_reservations`, unless they now conflict.
   RebuildReport Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) TS_EXCLUDES(mu_);
+
+  // --- Gangs (gangs.cc): all-or-nothing placement of multi-node jobs. ---
+
+  // Finds nodes for every missing member among `candidates` (for a fixed gang: its recorded
+  // nodes) and holds all of them at once until `deadline_ns`, or holds nothing and says what is
+  // missing. Nodes a gang holds take no other pod. Errors if the gang is already held.
+  Result<GangState> ReserveGang(const GangRequest& gang, std::span<const std::string> candidates,
+                                int64_t deadline_ns) TS_EXCLUDES(mu_);
+  std::optional<GangState> FindGang(const std::string& id) const TS_EXCLUDES(mu_);
+  // Gives the pod its rank in the held gang (the same one on every call): `wanted` when that rank
+  // is free, else the lowest free one. Moves the gang's deadline to `deadline_ns` if later (a
+  // member arriving is progress).
+  Result<GangSeat> SeatGangMember(const std::string& id, const std::string& uid, int wanted,
+                                  int64_t deadline_ns) TS_EXCLUDES(mu_);
+  // Moves the gang's deadline to at least `deadline_ns` (a member's Binding being written).
+  Status ExtendGang(const std::string& id, int64_t deadline_ns) TS_EXCLUDES(mu_);
+  // The member's Binding is written: its rank's ids become the pod's committed hold. When the
+  // last member is bound the gang's hold on its nodes ends.
+  Result<PodAllocation> CommitGangMember(const std::string& id, const std::string& uid,
+                                         const std::string& pod_name, const std::string& node)
+      TS_EXCLUDES(mu_);
+  // Releases a gang's unbound ranks whole; bound members keep their ids. False if not held.
+  bool ReleaseGang(const std::string& id) TS_EXCLUDES(mu_);
 
   std::optional<Hold> Find(const std::string& uid) const TS_EXCLUDES(mu_);
   std::optional<NodeSnapshot> Snapshot(const std::string& node) const TS_EXCLUDES(mu_);
@@ -244,6 +317,7 @@ class Tracker {
     const PoolState& pool() const { return shared != nullptr ? *shared : own; }
     // What a hold taken through this node records as its pool (Hold::pool).
     std::string HoldPool() const { return shared != nullptr ? info.pool : std::string(); }
+    std::string gang;  // the gang holding the node for its members, or empty
   };
 
   // Source files: tracker.cc (nodes, fit, rank, queries), fitting.cc (a pod's containers on one
@@ -279,6 +353,10 @@ class Tracker {
                                               const PodAllocation& allocation) const
       TS_REQUIRES_SHARED(mu_);
   Status ValidateAllocation(const PoolState& pool, const PodAllocation& allocation) const;
+  // Why a pod may not use a node a gang holds, or empty when it may.
+  std::string GangBarrierLocked(const PodSpec& pod, const NodeEntry& node) const
+      TS_REQUIRES_SHARED(mu_);
+  void ReleaseGangLocked(const std::string& id) TS_REQUIRES(mu_);
 
   const topology::Catalog& catalog_;
   const Policy policy_;
@@ -297,6 +375,8 @@ class Tracker {
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_ TS_GUARDED_BY(mu_);
   std::unordered_set<std::string> releasing_uids_ TS_GUARDED_BY(mu_);
+  // Gangs with unbound members; their unbound ranks' ids are holds named by GangSlotKey.
+  std::unordered_map<std::string, GangState> gangs_ TS_GUARDED_BY(mu_);
   topology::DemandModel demand_ TS_GUARDED_BY(mu_);
   std::vector<int64_t> supply_ TS_GUARDED_BY(mu_);  // free slots fleet-wide per demand class
   int64_t free_units_ TS_GUARDED_BY(mu_) = 0;       // free capacity fleet-wide

@@ -1,0 +1,361 @@
+// Gangs: a multi-node job's pods placed all at once, one per node, in whole groups of nodes (an
+// UltraServer or one of its halves). The first member's filter reserves a seat for every member
+// in one step with one deadline, so two gangs can never each hold a part of what both need; each
+// member then goes to its own seat. Seats are ordinary reserved holds (GangSeatKey), so usage,
+// supply and conflicts are counted as for any pod.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tracker/fitting.h"
+#include "tracker/gang_seats.h"
+#include "tracker/tracker.h"
+
+namespace toposched::tracker {
+
+namespace {
+
+constexpr std::string_view kSeatPrefix = "gang-seat/";
+constexpr int kMaxGangSize = 4096;
+
+// A group of nodes a gang could take: `nodes[i]` is the member with index i.
+struct GroupChoice {
+  std::string id;
+  std::vector<std::string> nodes;
+  int breaks = 0;         // larger groups it would break into (keep whole UltraServers whole)
+  double cost = 0;        // what the members' sets take from the expected demand (kScarcity)
+  bool unusable = false;  // a member does not fit, or the labels give two nodes one index
+};
+
+}  // namespace
+
+std::string GangSeatKey(std::string_view gang, int rank) {
+  return fmt::format("{}{}#{}", kSeatPrefix, gang, rank);
+}
+
+bool IsGangSeatKey(std::string_view key) { return key.starts_with(kSeatPrefix); }
+
+std::string Tracker::GangBarrierLocked(const PodSpec& pod, const NodeEntry& node) const {
+  if (node.gang.empty() || node.gang == pod.gang) return {};
+  auto it = gangs_.find(node.gang);
+  if (it == gangs_.end()) return {};
+  const auto unbound = std::count(it->second.bound.begin(), it->second.bound.end(), false);
+  return fmt::format("node {} is held for gang {} ({} of its {} members not yet bound)",
+                     node.info.name, node.gang, unbound, it->second.size);
+}
+
+void Tracker::ReleaseGangLocked(const std::string& id) {
+  auto it = gangs_.find(id);
+  if (it == gangs_.end()) return;
+  const GangState& gang = it->second;
+  for (int rank = 0; rank < gang.size; ++rank) {
+    if (auto hold = holds_.find(GangSeatKey(id, rank)); hold != holds_.end()) {
+      EraseHoldLocked(hold);
+    }
+  }
+  for (const auto& name : gang.nodes) {
+    if (auto node = nodes_.find(name); node != nodes_.end() && node->second.gang == id) {
+      node->second.gang.clear();
+    }
+  }
+  gangs_.erase(it);
+}
+
+Result<GangState> Tracker::ReserveGang(const GangRequest& request,
+                                       std::span<const std::string> candidates,
+                                       int64_t deadline_ns) {
+  const int size = request.size;
+  const int per_group = request.group_nodes;
+  if (size < 1 || size > kMaxGangSize) {
+    return Error{fmt::format("gang {}: size {} is outside 1..{}", request.id, size, kMaxGangSize)};
+  }
+  if (per_group != 1 && per_group != 2 && per_group != 4) {
+    return Error{fmt::format("gang {}: groups of {} nodes; UltraServer node configs are 1, 2, 4",
+                             request.id, per_group)};
+  }
+  if (size % per_group != 0) {
+    return Error{fmt::format("gang {}: {} members do not fill whole {}-node groups", request.id,
+                             size, per_group)};
+  }
+  PodSpec member = request.member;
+  member.gang = request.id;
+
+  MutexLock lock(mu_);
+  if (gangs_.count(request.id) != 0) {
+    return Error{fmt::format("gang {} is already held", request.id)};
+  }
+  GangState gang;
+  gang.id = request.id;
+  gang.size = size;
+  gang.group_nodes = per_group;
+  gang.member_uid.assign(static_cast<size_t>(size), "");
+  gang.bound.assign(static_cast<size_t>(size), false);
+  gang.slots.assign(static_cast<size_t>(size), PodAllocation{});
+  for (const auto& [rank, uid] : request.bound) {
+    if (rank < 0 || rank >= size) {
+      return Error{
+          fmt::format("gang {}: bound rank {} is outside 0..{}", request.id, rank, size - 1)};
+    }
+    gang.bound[static_cast<size_t>(rank)] = true;
+    gang.member_uid[static_cast<size_t>(rank)] = uid;
+  }
+  const topology::SlotCosts costs = CostsLocked();
+
+  if (!request.fixed_nodes.empty()) {
+    if (static_cast<int>(request.fixed_nodes.size()) != size) {
+      return Error{fmt::format("gang {}: {} recorded nodes for {} members", request.id,
+                               request.fixed_nodes.size(), size)};
+    }
+    gang.nodes = request.fixed_nodes;
+    std::vector<std::string> sorted = gang.nodes;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return Error{fmt::format("gang {}: its record names a node twice", request.id)};
+    }
+  } else {
+    // Candidate groups: every node of the group among the candidates and free for a member.
+    std::map<std::string, GroupChoice> groups;
+    std::map<std::string, int> members_of_group;  // candidate nodes per group id, for whole-ness
+    std::map<std::string, bool> group_empty;      // larger groups whose candidate nodes are empty
+    std::vector<std::string> refusals;
+    int seen_nodes = 0;
+    for (const auto& name : candidates) {
+      const NodeEntry* entry = FindNode(name);
+      if (entry == nullptr) continue;
+      ++seen_nodes;
+      const bool empty = entry->gang.empty() && entry->pool().usage.used_core_count() == 0;
+      for (const NodeGroup& g : entry->info.groups) {
+        ++members_of_group[g.id];
+        auto [e, fresh] = group_empty.try_emplace(g.id, empty);
+        if (!fresh) e->second = e->second && empty;
+      }
+    }
+    auto whole = [&](const NodeGroup& g) {
+      return members_of_group[g.id] == g.nodes && group_empty[g.id];
+    };
+    for (const auto& name : candidates) {
+      const NodeEntry* entry = FindNode(name);
+      if (entry == nullptr) continue;
+      const NodeGroup* mine = nullptr;
+      if (per_group == 1) {
+        static const NodeGroup kAlone{1, "", 0};
+        mine = &kAlone;
+      } else {
+        for (const NodeGroup& g : entry->info.groups) {
+          if (g.nodes == per_group) mine = &g;
+        }
+        if (mine == nullptr || mine->index < 0 || mine->index >= per_group) continue;
+      }
+      const FitResult fit = FitLocked(member, *entry, entry->pool().usage, false, &costs);
+      const std::string group_id = per_group == 1 ? name : mine->id;
+      GroupChoice& choice = groups[group_id];
+      if (choice.nodes.empty()) {
+        choice.id = group_id;
+        choice.nodes.assign(static_cast<size_t>(per_group), "");
+      }
+      if (!fit.fits) {
+        choice.unusable = true;
+        if (refusals.size() < 3) refusals.push_back(fmt::format("{}: {}", name, fit.reason));
+        continue;
+      }
+      choice.cost += fit.cost;
+      std::string& slot = choice.nodes[static_cast<size_t>(mine->index)];
+      if (!slot.empty()) {
+        choice.unusable = true;  // two nodes claim one index: the labels are wrong
+        if (refusals.size() < 3) {
+          refusals.push_back(fmt::format("{} and {} both claim index {} of group {}", slot, name,
+                                         mine->index, group_id));
+        }
+        continue;
+      }
+      slot = name;
+      for (const NodeGroup& g : entry->info.groups) {
+        if (g.nodes > per_group && whole(g)) ++choice.breaks;
+      }
+    }
+    std::vector<GroupChoice> usable;
+    int incomplete = 0;
+    for (auto& [id, choice] : groups) {
+      const bool complete = std::none_of(choice.nodes.begin(), choice.nodes.end(),
+                                         [](const std::string& n) { return n.empty(); });
+      if (choice.unusable) continue;
+      if (!complete) {
+        ++incomplete;
+        continue;
+      }
+      usable.push_back(std::move(choice));
+    }
+    const size_t need = static_cast<size_t>(size / per_group);
+    if (usable.size() < need) {
+      const std::string what =
+          per_group == 1 ? "nodes" : fmt::format("{}-node UltraServer groups", per_group);
+      std::string detail;
+      if (incomplete > 0) {
+        detail += fmt::format("; {} groups have members missing among the candidates", incomplete);
+      }
+      if (!refusals.empty()) detail += fmt::format("; {}", fmt::join(refusals, "; "));
+      return Error{fmt::format(
+          "gang {} ({} members, one per node{}) cannot be placed whole: it needs {} free {} and "
+          "{} of the {} candidate nodes' {} have room for every member{}",
+          request.id, size, per_group == 1 ? "" : fmt::format(", in {}-node groups", per_group),
+          need, what, usable.size(), seen_nodes, what, detail)};
+    }
+    // Keep larger groups whole for the gangs that need them, then cost, then a fixed order.
+    std::sort(usable.begin(), usable.end(), [](const GroupChoice& a, const GroupChoice& b) {
+      if (a.breaks != b.breaks) return a.breaks < b.breaks;
+      if (a.cost != b.cost) return a.cost < b.cost;
+      return a.id < b.id;
+    });
+    usable.resize(need);
+    // Ranks follow the group ids, then the index inside each group (AWS's topology order).
+    std::sort(usable.begin(), usable.end(),
+              [](const GroupChoice& a, const GroupChoice& b) { return a.id < b.id; });
+    for (const auto& choice : usable) {
+      gang.nodes.insert(gang.nodes.end(), choice.nodes.begin(), choice.nodes.end());
+    }
+  }
+
+  // Hold every unbound rank's ids, or none.
+  std::vector<std::string> taken;
+  auto undo = [&] {
+    for (const auto& key : taken) EraseHoldLocked(holds_.find(key));
+  };
+  for (int rank = 0; rank < size; ++rank) {
+    if (gang.bound[static_cast<size_t>(rank)]) continue;
+    const std::string& name = gang.nodes[static_cast<size_t>(rank)];
+    auto nit = nodes_.find(name);
+    if (nit == nodes_.end()) {
+      undo();
+      return Error{fmt::format("gang {} rank {}: {}", request.id, rank, UnknownNodeReason(name))};
+    }
+    NodeEntry& entry = nit->second;
+    FitResult fit = FitLocked(member, entry, entry.pool().usage, true, &costs);
+    const std::string key = GangSeatKey(request.id, rank);
+    if (!fit.fits) {
+      undo();
+      return Error{fmt::format("gang {} cannot be placed whole: rank {} on node {}: {}", request.id,
+                               rank, name, fit.reason)};
+    }
+    fit.allocation.node = name;
+    if (!InsertHoldLocked(entry.pool(), key,
+                          Hold{fmt::format("gang {} rank {}", request.id, rank), fit.allocation,
+                               HoldState::kReserved, deadline_ns, entry.HoldPool()})) {
+      undo();
+      return Error{"internal error: a fitting gang seat overlapped held ids"};
+    }
+    taken.push_back(key);
+    gang.slots[static_cast<size_t>(rank)] = std::move(fit.allocation);
+  }
+  for (const auto& name : gang.nodes) {
+    if (auto nit = nodes_.find(name); nit != nodes_.end()) nit->second.gang = request.id;
+  }
+  gang.deadline_ns = deadline_ns;
+  if (std::all_of(gang.bound.begin(), gang.bound.end(), [](bool b) { return b; })) {
+    for (const auto& name : gang.nodes) {
+      if (auto nit = nodes_.find(name); nit != nodes_.end()) nit->second.gang.clear();
+    }
+    return gang;  // nothing left to hold
+  }
+  return gangs_[request.id] = std::move(gang);
+}
+
+std::optional<GangState> Tracker::FindGang(const std::string& id) const {
+  ReaderLock lock(mu_);
+  auto it = gangs_.find(id);
+  if (it == gangs_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<GangSeat> Tracker::SeatGangMember(const std::string& id, const std::string& uid, int wanted,
+                                         int64_t deadline_ns) {
+  MutexLock lock(mu_);
+  auto it = gangs_.find(id);
+  if (it == gangs_.end()) return Error{fmt::format("gang {} is not held", id)};
+  GangState& gang = it->second;
+  auto seat_at = [&](size_t rank) {
+    gang.member_uid[rank] = uid;
+    gang.deadline_ns = std::max(gang.deadline_ns, deadline_ns);
+    return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank], gang};
+  };
+  for (size_t rank = 0; rank < gang.member_uid.size(); ++rank) {
+    if (gang.member_uid[rank] == uid) {
+      if (gang.bound[rank]) {
+        return Error{fmt::format("pod {} of gang {} is bound already (rank {})", uid, id, rank)};
+      }
+      return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank], gang};
+    }
+  }
+  if (wanted >= 0 && wanted < gang.size && gang.member_uid[static_cast<size_t>(wanted)].empty()) {
+    return seat_at(static_cast<size_t>(wanted));
+  }
+  for (size_t rank = 0; rank < gang.member_uid.size(); ++rank) {
+    if (gang.member_uid[rank].empty()) return seat_at(rank);
+  }
+  return Error{
+      fmt::format("gang {} has all {} members already; this pod is one too many", id, gang.size)};
+}
+
+Status Tracker::ExtendGang(const std::string& id, int64_t deadline_ns) {
+  MutexLock lock(mu_);
+  auto it = gangs_.find(id);
+  if (it == gangs_.end()) return Error{fmt::format("gang {} is not held", id)};
+  it->second.deadline_ns = std::max(it->second.deadline_ns, deadline_ns);
+  return OkStatus();
+}
+
+Result<PodAllocation> Tracker::CommitGangMember(const std::string& id, const std::string& uid,
+                                                const std::string& pod_name,
+                                                const std::string& node) {
+  MutexLock lock(mu_);
+  auto it = gangs_.find(id);
+  if (it == gangs_.end()) {
+    return Error{fmt::format("gang {} is not held (its reservation ran out)", id)};
+  }
+  GangState& gang = it->second;
+  const auto seat = std::find(gang.member_uid.begin(), gang.member_uid.end(), uid);
+  if (seat == gang.member_uid.end()) {
+    return Error{fmt::format("pod {} has no seat in gang {}", uid, id)};
+  }
+  const auto rank = static_cast<size_t>(seat - gang.member_uid.begin());
+  if (gang.bound[rank]) return Error{fmt::format("pod {} of gang {} is bound already", uid, id)};
+  if (gang.nodes[rank] != node) {
+    return Error{fmt::format("pod {} has rank {} of gang {}, whose node is {}, not {}", uid, rank,
+                             id, gang.nodes[rank], node)};
+  }
+  if (holds_.count(uid) != 0) return Error{fmt::format("pod {} already holds ids", uid)};
+  auto hold = holds_.find(GangSeatKey(id, static_cast<int>(rank)));
+  if (hold == holds_.end()) {
+    return Error{fmt::format("gang {} rank {}: its seat is gone", id, rank)};
+  }
+  // The seat becomes the pod's hold: same ids, so the pool's usage does not change.
+  Hold moved = std::move(hold->second);
+  if (PoolState* pool = PoolOfHold(moved)) {
+    std::replace(pool->pods.begin(), pool->pods.end(), hold->first, uid);
+  }
+  reserved_uids_.erase(hold->first);
+  holds_.erase(hold);
+  PodAllocation allocation = moved.allocation;
+  moved.pod_name = pod_name;
+  moved.state = HoldState::kCommitted;
+  moved.deadline_ns = 0;
+  holds_[uid] = std::move(moved);
+  gang.bound[rank] = true;
+  gang.slots[rank] = {};
+  if (std::all_of(gang.bound.begin(), gang.bound.end(), [](bool b) { return b; })) {
+    ReleaseGangLocked(id);  // every member is bound: the nodes are ordinary again
+  }
+  return allocation;
+}
+
+bool Tracker::ReleaseGang(const std::string& id) {
+  MutexLock lock(mu_);
+  if (gangs_.count(id) == 0) return false;
+  ReleaseGangLocked(id);
+  return true;
+}
+
+}  // namespace toposched::tracker
