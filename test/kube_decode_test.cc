@@ -114,6 +114,131 @@ TEST(KubeDecodeTest, DeletionTimestampMarksDeleting) {
   EXPECT_TRUE(pod->Terminated());
 }
 
+// An MPIJob worker as the MPI operator makes it, with the affinity rules AWS's UltraServer guide
+// asks for (anti-affinity and affinity on the server-id-4 label) and a node affinity.
+constexpr char kMpiWorkerJson[] = R"({
+  "metadata": {"name": "train-a-worker-1", "namespace": "default",
+    "labels": {"training.kubeflow.org/job-name": "train-a", "training.kubeflow.org/job-role": "worker",
+               "training.kubeflow.org/replica-index": "1", "training.kubeflow.org/operator-name": "mpi-operator",
+               "leaderworkerset.sigs.k8s.io/name": "serve", "toposched.io/gang": "g",
+               "app": "train", "kubernetes.io/hostname": "x"}},
+  "spec": {
+    "hostname": "train-a-worker-1", "subdomain": "train-a",
+    "affinity": {
+      "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["trn2u.48xlarge"]}]}]}},
+      "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchExpressions": [{"key": "training.kubeflow.org/job-name", "operator": "NotIn", "values": ["train-a"]}]},
+         "topologyKey": "neuron.amazonaws.com/ultraserver-server-id-2"}]},
+      "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+          {"labelSelector": {"matchLabels": {"training.kubeflow.org/job-role": "worker"}},
+           "topologyKey": "neuron.amazonaws.com/ultraserver-server-id-4"},
+          {"labelSelector": {}, "topologyKey": "topology.kubernetes.io/zone"}],
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+          {"weight": 100, "podAffinityTerm": {"labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}},
+          {"weight": 1, "podAffinityTerm": null}]}},
+    "containers": [{"name": "worker"}]}
+})";
+
+TEST(KubeDecodeTest, PodKeepsGangLabelsHostnameAndPodAffinityKeys) {
+  Result<Pod> pod = DecodePod(std::string_view(kMpiWorkerJson));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  EXPECT_THAT(pod->labels, ElementsAre(Pair("leaderworkerset.sigs.k8s.io/name", "serve"),
+                                       Pair("toposched.io/gang", "g"),
+                                       Pair("training.kubeflow.org/job-name", "train-a"),
+                                       Pair("training.kubeflow.org/job-role", "worker"),
+                                       Pair("training.kubeflow.org/operator-name", "mpi-operator"),
+                                       Pair("training.kubeflow.org/replica-index", "1")));
+  EXPECT_EQ(pod->hostname, "train-a-worker-1");
+  EXPECT_EQ(pod->subdomain, "train-a");
+  // Anti-affinity and node affinity are not pod affinity; required terms come first in spec order.
+  EXPECT_THAT(pod->pod_affinity_topology_keys,
+              ElementsAre("neuron.amazonaws.com/ultraserver-server-id-4",
+                          "topology.kubernetes.io/zone", "kubernetes.io/hostname"));
+
+  EXPECT_TRUE(IsPodLabelWeRead("training.kubeflow.org/replica-index"));
+  EXPECT_TRUE(IsPodLabelWeRead("leaderworkerset.sigs.k8s.io/group-index"));
+  EXPECT_TRUE(IsPodLabelWeRead("toposched.io/gang"));
+  EXPECT_FALSE(IsPodLabelWeRead("app"));
+  EXPECT_FALSE(IsPodLabelWeRead("trainer.kubeflow.org/job-role"));
+
+  // The sample pod's labels (app, apps.kubernetes.io/pod-index) are not ours.
+  Result<Pod> sidecar = DecodePod(SidecarPodJson());
+  ASSERT_TRUE(sidecar.ok()) << sidecar.error();
+  EXPECT_TRUE(sidecar->labels.empty());
+  EXPECT_TRUE(sidecar->pod_affinity_topology_keys.empty());
+  EXPECT_EQ(sidecar->hostname, "");
+}
+
+TEST(KubeDecodeTest, NullAffinityPartsAreEmpty) {
+  const char* const docs[] = {
+      R"({"metadata":{"labels":null},"spec":{"affinity":null,"hostname":null,"subdomain":null}})",
+      R"({"spec":{"affinity":{"podAffinity":null,"podAntiAffinity":null}}})",
+      R"({"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":null,
+          "preferredDuringSchedulingIgnoredDuringExecution":[]}}}})",
+      R"({"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[
+          {"topologyKey":null},{"topologyKey":""},{}]}}}})",
+      R"({"spec":{"affinity":{"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[
+          {"weight":1},{"weight":2,"podAffinityTerm":{"topologyKey":null}}]}}}})",
+  };
+  for (const char* json : docs) {
+    Result<Pod> pod = DecodePod(std::string_view(json));
+    ASSERT_TRUE(pod.ok()) << json << ": " << pod.error();
+    EXPECT_TRUE(pod->labels.empty()) << json;
+    EXPECT_TRUE(pod->pod_affinity_topology_keys.empty()) << json;
+    EXPECT_EQ(pod->hostname, "") << json;
+    EXPECT_EQ(pod->subdomain, "") << json;
+  }
+}
+
+TEST(KubeDecodeTest, GangFieldsOfTheWrongTypeNameTheJsonPath) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"metadata":{"labels":["a"]}})", "metadata.labels: expected an object, got an array"},
+      {R"({"metadata":{"labels":{"training.kubeflow.org/job-name":1}}})",
+       "metadata.labels[\"training.kubeflow.org/job-name\"]: expected a string, got a number"},
+      // A label we do not keep is still checked, as node labels are.
+      {R"({"metadata":{"labels":{"app":false}}})",
+       "metadata.labels[\"app\"]: expected a string, got a boolean"},
+      {R"({"spec":{"hostname":3}})", "spec.hostname: expected a string, got a number"},
+      {R"({"spec":{"subdomain":{}}})", "spec.subdomain: expected a string, got an object"},
+      {R"({"spec":{"affinity":"x"}})", "spec.affinity: expected an object, got a string"},
+      {R"({"spec":{"affinity":{"podAffinity":[]}}})",
+       "spec.affinity.podAffinity: expected an object, got an array"},
+      {R"({"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{}}}}})",
+       "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution: expected an "
+       "array, got an object"},
+      {R"({"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[null]}}}})",
+       "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]: expected an "
+       "object, got null"},
+      {R"({"spec":{"affinity":{"podAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[
+          {"topologyKey":"a"},{"topologyKey":7}]}}}})",
+       "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[1].topologyKey: "
+       "expected a string, got a number"},
+      {R"({"spec":{"affinity":{"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[
+          {"weight":1,"podAffinityTerm":[]}]}}}})",
+       "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+       "podAffinityTerm: expected an object, got an array"},
+      {R"({"spec":{"affinity":{"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[
+          {"podAffinityTerm":{"topologyKey":true}}]}}}})",
+       "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0]."
+       "podAffinityTerm.topologyKey: expected a string, got a boolean"},
+  };
+  for (const Case& c : cases) {
+    Result<Pod> pod = DecodePod(std::string_view(c.json));
+    ASSERT_FALSE(pod.ok()) << c.json;
+    EXPECT_THAT(pod.error(), HasSubstr(c.message)) << c.json;
+  }
+  // Anti-affinity and node affinity are skipped without being read, like any unread field.
+  Result<Pod> skipped = DecodePod(
+      std::string_view(R"({"spec":{"affinity":{"podAntiAffinity":"x","nodeAffinity":7}}})"));
+  ASSERT_TRUE(skipped.ok()) << skipped.error();
+}
+
 TEST(KubeDecodeTest, MissingAndNullFieldsAreEmpty) {
   // Pods from the scheduler's cache have no kind or apiVersion; the API nulls empty fields.
   Result<Pod> pod = DecodePod(

@@ -41,6 +41,54 @@ inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition
 inline constexpr std::string_view kAnnotationAllocatedContainers =
     "toposched.io/allocated-containers";
 
+// --- Gangs (claims/gang.h; docs/ultraserver.md, "Gangs" and "The gang record"). ---
+
+// Pod annotations a user sets to make a gang of any pods (they win over the job's own labels).
+// The gang's name, namespace-local.
+inline constexpr std::string_view kAnnotationGang = "toposched.io/gang";
+// How many members the gang has, an integer >= 1.
+inline constexpr std::string_view kAnnotationGangSize = "toposched.io/gang-size";
+// How many UltraServer nodes one group of the gang spans: 1, 2 or 4 (AWS's "node config").
+inline constexpr std::string_view kAnnotationUltraServerNodes = "toposched.io/ultraserver-nodes";
+// A hint for this member's rank, an integer >= 0.
+inline constexpr std::string_view kAnnotationGangRank = "toposched.io/gang-rank";
+// Written at bind: the member's rank and the gang's nodes as compact JSON (claims::GangRecord).
+// The device plugin turns it into the runtime's env; a restarted extender rebuilds the gang.
+inline constexpr std::string_view kAnnotationGangRecord = "toposched.io/gang-record";
+
+// The Kubeflow MPI operator's pod labels (kubeflow/common pkg/apis/common/v1/constants.go:
+// JobNameLabel, JobRoleLabel, ReplicaIndexLabel; checked in the source, and the job-name and
+// job-role=worker pair is what AWS's UltraServer guide's affinity rules select on).
+inline constexpr std::string_view kLabelMpiJobName = "training.kubeflow.org/job-name";
+// "launcher" or "worker"; only workers are gang members.
+inline constexpr std::string_view kLabelMpiJobRole = "training.kubeflow.org/job-role";
+inline constexpr std::string_view kMpiJobRoleWorker = "worker";
+// The worker's index, 0..workers-1.
+inline constexpr std::string_view kLabelMpiReplicaIndex = "training.kubeflow.org/replica-index";
+
+// LeaderWorkerSet's pod labels and annotations (checked against LWS's reference page, "Labels,
+// Annotations and Environment Variables": group-index on every pod of a group, worker-index 0
+// for the leader, size and exclusive-topology as pod annotations).
+inline constexpr std::string_view kLabelLwsName = "leaderworkerset.sigs.k8s.io/name";
+inline constexpr std::string_view kLabelLwsGroupIndex = "leaderworkerset.sigs.k8s.io/group-index";
+inline constexpr std::string_view kLabelLwsWorkerIndex = "leaderworkerset.sigs.k8s.io/worker-index";
+// The group's size (LeaderWorkerSet.spec.leaderWorkerTemplate.size), leader included.
+inline constexpr std::string_view kAnnotationLwsSize = "leaderworkerset.sigs.k8s.io/size";
+// The node label whose value a group has to itself (1:1 exclusive placement).
+inline constexpr std::string_view kAnnotationLwsExclusiveTopology =
+    "leaderworkerset.sigs.k8s.io/exclusive-topology";
+
+// --- Container env the device plugin sets from the gang record: the variables AWS's
+// UltraServer init script writes to each MPI worker's /etc/environment. ---
+
+// The runtime's UltraServer mode: 1 = X4 (4 nodes), 3 = X2V (2 nodes, vertical links), 4 = X1.
+inline constexpr std::string_view kEnvUltraServerMode = "NEURON_RT_ULTRASERVER_MODE";
+inline constexpr std::string_view kEnvUltraServerServerId = "NEURON_RT_ULTRASERVER_SERVER_ID";
+inline constexpr std::string_view kEnvUltraServerNodeId = "NEURON_RT_ULTRASERVER_NODE_ID";
+// The member's rank (topology id) and rank 0's host name.
+inline constexpr std::string_view kEnvGlobalTopoId = "NEURON_GLOBAL_TOPOID";
+inline constexpr std::string_view kEnvGlobalTopoId0Host = "NEURON_GLOBAL_TOPOID0_HOST";
+
 // --- Node labels. ---
 
 // The node label that puts a node on a shared pool.
@@ -77,6 +125,20 @@ static_assert(kLabelUltraServerNodeId2.starts_with(kube::kNeuronLabelPrefix));
 static_assert(kAnnotationPartition.starts_with(kKeyPrefix));
 static_assert(kAnnotationAllocatedContainers.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));
+static_assert(kAnnotationGang.starts_with(kKeyPrefix));
+static_assert(kAnnotationGangSize.starts_with(kKeyPrefix));
+static_assert(kAnnotationUltraServerNodes.starts_with(kKeyPrefix));
+static_assert(kAnnotationGangRank.starts_with(kKeyPrefix));
+static_assert(kAnnotationGangRecord.starts_with(kKeyPrefix));
+// The pod decoder keeps only labels under these prefixes (kube::IsPodLabelWeRead).
+static_assert(kLabelMpiJobName.starts_with(kube::kKubeflowTrainingLabelPrefix));
+static_assert(kLabelMpiJobRole.starts_with(kube::kKubeflowTrainingLabelPrefix));
+static_assert(kLabelMpiReplicaIndex.starts_with(kube::kKubeflowTrainingLabelPrefix));
+static_assert(kLabelLwsName.starts_with(kube::kLeaderWorkerSetLabelPrefix));
+static_assert(kLabelLwsGroupIndex.starts_with(kube::kLeaderWorkerSetLabelPrefix));
+static_assert(kLabelLwsWorkerIndex.starts_with(kube::kLeaderWorkerSetLabelPrefix));
+static_assert(kAnnotationLwsSize.starts_with(kube::kLeaderWorkerSetLabelPrefix));
+static_assert(kAnnotationLwsExclusiveTopology.starts_with(kube::kLeaderWorkerSetLabelPrefix));
 
 }  // namespace toposched::claims
 

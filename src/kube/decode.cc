@@ -174,8 +174,79 @@ Status DecodePodMetadata(ondemand::value& value, const Path& path, Pod& pod) {
                         }
                         if (key == "annotations")
                           return DecodeStringMap(field, at, pod.annotations);
+                        if (key == "labels")
+                          return DecodeStringMap(field, at, pod.labels, IsPodLabelWeRead);
                         return OkStatus();
                       });
+}
+
+// One PodAffinityTerm, already opened: only its topologyKey is kept (an empty one is none).
+Status DecodePodAffinityTerm(ondemand::object& term, const Path& path, Pod& pod) {
+  return ForEachField(term, path,
+                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+                        if (key != "topologyKey") return OkStatus();
+                        std::string topology_key;
+                        Status read = json::ReadString(field, at, topology_key);
+                        if (read.ok() && !topology_key.empty()) {
+                          pod.pod_affinity_topology_keys.push_back(std::move(topology_key));
+                        }
+                        return read;
+                      });
+}
+
+// An array of terms: PodAffinityTerms (required) or WeightedPodAffinityTerms holding one under
+// "podAffinityTerm" (preferred). A null element is an error, as in containers; a null
+// podAffinityTerm is none.
+Status DecodePodAffinityTerms(ondemand::value& value, const Path& path, bool weighted, Pod& pod) {
+  ondemand::array array;
+  bool present = false;
+  Status status = json::OpenArray(value, path, array, present);
+  if (!status.ok() || !present) return status;
+  return ForEachElement(
+      array, path, [&](size_t, ondemand::value& element, const Path& at) -> Status {
+        ondemand::object term;
+        bool has_term = false;
+        Status open = json::OpenObject(element, at, term, has_term);
+        if (!open.ok()) return open;
+        if (!has_term) return json::ErrorAt(at, "expected an object, got null");
+        if (!weighted) return DecodePodAffinityTerm(term, at, pod);
+        return ForEachField(
+            term, at, [&](std::string_view key, ondemand::value& field, const Path& field_at) {
+              if (key != "podAffinityTerm") return OkStatus();
+              ondemand::object inner;
+              bool has_inner = false;
+              Status opened = json::OpenObject(field, field_at, inner, has_inner);
+              if (!opened.ok() || !has_inner) return opened;
+              return DecodePodAffinityTerm(inner, field_at, pod);
+            });
+      });
+}
+
+// spec.affinity: only podAffinity's terms (podAntiAffinity and nodeAffinity are skipped).
+Status DecodeAffinity(ondemand::value& value, const Path& path, Pod& pod) {
+  ondemand::object object;
+  bool present = false;
+  Status status = json::OpenObject(value, path, object, present);
+  if (!status.ok() || !present) return status;
+  return ForEachField(
+      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key != "podAffinity") return OkStatus();
+        ondemand::object affinity;
+        bool has_affinity = false;
+        Status open = json::OpenObject(field, at, affinity, has_affinity);
+        if (!open.ok() || !has_affinity) return open;
+        return ForEachField(
+            affinity, at,
+            [&](std::string_view kind, ondemand::value& terms, const Path& terms_at) -> Status {
+              if (kind == "requiredDuringSchedulingIgnoredDuringExecution") {
+                return DecodePodAffinityTerms(terms, terms_at, false, pod);
+              }
+              if (kind == "preferredDuringSchedulingIgnoredDuringExecution") {
+                return DecodePodAffinityTerms(terms, terms_at, true, pod);
+              }
+              return OkStatus();
+            });
+      });
 }
 
 Status DecodePodSpec(ondemand::value& value, const Path& path, Pod& pod) {
@@ -188,6 +259,9 @@ Status DecodePodSpec(ondemand::value& value, const Path& path, Pod& pod) {
                         if (key == "nodeName") return json::ReadString(field, at, pod.node_name);
                         if (key == "schedulerName")
                           return json::ReadString(field, at, pod.scheduler_name);
+                        if (key == "hostname") return json::ReadString(field, at, pod.hostname);
+                        if (key == "subdomain") return json::ReadString(field, at, pod.subdomain);
+                        if (key == "affinity") return DecodeAffinity(field, at, pod);
                         if (key == "containers")
                           return DecodeContainers(field, at, false, pod.containers);
                         if (key == "initContainers")
@@ -472,6 +546,11 @@ Result<ObjectList<T>> DecodeListDocument(const simdjson::padded_string& json,
 bool IsNodeLabelWeRead(std::string_view key) {
   return key == "node.kubernetes.io/instance-type" || key == "beta.kubernetes.io/instance-type" ||
          key.starts_with(kOwnKeyPrefix) || key.starts_with(kNeuronLabelPrefix);
+}
+
+bool IsPodLabelWeRead(std::string_view key) {
+  return key.starts_with(kKubeflowTrainingLabelPrefix) ||
+         key.starts_with(kLeaderWorkerSetLabelPrefix) || key.starts_with(kOwnKeyPrefix);
 }
 
 std::string InstanceTypeFromLabels(const std::map<std::string, std::string, std::less<>>& labels) {

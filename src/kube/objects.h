@@ -18,6 +18,11 @@ inline constexpr std::string_view kOwnKeyPrefix = "toposched.io/";
 // The prefix of the node labels AWS's Neuron components set (UltraServer membership), kept by the
 // decoder for the same reason; the keys are in claims/keys.h.
 inline constexpr std::string_view kNeuronLabelPrefix = "neuron.amazonaws.com/";
+// The prefixes of the pod labels the Kubeflow MPI operator and LeaderWorkerSet put on their pods
+// (which job or group a pod belongs to), kept by the pod decoder (kube::IsPodLabelWeRead); the
+// keys are in claims/keys.h.
+inline constexpr std::string_view kKubeflowTrainingLabelPrefix = "training.kubeflow.org/";
+inline constexpr std::string_view kLeaderWorkerSetLabelPrefix = "leaderworkerset.sigs.k8s.io/";
 
 // Resource name -> whole-number quantity. Only extended resources (names with a '/', e.g.
 // aws.amazon.com/neuron) are kept: they are always integers.
@@ -40,10 +45,18 @@ struct Pod {
   std::string resource_version;
   std::string node_name;       // spec.nodeName; empty while unscheduled
   std::string scheduler_name;  // spec.schedulerName
+  std::string hostname;        // spec.hostname (the MPI operator and LeaderWorkerSet set it)
+  std::string subdomain;       // spec.subdomain (the job's headless service)
   std::string phase;           // status.phase
   std::string creation_timestamp;
   bool deleting = false;  // metadata.deletionTimestamp is set
   std::map<std::string, std::string, std::less<>> annotations;
+  // Only the labels toposched reads (kube::IsPodLabelWeRead): the MPI operator's, LeaderWorkerSet's
+  // and toposched.io/*, which say which gang a pod belongs to.
+  std::map<std::string, std::string, std::less<>> labels;
+  // The topologyKey of every spec.affinity.podAffinity term, required and preferred, in spec
+  // order (AWS's UltraServer guide states a gang's node config as one of these).
+  std::vector<std::string> pod_affinity_topology_keys;
   std::vector<Container> containers;
   std::vector<Container> init_containers;
 
