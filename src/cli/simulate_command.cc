@@ -95,9 +95,11 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                   "binpack, count-only (count-only is added when missing: the others are read "
                   "against it)")
       ->capture_default_str();
-  cmd->add_option("--seed", opts->seed,
-                  "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
-                  "the order of pods arriving in the same second; the same seed, the same result")
+  cmd->add_option(
+         "--seed", opts->seed,
+         "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
+         "the order of pods arriving in the same second; with --gangs it picks the generated "
+         "stream. The same seed, the same result")
       ->capture_default_str();
   cmd->add_flag("--json", opts->json,
                 "Print one JSON object on stdout with a 'policies' array (name, placed, rejected, "
