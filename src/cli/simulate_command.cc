@@ -12,6 +12,7 @@
 
 #include "base/json_escape.h"
 #include "cli/commands.h"
+#include "sim/gangs.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
 #include "sim/synthetic.h"
@@ -29,6 +30,9 @@ struct SimulateOptions {
   int synthetic_tasks = 5000;
   bool json = false;
   std::string report;
+  // --gangs: all-or-nothing against pod-by-pod on a fleet of UltraServers.
+  bool gangs = false;
+  sim::GangSimOptions gang;
 };
 
 std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
@@ -91,16 +95,60 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                   "binpack, count-only (count-only is added when missing: the others are read "
                   "against it)")
       ->capture_default_str();
-  cmd->add_option("--seed", opts->seed,
-                  "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
-                  "the order of pods arriving in the same second; the same seed, the same result")
+  cmd->add_option(
+         "--seed", opts->seed,
+         "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
+         "the order of pods arriving in the same second; with --gangs it picks the generated "
+         "stream. The same seed, the same result")
       ->capture_default_str();
   cmd->add_flag("--json", opts->json,
                 "Print one JSON object on stdout with a 'policies' array (name, placed, rejected, "
                 "device_hours, unallocated_share, fragmentation, ...)");
-  cmd->add_option("--report", opts->report,
-                  "Also write a self-contained HTML page (inline SVG charts: allocation over time "
-                  "per policy, device maps of a few nodes) to this file");
+  auto* report = cmd->add_option(
+      "--report", opts->report,
+      "Also write a self-contained HTML page (inline SVG charts: allocation over time "
+      "per policy, device maps of a few nodes) to this file");
+
+  auto* gangs = cmd->add_flag(
+      "--gangs", opts->gangs,
+      "Instead of a trace: multi-node jobs on a fleet of Trn2 UltraServers (4 trn2u.48xlarge "
+      "nodes each), a generated stream of 4-node gangs (a whole UltraServer), 2-node gangs (a "
+      "half) and single pods of 1-16 devices, placed two ways: all-or-nothing (the tracker "
+      "reserves every member's node at once, or none) and pod-by-pod (kube-scheduler with "
+      "AWS's affinity rules, one member at a time). Compares deadlocked gangs, nodes stranded "
+      "by partial gangs, gang wait and single pods. --seed picks the stream");
+  gangs->excludes(trace)->excludes(report);
+  cmd->add_option("--ultraservers", opts->gang.ultraservers,
+                  "--gangs: UltraServers in the fleet (nodes us<k>-n0..n3)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000))
+      ->needs(gangs);
+  cmd->add_option("--plain-nodes", opts->gang.plain_nodes,
+                  "--gangs: trn2.48xlarge nodes outside any UltraServer (single pods only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100'000))
+      ->needs(gangs);
+  cmd->add_option("--gang-jobs", opts->gang.jobs,
+                  "--gangs: jobs in the stream (gangs and single pods; 10% 4-node gangs, 15% "
+                  "2-node gangs, 75% single pods)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000))
+      ->needs(gangs);
+  cmd->add_option("--gang-load", opts->gang.load,
+                  "--gangs: offered load, the stream's mean device demand as a share of the "
+                  "fleet's devices (sets the mean gap between arrivals)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0))
+      ->needs(gangs);
+  cmd->add_option("--gang-timeout", opts->gang.timeout_s,
+                  "--gangs: seconds a gang may sit partly placed, with a member waiting for a "
+                  "node, before it counts as deadlocked")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{31}, int64_t{7 * 86400}))
+      ->needs(gangs);
+  for (const char* name : {"--synthetic", "--synthetic-tasks", "--fleet", "--mode", "--policy"}) {
+    gangs->excludes(cmd->get_option(name));
+  }
   return opts;
 }
 
@@ -173,6 +221,15 @@ class ProgressBar {
 int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) return Fail(opts, catalog.error());
+  if (opts.gangs) {
+    sim::GangSimOptions gang = opts.gang;
+    gang.seed = opts.seed;
+    auto result = sim::SimulateGangs(*catalog.value(), gang);
+    if (!result.ok()) return Fail(opts, result.error());
+    fmt::print("{}", opts.json ? sim::FormatGangJson(result.value())
+                               : sim::FormatGangTable(result.value()));
+    return kExitOk;
+  }
   const sim::Mode mode = opts.mode == "fill" ? sim::Mode::kFill : sim::Mode::kDynamic;
   const std::string fleet_spec =
       opts.fleet.empty() ? std::string(sim::DefaultFleet(mode)) : opts.fleet;

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "sim/bind.h"
 #include "topology/pools.h"
 #include "tracker/tracker.h"
 
@@ -22,9 +23,6 @@ using topology::Policy;
 using topology::Request;
 using topology::Unit;
 
-// The simulated bind always succeeds at once, so the reservation only needs to outlive the
-// decision; any positive window works.
-constexpr int64_t kBindWindowNs = 30'000'000'000;
 constexpr int64_t kNsPerSecond = 1'000'000'000;
 // How often (in steps) the progress callback is told.
 constexpr int64_t kProgressEvery = 512;
@@ -114,20 +112,10 @@ class PolicyRun {
   Result<std::optional<RejectReason>> Place(size_t job_index, const Job& job, int64_t now_ns) {
     const int node = ChooseNode(job.pod);
     if (node < 0) return std::optional<RejectReason>(Classify(job.request));
-    const std::string& name = names_[static_cast<size_t>(node)];
-    auto reserved = tracker_.Reserve(job.pod, name, now_ns + kBindWindowNs);
-    if (!reserved.ok()) {
-      return Error{
-          fmt::format("internal error: the tracker refused {} on {} after Fit accepted "
-                      "it: {}",
-                      job.pod.name, name, reserved.error())};
-    }
-    if (auto committed = tracker_.Commit(job.pod.uid); !committed.ok()) {
-      return Error{
-          fmt::format("internal error: commit of {} failed: {}", job.pod.name, committed.error())};
-    }
+    TOPOSCHED_ASSIGN_OR_RETURN(
+        auto reserved, BindPod(tracker_, job.pod, names_[static_cast<size_t>(node)], now_ns));
     placed_on_[job_index] = node;
-    if (keep_owners_) SetOwner(counted_on_[static_cast<size_t>(node)], reserved.value(), job.task);
+    if (keep_owners_) SetOwner(counted_on_[static_cast<size_t>(node)], reserved, job.task);
     Refresh(counted_on_[static_cast<size_t>(node)]);
     return std::optional<RejectReason>();
   }
@@ -180,8 +168,7 @@ class PolicyRun {
   // prioritize serves the same ranking). Every arrival is counted into the expected demand first,
   // placed or not, as the extender counts each pod once when it is first filtered.
   int ChooseNode(const tracker::PodSpec& pod) {
-    tracker_.ObserveDemand(pod);
-    const tracker::Ranking ranking = tracker_.Rank(pod, names_);
+    const tracker::Ranking ranking = sim::ChooseNode(tracker_, pod, names_);
     for (size_t i = 0; i < ranking.fits.size(); ++i)
       unresolvable_[i] = ranking.fits[i].unresolvable;
     return ranking.best;
