@@ -24,6 +24,7 @@
 #include "kube/duration.h"
 #include "kube/informer.h"
 #include "kube/leader_election.h"
+#include "kube/mpijob.h"
 #include "net/http_server.h"
 
 namespace toposched::cli {
@@ -39,6 +40,7 @@ struct ExtenderOptions {
   std::vector<std::string> core_resources = claims::ResourceSet{}.core;
   std::string policy = "scarcity";
   double reservation_timeout_s = 30;
+  double gang_timeout_s = 120;
   size_t body_limit_mib = 256;
   int threads = 1;
   int bind_threads = 8;
@@ -96,6 +98,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Seconds a bind may hold ids before they are released if it never completes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--gang-timeout", o->gang_timeout_s,
+                  "Seconds a multi-node gang's seats stay held without one of its members arriving "
+                  "or binding; then the gang is released whole (docs/ultraserver.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 86400.0));
   cmd->add_option("--body-limit", o->body_limit_mib,
                   "Largest request body accepted, in MiB (413 above)")
       ->capture_default_str()
@@ -262,6 +269,8 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   service_options.policy = *policy;
   service_options.reservation_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(o.reservation_timeout_s * 1000));
+  service_options.gang_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.gang_timeout_s * 1000));
 
   topology::PoolSet pools;
   if (!o.pools_file.empty()) {
@@ -366,6 +375,18 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     std::function<bool()> may_write;
     if (elector) may_write = [&elector] { return elector->IsLeader(); };
     writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write);
+  }
+  if (client) {
+    // An MPIJob's workers are its gang: its size is read from the job itself.
+    kube::ApiClient* api = client.get();
+    service_options.mpijob_workers = [api](const std::string& ns,
+                                           const std::string& job) -> Result<int> {
+      TOPOSCHED_ASSIGN_OR_RETURN(auto response, api->Get(kube::MpiJobPath(ns, job)));
+      if (response.status != 200) {
+        return Error{fmt::format("reading MPIJob {}/{}: HTTP {}", ns, job, response.status)};
+      }
+      return kube::DecodeMpiJobWorkers(response.body);
+    };
   }
   // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
   // making.

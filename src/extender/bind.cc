@@ -122,6 +122,31 @@ std::string ExtenderService::FailBind(const BindAttempt& attempt, const std::str
   return EncodeBindingResult(message);
 }
 
+std::map<std::string, std::string> ExtenderService::BindingAnnotations(
+    const PodRequests& requests, const tracker::PodAllocation& allocation, const std::string& node,
+    kube::AllocationRecord* record) const {
+  record->node = node;
+  {
+    ReaderLock lock(mu_);
+    if (auto it = nodes_.find(node); it != nodes_.end()) {
+      record->instance_type = it->second.instance_type;
+    }
+  }
+  // In kubelet's container order (init containers first), the order AWS_NEURON_IDS is read back
+  // in; the tracker placed them largest first.
+  for (const auto& want : requests.spec.containers) {
+    const auto placed = std::find_if(
+        allocation.containers.begin(), allocation.containers.end(), [&](const auto& c) {
+          return c.container == want.name && c.placement.unit == want.request.unit;
+        });
+    if (placed == allocation.containers.end()) continue;
+    record->containers.push_back({placed->container,
+                                  requests.ResourceFor(placed->container, placed->placement.unit),
+                                  placed->placement.ids});
+  }
+  return claims::AllocationAnnotations(*record, wall_ns_());
+}
+
 std::string ExtenderService::Bind(const BindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
@@ -150,6 +175,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     }
     return EncodeBindingResult("");
   }
+  if (requests.gang) return BindGangMember(args, requests);
   // The reservation outlives the slowest Binding write the client allows, so that expiry never
   // frees ids a write still in flight is about to give the pod.
   const int64_t deadline = steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -194,26 +220,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
   }
 
   kube::AllocationRecord record;
-  record.node = args.node;
-  {
-    ReaderLock lock(mu_);
-    if (auto it = nodes_.find(args.node); it != nodes_.end()) {
-      record.instance_type = it->second.instance_type;
-    }
-  }
-  // In kubelet's container order (init containers first), the order AWS_NEURON_IDS is read back
-  // in; the tracker placed them largest first.
-  for (const auto& want : requests.spec.containers) {
-    const auto placed =
-        std::find_if(reserved->containers.begin(), reserved->containers.end(), [&](const auto& c) {
-          return c.container == want.name && c.placement.unit == want.request.unit;
-        });
-    if (placed == reserved->containers.end()) continue;
-    record.containers.push_back({placed->container,
-                                 requests.ResourceFor(placed->container, placed->placement.unit),
-                                 placed->placement.ids});
-  }
-  auto annotations = claims::AllocationAnnotations(record, wall_ns_());
+  auto annotations = BindingAnnotations(requests, *reserved, args.node, &record);
   if (!attempt.partition.empty()) {
     annotations[std::string(kAnnotationPartition)] = attempt.partition;
   }

@@ -33,7 +33,8 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
                   node.name);
   }
-  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc, facts.pool});
+  if (auto s = tracker_.UpsertNode(
+          {node.name, node.instance_type, facts.lnc, facts.pool, facts.Groups()});
       !s.ok()) {
     spdlog::warn("{}", s.error());
   }
@@ -151,6 +152,10 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     MutexLock lock(mu_);
     pods_ = std::move(cache);
     annotated_ = std::move(annotated);
+    gang_members_.clear();
+    for (const auto& [uid, requests] : pods_) {
+      if (requests.gang) gang_members_[requests.gang->id].insert(uid);
+    }
   }
   const tracker::RebuildReport report = tracker_.Rebuild(ordered, /*keep_reservations=*/true);
   for (const auto& problem : report.problems) {
@@ -162,6 +167,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   spdlog::info("rebuilt from {} pods: {} allocations restored, {} reservations kept, {} problems",
                pods.size(), report.applied, report.reservations_kept,
                report.problems.size() + invalid);
+  RestoreGangs();
   pods_synced_ = true;
   if (!partitions_synced_) {
     if (auto s = ReconcilePartitions(); !s.ok()) spdlog::error("{}; retrying", s.error());
@@ -175,6 +181,8 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   }
   auto requests = RequestsOf(pod, options_.resources);
   if (!requests.ok() || !requests->spec.AsksForAnything()) return;
+  const std::string gang =
+      requests->gang && requests->gang_record ? requests->gang_record->gang : std::string();
   RememberPod(std::move(requests).value());
   if (pod.node_name.empty()) return;
   auto rec = RecordedFromPod(pod);
@@ -188,6 +196,11 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
     MutexLock lock(mu_);
     annotated_[pod.uid] = {pod.Key(), p->second};
   }
+  // A gang member whose Binding the watch shows before its bind commits: its seat becomes its
+  // hold (adopting would collide with the seat's ids).
+  if (!gang.empty() && tracker_.CommitGangMember(gang, pod.uid, pod.Key(), pod.node_name).ok()) {
+    return;
+  }
   // Our own bind seen again, or a pod bound by another replica / before a restart: adopt it.
   if (auto s = tracker_.Adopt(*rec); !s.ok()) {
     metrics_.CountRebuildConflicts(1);
@@ -196,9 +209,9 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
 }
 
 void ExtenderService::DeletePod(const kube::Pod& pod) {
+  ForgetPod(pod.uid);
   {
     MutexLock lock(mu_);
-    pods_.erase(pod.uid);
     annotated_.erase(pod.uid);
   }
   // A pod in a shared pool keeps its ids until its partition is gone.

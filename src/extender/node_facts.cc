@@ -25,6 +25,17 @@ int LncFromAllocatable(const topology::InstanceType& type, const kube::Node& nod
 
 }  // namespace
 
+std::vector<tracker::NodeGroup> NodeFacts::Groups() const {
+  std::vector<tracker::NodeGroup> groups;
+  if (!ultraserver) return groups;
+  for (int nodes : {2, 4}) {
+    if (ultraserver->Supports(nodes)) {
+      groups.push_back({nodes, ultraserver->GroupId(nodes), ultraserver->NodeId(nodes)});
+    }
+  }
+  return groups;
+}
+
 bool HasFacts(const kube::Node& node) {
   return !node.resource_version.empty() || !node.labels.empty() || !node.allocatable.empty();
 }
@@ -33,6 +44,12 @@ NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
                   const topology::PoolSet* pools, const ResourceNames& resources) {
   NodeFacts facts;
   facts.instance_type = node.instance_type;
+  if (auto place = claims::UltraServerPlaceOf(node.labels); place.ok()) {
+    facts.ultraserver = std::move(place).value();
+  } else {
+    spdlog::warn("node {}: {}; it takes no multi-node gang until its labels are fixed", node.name,
+                 place.error());
+  }
   if (auto label = node.labels.find(claims::kPoolLabel); label != node.labels.end()) {
     facts.pool = label->second;
     // The node's accelerators are the pool's; its own instance type does not matter here.

@@ -4,8 +4,11 @@
 #ifndef TOPOSCHED_EXTENDER_NODE_FACTS_H_
 #define TOPOSCHED_EXTENDER_NODE_FACTS_H_
 
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "claims/ultraserver.h"
 #include "extender/pod_requests.h"
 #include "kube/objects.h"
 #include "topology/catalog.h"
@@ -18,10 +21,15 @@ struct NodeFacts {
   std::string pool;  // the shared pool it reaches (label), or empty
   int lnc = 0;
   int cores_per_device = 0;  // 0 when the type is unknown
+  // Its place in an UltraServer (AWS's labels); empty for an ordinary node or unreadable labels.
+  std::optional<claims::UltraServerPlace> ultraserver;
 
+  // The UltraServer groups a multi-node gang may use this node in (tracker::NodeInfo::groups).
+  std::vector<tracker::NodeGroup> Groups() const;
   // The facts the tracker's node depends on (cores_per_device follows from them).
   bool SameNode(const NodeFacts& other) const {
-    return instance_type == other.instance_type && lnc == other.lnc && pool == other.pool;
+    return instance_type == other.instance_type && lnc == other.lnc && pool == other.pool &&
+           Groups() == other.Groups();
   }
 };
 
@@ -29,7 +37,8 @@ struct NodeFacts {
 // kube-scheduler (name only).
 bool HasFacts(const kube::Node& node);
 
-// Reads the facts; logs a warning when the node advertises fewer devices than its type has.
+// Reads the facts; logs a warning when the node advertises fewer devices than its type has, or
+// when its UltraServer labels are malformed (it then takes no multi-node gang).
 // `pools` may be null (no shared pools configured).
 NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
                   const topology::PoolSet* pools, const ResourceNames& resources);

@@ -2,6 +2,10 @@
 
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
+#include "claims/keys.h"
+
 namespace toposched::extender {
 
 std::string PodRequests::ResourceFor(const std::string& container, topology::Unit unit) const {
@@ -24,6 +28,19 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
   for (claims::ContainerAsk& ask : asks) {
     out.spec.containers.push_back({ask.container, {ask.unit, ask.count}, ask.init});
     out.resource_of.push_back(std::move(ask.asked_as));
+  }
+  TOPOSCHED_ASSIGN_OR_RETURN(out.gang, claims::GangOf(pod));
+  if (out.gang) {
+    out.spec.gang = out.gang->id;
+    out.host = claims::PodHostName(pod);
+  }
+  if (auto it = pod.annotations.find(claims::kAnnotationGangRecord); it != pod.annotations.end()) {
+    auto record = claims::DecodeGangRecord(it->second);
+    if (record.ok()) {
+      out.gang_record = std::move(record).value();
+    } else {
+      spdlog::warn("pod {}: {}", pod.Key(), record.error());
+    }
   }
   return out;
 }

@@ -2,10 +2,12 @@
 #ifndef TOPOSCHED_EXTENDER_POD_REQUESTS_H_
 #define TOPOSCHED_EXTENDER_POD_REQUESTS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
+#include "claims/gang.h"
 #include "claims/resources.h"
 #include "kube/objects.h"
 #include "tracker/tracker.h"
@@ -23,6 +25,11 @@ struct PodRequests {
   std::string ns;
   std::string name;
   std::string node_name;
+  // A member of a multi-node gang (claims::GangOf), its host name for the gang's rank 0
+  // (claims::PodHostName), and, once bound, the gang record it was bound with.
+  std::optional<claims::GangMembership> gang;
+  std::string host;
+  std::optional<claims::GangRecord> gang_record;
 
   // The resource name for a placed container (matched by container name and unit).
   std::string ResourceFor(const std::string& container, topology::Unit unit) const;
@@ -30,7 +37,9 @@ struct PodRequests {
 
 // Every managed resource a container asks for (claims::ListAsks: limit, else request, names of
 // one resource added up), in kubelet's container order. Sidecars (init containers with
-// restartPolicy Always) count as app containers. Errors on a count that does not fit an int.
+// restartPolicy Always) count as app containers. Errors on a count that does not fit an int and on
+// malformed gang keys. A malformed gang record on a bound pod is not an error here (the pod's ids
+// must still be held): it is logged and left out.
 Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names);
 
 }  // namespace toposched::extender

@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "claims/gang.h"
 #include "extender/service.h"
 
 namespace toposched::extender {
@@ -32,6 +33,10 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
+  if (requests->gang) {
+    RememberPod(*requests);
+    return FilterGangMember(*requests, names, result);
+  }
   tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
     if (fit.fits) {
       result.passed.push_back(names[i]);
@@ -57,6 +62,18 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
+  if (requests->gang) {
+    // A seated member has one node: its seat.
+    const auto gang = tracker_.FindGang(requests->gang->id);
+    for (const auto& n : names) {
+      bool seat = false;
+      for (size_t r = 0; gang && r < gang->nodes.size(); ++r) {
+        seat = seat || (gang->member_uid[r] == requests->spec.uid && gang->nodes[r] == n);
+      }
+      priorities.push_back({n, seat ? 10 : 0});
+    }
+    return EncodeHostPriorityList(priorities);
+  }
   // The simulator's node choice, scored: 10 for the one node the policy picks (bind then takes
   // the same set there), 1-9 for the rest that fit, 0 for the others.
   const tracker::Ranking ranking = tracker_.Rank(requests->spec, names);
@@ -71,14 +88,30 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
   }
   std::map<std::string, Victims> out;
   if (!Ready()) return EncodePreemptionResult(out);  // no victims for ids we cannot see yet
+  if (requests->gang) {
+    // A gang needs whole groups of nodes; victims on one node cannot free them
+    // (docs/ultraserver.md).
+    spdlog::info("preempt {}: gang members do not preempt", requests->spec.name);
+    return EncodePreemptionResult(out);
+  }
   for (const auto& [node, victims] : args.node_victims) {
     // Victims holding none of our ids were chosen for other resources (cpu, memory): keep them.
     // Among those holding ids, keep only the fewest that free a legal set.
     std::vector<std::string> holders;
     std::vector<std::string> others;
+    bool gang_victim = false;
     for (const auto& uid : victims.pod_uids) {
       auto hold = tracker_.Find(uid);
       (hold && hold->allocation.node == node ? holders : others).push_back(uid);
+      ReaderLock lock(mu_);
+      auto it = pods_.find(uid);
+      gang_victim = gang_victim || (it != pods_.end() && it->second.gang.has_value());
+    }
+    // Evicting one member of a gang would break the whole job: such nodes are not offered.
+    if (gang_victim) {
+      spdlog::debug("preempt {}: dropping node {}: a victim is a gang member", requests->spec.name,
+                    node);
+      continue;
     }
     auto fewest = tracker_.FewestVictims(requests->spec, node, holders);
     if (!fewest.ok()) {

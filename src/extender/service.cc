@@ -32,11 +32,26 @@ void ExtenderService::RememberPod(PodRequests requests) {
     auto [it, inserted] = pods_.try_emplace(requests.spec.uid);
     if (inserted) spec = requests.spec;
     first_seen = inserted;
+    if (requests.gang) gang_members_[requests.gang->id].insert(requests.spec.uid);
     it->second = std::move(requests);
   }
   // Each pod counts once into the demand the scarcity policy protects, however often
   // kube-scheduler retries it, and whether the watch or filter shows it first.
   if (first_seen) tracker_.ObserveDemand(spec);
+}
+
+void ExtenderService::ForgetPod(const std::string& uid) {
+  MutexLock lock(mu_);
+  auto it = pods_.find(uid);
+  if (it == pods_.end()) return;
+  if (it->second.gang) {
+    auto members = gang_members_.find(it->second.gang->id);
+    if (members != gang_members_.end()) {
+      members->second.erase(uid);
+      if (members->second.empty()) gang_members_.erase(members);
+    }
+  }
+  pods_.erase(it);
 }
 
 void ExtenderService::ExpireReservations() {
@@ -45,6 +60,13 @@ void ExtenderService::ExpireReservations() {
   }
   const auto expired = tracker_.ExpireReservations(steady_ns_());
   for (const auto& uid : expired) {
+    if (uid.starts_with("gang ")) {
+      spdlog::warn(
+          "{} released whole: not all its members arrived and bound within {} s of the "
+          "last one",
+          uid, std::chrono::duration<double>(options_.gang_timeout).count());
+      continue;
+    }
     spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
   }
   if (!expired.empty()) metrics_.SetOutstandingReservations(tracker_.Stats().reserved);

@@ -2,7 +2,8 @@
 // the tracker, and keeps the tracker in step with the cluster (nodes and pods from informers, or
 // from a file in offline mode). Thread-safe: HTTP threads and informer threads call it at once.
 // Parts: query_verbs.cc (filter, prioritize, preempt), bind.cc (bind and its partition step),
-// cluster_sync.cc (nodes, pods, rebuild, partition reconciliation), node_facts.h.
+// gangs.cc (multi-node gangs), cluster_sync.cc (nodes, pods, rebuild, partition reconciliation),
+// node_facts.h.
 //
 // Lock order: ExtenderService::mu_ is a leaf, held only around the service's own maps, never
 // while calling the tracker, the writer or PartitionSteps. PartitionSteps' lock comes before the
@@ -15,8 +16,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/mutex.h"
@@ -27,6 +30,7 @@
 #include "extender/node_facts.h"
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
+#include "kube/allocation_record.h"
 #include "kube/objects.h"
 #include "provision/service.h"
 #include "topology/catalog.h"
@@ -73,6 +77,12 @@ struct ExtenderOptions {
   // With leader election: ReconcilePartitions does nothing while this returns false, so a standby
   // never removes a partition the leader is making. Null: always reconcile.
   std::function<bool()> may_reconcile;
+  // How long a gang's seats stay held without a new member arriving or binding: a gang whose
+  // members do not all come is released whole (docs/ultraserver.md).
+  std::chrono::milliseconds gang_timeout{120000};
+  // The size of an MPIJob's gang (its Worker replicas), read from the job when a member carries
+  // no size of its own; null, or an error, falls back to toposched.io/gang-size.
+  std::function<Result<int>(const std::string& ns, const std::string& job)> mpijob_workers;
 };
 
 // The annotation the Binding carries: the partition made for the pod (claims/keys.h).
@@ -139,6 +149,25 @@ class ExtenderService {
 
   // Requests of a pod seen by the watch or by filter (offline mode has only the latter).
   void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
+  void ForgetPod(const std::string& uid) TS_EXCLUDES(mu_);
+
+  // Gangs (gangs.cc). The member's seat, reserving the whole gang first if it is not held.
+  Result<tracker::GangSeat> SeatGangMember(const PodRequests& member,
+                                           std::span<const std::string> candidates)
+      TS_EXCLUDES(mu_);
+  std::string FilterGangMember(const PodRequests& member, const std::vector<std::string>& names,
+                               FilterResult& result);
+  std::string BindGangMember(const BindingArgs& args, const PodRequests& member);
+  // What a gang's bound members recorded: their ranks and the nodes of all ranks.
+  tracker::GangRequest GangRequestFor(const PodRequests& member, int size) const TS_EXCLUDES(mu_);
+  // After a restart: holds the missing ranks of gangs whose members are partly bound.
+  void RestoreGangs();
+  // The annotations of a Binding that gives the pod `allocation` (kubelet's container order).
+  std::map<std::string, std::string> BindingAnnotations(const PodRequests& requests,
+                                                        const tracker::PodAllocation& allocation,
+                                                        const std::string& node,
+                                                        kube::AllocationRecord* record) const
+      TS_EXCLUDES(mu_);
   void LearnNode(const kube::Node& node) TS_EXCLUDES(mu_);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
   // The one way out of a bind that failed after its first checks: gives back what it held (the
@@ -158,6 +187,8 @@ class ExtenderService {
   mutable SharedMutex mu_;
   std::unordered_map<std::string, NodeFacts> nodes_ TS_GUARDED_BY(mu_);
   std::unordered_map<std::string, PodRequests> pods_ TS_GUARDED_BY(mu_);  // by uid
+  // Gang id -> the uids of its members in pods_.
+  std::unordered_map<std::string, std::unordered_set<std::string>> gang_members_ TS_GUARDED_BY(mu_);
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);

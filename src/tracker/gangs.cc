@@ -191,18 +191,24 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
     }
     const size_t need = static_cast<size_t>(size / per_group);
     if (usable.size() < need) {
-      const std::string what =
-          per_group == 1 ? "nodes" : fmt::format("{}-node UltraServer groups", per_group);
-      std::string detail;
-      if (incomplete > 0) {
-        detail += fmt::format("; {} groups have members missing among the candidates", incomplete);
-      }
-      if (!refusals.empty()) detail += fmt::format("; {}", fmt::join(refusals, "; "));
+      std::string found =
+          per_group == 1
+              ? fmt::format(
+                    "it needs {} nodes with room for a member and found {} among {} "
+                    "candidate nodes",
+                    need, usable.size(), seen_nodes)
+              : fmt::format(
+                    "it needs {} whole {}-node UltraServer group{} with room for every "
+                    "member and found {} ({} groups among {} candidate nodes{})",
+                    need, per_group, need == 1 ? "" : "s", usable.size(), groups.size(), seen_nodes,
+                    incomplete > 0 ? fmt::format(", {} of them with members missing "
+                                                 "among the candidates",
+                                                 incomplete)
+                                   : "");
       return Error{fmt::format(
-          "gang {} ({} members, one per node{}) cannot be placed whole: it needs {} free {} and "
-          "{} of the {} candidate nodes' {} have room for every member{}",
-          request.id, size, per_group == 1 ? "" : fmt::format(", in {}-node groups", per_group),
-          need, what, usable.size(), seen_nodes, what, detail)};
+          "gang {} ({} members, one per node{}) cannot be placed whole: {}{}{}", request.id, size,
+          per_group == 1 ? "" : fmt::format(", in {}-node groups", per_group), found,
+          refusals.empty() ? "" : "; ", fmt::join(refusals, "; "))};
     }
     // Keep larger groups whole for the gangs that need them, then cost, then a fixed order.
     std::sort(usable.begin(), usable.end(), [](const GroupChoice& a, const GroupChoice& b) {

@@ -1,0 +1,261 @@
+// Multi-node gangs (docs/ultraserver.md). kube-scheduler still asks about one pod at a time; the
+// first member's filter reserves a seat for every member at once (Tracker::ReserveGang), and
+// every member's filter then passes only its own seat's node. Bind writes the member's ids and
+// the gang record (rank, the nodes of all ranks, its UltraServer ids, rank 0's host), from which
+// the device plugin sets the runtime's env and a restarted extender completes the gang.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "claims/gang.h"
+#include "claims/keys.h"
+#include "extender/service.h"
+
+namespace toposched::extender {
+
+namespace {
+
+std::chrono::nanoseconds ToNs(std::chrono::milliseconds ms) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(ms);
+}
+
+}  // namespace
+
+tracker::GangRequest ExtenderService::GangRequestFor(const PodRequests& member, int size) const {
+  tracker::GangRequest request;
+  request.id = member.gang->id;
+  request.size = size;
+  request.group_nodes = member.gang->group_nodes;
+  request.member = member.spec;
+  ReaderLock lock(mu_);
+  auto members = gang_members_.find(request.id);
+  if (members == gang_members_.end()) return request;
+  for (const auto& uid : members->second) {
+    auto it = pods_.find(uid);
+    if (it == pods_.end() || it->second.node_name.empty() || !it->second.gang_record) continue;
+    const claims::GangRecord& record = *it->second.gang_record;
+    // The bound members' record is the gang's truth: its size, groups and nodes win.
+    if (request.fixed_nodes.empty()) {
+      request.size = record.size;
+      request.group_nodes = record.group_nodes;
+      request.fixed_nodes = record.nodes;
+    }
+    if (record.nodes == request.fixed_nodes &&
+        record.nodes[static_cast<size_t>(record.rank)] == it->second.node_name) {
+      request.bound[record.rank] = uid;
+    } else {
+      spdlog::warn(
+          "gang {}: pod {} records rank {} on {}, which disagrees with its gang; it is "
+          "not counted as a member",
+          request.id, it->second.spec.name, record.rank, it->second.node_name);
+    }
+  }
+  return request;
+}
+
+Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& member,
+                                                          std::span<const std::string> candidates) {
+  const claims::GangMembership& gang = *member.gang;
+  const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
+  if (!tracker_.FindGang(gang.id)) {
+    int size = gang.size;
+    if (size == 0 && !gang.job_name.empty() && options_.mpijob_workers) {
+      auto workers = options_.mpijob_workers(member.ns, gang.job_name);
+      if (workers.ok()) {
+        size = *workers;
+      } else {
+        spdlog::warn("gang {}: {}", gang.id, workers.error());
+      }
+    }
+    tracker::GangRequest request = GangRequestFor(member, size);
+    if (request.size == 0) {
+      return Error{fmt::format(
+          "gang {} ({}): its size is unknown; set the annotation {} on its pods{}", gang.id,
+          gang.source, claims::kAnnotationGangSize,
+          gang.job_name.empty() ? "" : " or let toposched read the MPIJob (RBAC: get mpijobs)")};
+    }
+    if (request.fixed_nodes.empty()) {
+      auto reserved = tracker_.ReserveGang(request, candidates, deadline);
+      if (!reserved.ok()) {
+        if (!tracker_.FindGang(gang.id)) return Error{reserved.error()};  // else: raced, held now
+      } else {
+        spdlog::info("gang {} ({} members, {}-node groups) holds nodes {} until its members bind",
+                     gang.id, request.size, request.group_nodes, fmt::join(reserved->nodes, ","));
+      }
+    } else {
+      // Some members are bound: the rest go to their recorded nodes, whatever the candidates.
+      auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);
+      if (!reserved.ok() && !tracker_.FindGang(gang.id)) return Error{reserved.error()};
+      if (reserved.ok()) {
+        spdlog::info("gang {}: {} of {} members are bound; the others' seats are held on {}",
+                     gang.id, request.bound.size(), request.size, fmt::join(reserved->nodes, ","));
+      }
+    }
+  }
+  return tracker_.SeatGangMember(gang.id, member.spec.uid, gang.index, deadline);
+}
+
+std::string ExtenderService::FilterGangMember(const PodRequests& member,
+                                              const std::vector<std::string>& names,
+                                              FilterResult& result) {
+  auto seat = SeatGangMember(member, names);
+  if (!seat.ok()) {
+    // Resolvable: the gang may fit once other pods leave; every member stays Pending.
+    spdlog::info("filter {}: {}", member.spec.name, seat.error());
+    for (const auto& n : names) result.failed[n] = seat.error();
+    return EncodeFilterResult(result);
+  }
+  bool offered = false;
+  for (const auto& n : names) {
+    if (n == seat->node) {
+      result.passed.push_back(n);
+      offered = true;
+    } else {
+      result.failed[n] = fmt::format("pod {} is rank {} of gang {}, whose seat is on node {}",
+                                     member.spec.name, seat->rank, seat->gang.id, seat->node);
+    }
+  }
+  if (!offered) {
+    spdlog::warn(
+        "filter {}: its seat (rank {} of gang {}) is on node {}, which kube-scheduler "
+        "did not offer (another filter refused it); the gang waits until it does or its "
+        "seats run out",
+        member.spec.name, seat->rank, seat->gang.id, seat->node);
+  }
+  return EncodeFilterResult(result);
+}
+
+std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRequests& member) {
+  const std::string key = member.spec.name;
+  const std::string& id = member.gang->id;
+  if (!tracker_.PoolOf(args.node).empty()) {
+    return EncodeBindingResult(
+        fmt::format("pod {} of gang {}: gangs on shared pools are not supported", key, id));
+  }
+  // The seats outlive the slowest Binding write, as a single pod's reservation does.
+  (void)tracker_.ExtendGang(
+      id, steady_ns_() + ToNs(options_.reservation_timeout + writer_.MaxWriteTime()).count());
+  auto gang = tracker_.FindGang(id);
+  if (!gang) {
+    return EncodeBindingResult(fmt::format(
+        "pod {}: gang {} holds no seats (they ran out before its members bound); it will be "
+        "retried",
+        key, id));
+  }
+  const auto seat = std::find(gang->member_uid.begin(), gang->member_uid.end(), args.pod_uid);
+  if (seat == gang->member_uid.end()) {
+    return EncodeBindingResult(
+        fmt::format("pod {} has no seat in gang {}; it will be retried", key, id));
+  }
+  const auto rank = static_cast<size_t>(seat - gang->member_uid.begin());
+  if (gang->nodes[rank] != args.node) {
+    return EncodeBindingResult(
+        fmt::format("pod {} is rank {} of gang {}, whose seat is on node {}, "
+                    "not {}",
+                    key, rank, id, gang->nodes[rank], args.node));
+  }
+  kube::AllocationRecord record;
+  auto annotations = BindingAnnotations(member, gang->slots[rank], args.node, &record);
+
+  claims::GangRecord gang_record;
+  gang_record.gang = id;
+  gang_record.size = gang->size;
+  gang_record.group_nodes = gang->group_nodes;
+  gang_record.rank = static_cast<int>(rank);
+  gang_record.nodes = gang->nodes;
+  {
+    ReaderLock lock(mu_);
+    if (auto it = nodes_.find(args.node);
+        it != nodes_.end() && it->second.ultraserver && gang->group_nodes > 1) {
+      gang_record.server_id = it->second.ultraserver->GroupId(gang->group_nodes);
+      gang_record.node_id = it->second.ultraserver->NodeId(gang->group_nodes);
+    }
+    if (auto it = pods_.find(gang->member_uid[0]); it != pods_.end()) {
+      gang_record.rank0_host = it->second.host;
+    }
+  }
+  if (gang_record.rank0_host.empty()) {
+    spdlog::warn(
+        "bind {}: rank 0 of gang {} has no known host name (no pod seated yet, or no "
+        "hostname/subdomain); NEURON_GLOBAL_TOPOID0_HOST is left unset",
+        key, id);
+  }
+  annotations[std::string(claims::kAnnotationGangRecord)] = claims::EncodeGangRecord(gang_record);
+
+  if (auto s =
+          writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
+      !s.ok()) {
+    metrics_.CountApiError("bind");
+    // The seat stays the gang's: the member is retried onto it.
+    spdlog::warn("bind {} (rank {} of gang {}) to {} failed, its seat stays held: {}", key, rank,
+                 id, args.node, s.error());
+    return EncodeBindingResult(s.error());
+  }
+  auto committed = tracker_.CommitGangMember(id, args.pod_uid, key, args.node);
+  if (!committed.ok()) {
+    const auto hold = tracker_.Find(args.pod_uid);
+    if (!(hold && hold->state == tracker::HoldState::kCommitted &&
+          hold->allocation.node == args.node)) {
+      // Written, but the seat ran out meanwhile: hold what was written, or say who has it.
+      metrics_.CountTrackerError("commit");
+      auto adopted = tracker_.Adopt({args.pod_uid, key, gang->slots[rank]});
+      spdlog::error("bind {} to {}: the write succeeded but its gang seat was gone ({}); {}", key,
+                    args.node, committed.error(),
+                    adopted.ok() ? "the recorded ids are held again" : adopted.error());
+      if (!adopted.ok()) {
+        metrics_.CountRebuildConflicts(1);
+        ReportProblem(args.pod_uid, key, "AllocationConflict", adopted.error());
+      }
+    }
+  }
+  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+  for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
+  {
+    MutexLock lock(mu_);
+    if (auto it = pods_.find(args.pod_uid); it != pods_.end()) {
+      it->second.node_name = args.node;
+      it->second.gang_record = gang_record;
+    }
+  }
+  spdlog::info("bound {} to {} as rank {} of gang {}: {}", key, args.node, rank, id,
+               annotations.at(std::string(claims::kAnnotationNeuronIds)));
+  return EncodeBindingResult("");
+}
+
+void ExtenderService::RestoreGangs() {
+  // One member per gang id is enough to build its request (GangRequestFor reads them all).
+  std::vector<PodRequests> firsts;
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [id, uids] : gang_members_) {
+      for (const auto& uid : uids) {
+        auto it = pods_.find(uid);
+        if (it != pods_.end() && it->second.gang_record && !it->second.node_name.empty()) {
+          firsts.push_back(it->second);
+          break;
+        }
+      }
+    }
+  }
+  const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
+  for (const auto& member : firsts) {
+    if (tracker_.FindGang(member.gang->id)) continue;
+    tracker::GangRequest request = GangRequestFor(member, member.gang_record->size);
+    if (static_cast<int>(request.bound.size()) >= request.size) continue;  // complete
+    auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);
+    if (reserved.ok()) {
+      spdlog::info(
+          "gang {}: {} of {} members bound before the restart; the others' seats are "
+          "held again on their recorded nodes",
+          request.id, request.bound.size(), request.size);
+    } else {
+      spdlog::warn("gang {}: cannot hold its missing members' seats after the restart: {}",
+                   request.id, reserved.error());
+    }
+  }
+}
+
+}  // namespace toposched::extender
