@@ -1,7 +1,8 @@
 // The device plugin's choices without any socket: pod claims from annotations, Allocate by
 // annotation (oldest first, exact ids, multi-container, init and sidecar containers, AWS-only
-// annotations, one-or-all without annotation, errors), preferences (topology legality,
-// must-include, the pending pod's ids), container setup, and recording kubelet's assignment.
+// annotations, one-or-all without annotation, errors, a gang member's env), preferences (topology
+// legality, must-include, the pending pod's ids), container setup, and recording kubelet's
+// assignment.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -257,6 +258,84 @@ TEST_F(DevicePluginAllocationTest, BrokenRecordsAreExplained) {
   EXPECT_THAT(grant.error(), HasSubstr("default/broken: annotation toposched.io/allocation"));
   EXPECT_THAT(grant.error(), HasSubstr("records node node-b"));
   EXPECT_THAT(grant.error(), HasSubstr("container requests 8"));
+}
+
+// A gang member's record, as the extender writes it at bind: rank 1 of a 4-node UltraServer.
+constexpr char kGangRecord[] =
+    R"({"gang":"default/mpijob:train-a","size":4,"groupNodes":4,"rank":1,)"
+    R"("nodes":["node-z","node-a","node-b","node-c"],"serverId":"bog79p1y8tetj5uu","nodeId":1,)"
+    R"("rank0Host":"train-a-worker-0.train-a.default.svc"})";
+
+TEST_F(DevicePluginAllocationTest, AGangMemberGetsItsRankAndUltraServerEnv) {
+  auto notes = RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}, {"side", kCore, {8}}}, 100);
+  notes["toposched.io/gang-record"] = kGangRecord;
+  pods_.Add(MakePod("worker-1", {{"main", kNeuron, 4}, {"side", kCore, 1}}, notes));
+  pods_.Add(MakePod("plain", {{"main", kNeuron, 4}},
+                    RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 200)));
+
+  const std::map<std::string, std::string> gang_env = {
+      {"NEURON_RT_ULTRASERVER_MODE", "1"},
+      {"NEURON_RT_ULTRASERVER_SERVER_ID", "bog79p1y8tetj5uu"},
+      {"NEURON_RT_ULTRASERVER_NODE_ID", "1"},
+      {"NEURON_GLOBAL_TOPOID", "1"},
+      {"NEURON_GLOBAL_TOPOID0_HOST", "train-a-worker-0.train-a.default.svc"}};
+  auto main = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_TRUE(main.ok()) << main.error();
+  EXPECT_EQ(main->pod, "default/worker-1");
+  EXPECT_EQ(main->envs, gang_env);
+  // Every container of the member that gets our units gets the same env.
+  auto side = service_.Allocate(cores(), {8});
+  ASSERT_TRUE(side.ok()) << side.error();
+  EXPECT_EQ(side->container, "side");
+  EXPECT_EQ(side->envs, gang_env);
+
+  auto plain = service_.Allocate(devices(), {4, 5, 6, 7});
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  EXPECT_EQ(plain->pod, "default/plain");
+  EXPECT_TRUE(plain->envs.empty());
+
+  // kubelet re-admitting the served container (after its restart) gets the env again.
+  auto again = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(again->pod, "default/worker-1");
+  EXPECT_EQ(again->envs, gang_env);
+}
+
+TEST_F(DevicePluginAllocationTest, AMalformedGangRecordFailsTheAllocation) {
+  auto notes = RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}}, 100);
+  // Rank 4 in a gang of 4.
+  notes["toposched.io/gang-record"] =
+      R"({"gang":"default/gang:g","size":4,"groupNodes":1,"rank":4,"nodes":["a","b","c","d"]})";
+  pods_.Add(MakePod("member", {{"main", kNeuron, 4}}, notes));
+  auto grant = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_FALSE(grant.ok());
+  EXPECT_THAT(grant.error(),
+              HasSubstr("pod default/member: annotation toposched.io/gang-record: rank 4"));
+  EXPECT_THAT(grant.error(), HasSubstr("not allocating"));
+  // Nothing was marked served: once the record is fixed, the claim is still pending.
+  EXPECT_EQ(pods_.Get("member").annotations.count("toposched.io/allocated-containers"), 0u);
+  ASSERT_TRUE(pods_
+                  .PatchAnnotations(pods_.Get("member"),
+                                    {{"toposched.io/gang-record",
+                                      R"({"gang":"default/gang:g","size":4,"groupNodes":1,)"
+                                      R"("rank":3,"nodes":["a","b","c","d"]})"}})
+                  .ok());
+  grant = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_TRUE(grant.ok()) << grant.error();
+  EXPECT_EQ(grant->envs.at("NEURON_GLOBAL_TOPOID"), "3");
+  EXPECT_EQ(grant->envs.at("NEURON_RT_ULTRASERVER_MODE"), "4");
+  EXPECT_EQ(grant->envs.count("NEURON_RT_ULTRASERVER_SERVER_ID"), 0u);
+
+  // Not JSON at all, and the whole node's devices (one-or-all is no way around it).
+  notes = RecordAnnotations(
+      {{"main", kNeuron, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}}, 50);
+  notes["toposched.io/gang-record"] = "{rank:1}";
+  pods_.Add(MakePod("whole", {{"main", kNeuron, 16}}, notes));
+  std::vector<int> all(16);
+  for (int i = 0; i < 16; ++i) all[static_cast<size_t>(i)] = i;
+  grant = service_.Allocate(devices(), all);
+  ASSERT_FALSE(grant.ok());
+  EXPECT_THAT(grant.error(), HasSubstr("pod default/whole: annotation toposched.io/gang-record"));
 }
 
 TEST_F(DevicePluginAllocationTest, ReAllocateOfAServedContainerGetsTheSameIds) {

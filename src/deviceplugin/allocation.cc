@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claims/annotations.h"
+#include "claims/gang.h"
 #include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
 
@@ -54,6 +55,23 @@ bool IsSubset(const std::vector<int>& small, const std::vector<int>& big_sorted)
 std::string PodKey(const kube::Pod& pod) { return pod.ns + "/" + pod.name; }
 
 }  // namespace
+
+Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod) {
+  const auto it = pod.annotations.find(claims::kAnnotationGangRecord);
+  if (it == pod.annotations.end()) return std::map<std::string, std::string>{};
+  auto record = claims::DecodeGangRecord(it->second);
+  if (!record.ok()) {
+    return Error{fmt::format(
+        "pod {}: {}; not allocating its devices: a gang member must start with its own rank "
+        "(the extender writes the record at bind)",
+        PodKey(pod), record.error())};
+  }
+  spdlog::info("pod {} is rank {} of {} in gang {} ({}-node groups{}{})", PodKey(pod), record->rank,
+               record->size, record->gang, record->group_nodes,
+               record->server_id.empty() ? "" : ", UltraServer group " + record->server_id,
+               record->node_id < 0 ? "" : fmt::format(", node {}", record->node_id));
+  return claims::GangEnv(*record);
+}
 
 std::string ClaimKey(std::string_view container, std::string_view resource) {
   return fmt::format("{}={}", container, resource);
@@ -377,6 +395,9 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
     if (chosen == candidates.end() && !candidates.empty()) chosen = candidates.begin();
     if (chosen != candidates.end()) {
       const kube::Pod& pod = *chosen->pod;
+      // Before anything is marked served: a bad record fails this Allocate, and kubelet's retry
+      // (or a fixed record) finds the claim still pending.
+      TOPOSCHED_ASSIGN_OR_RETURN(grant.envs, GangEnvOfPod(pod));
       const std::string key = ClaimKey(chosen->claim.container, chosen->claim.resource);
       served_[pod.uid].insert(key);
       std::map<std::string, std::optional<std::string>> changes;
@@ -412,6 +433,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
         const bool served =
             claim.served || ServedInMemory(pod.uid, ClaimKey(claim.container, claim.resource));
         if (served && claim.resource == resource.name && claim.ids == requested) {
+          TOPOSCHED_ASSIGN_OR_RETURN(grant.envs, GangEnvOfPod(pod));
           grant.ids = claim.ids;
           grant.pod = PodKey(pod);
           grant.container = claim.container;

@@ -32,6 +32,10 @@ namespace toposched::deviceplugin {
 // Our record of which containers of a pod the plugin has served (claims/keys.h).
 using claims::kAnnotationAllocatedContainers;
 
+// The env a gang member's containers get from its toposched.io/gang-record (claims::GangEnv);
+// empty without the annotation. A malformed record is an error naming the pod and the annotation.
+Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod);
+
 // One container's share of a pod's recorded allocation.
 struct Claim {
   std::string container;
@@ -94,6 +98,9 @@ struct Grant {
   std::string pod;        // namespace/name; empty when granted without an annotation
   std::string container;  // empty when granted without an annotation
   bool by_annotation = false;
+  // Env for the container on top of BuildContainerSetup's: a gang member's UltraServer mode,
+  // server, node and rank, from its toposched.io/gang-record (claims::GangEnv).
+  std::map<std::string, std::string> envs;
 };
 
 // The pod look-up behind GetPreferredAllocation and Allocate. Thread-safe: calls are serialised,
@@ -108,7 +115,8 @@ class AllocationService {
                           const std::vector<int>& must_include, int size);
 
   // Allocate for one container that kubelet gave `requested`. Errors say what the operator
-  // should look at.
+  // should look at. A pod carrying a gang record gets its env in the grant; a malformed record
+  // fails the allocation (a member must not start with a wrong or missing rank).
   Result<Grant> Allocate(const ResourceSpec& resource, const std::vector<int>& requested);
 
   // Called (outside the lock) after a grant made without any annotation, so that the ids kubelet

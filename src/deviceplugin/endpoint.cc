@@ -116,6 +116,7 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
           BuildContainerSetup(*context_.shape, resource_.unit, grant->ids, context_.numbering);
       auto* out = response->add_container_responses();
       for (const auto& [name, value] : setup.envs) (*out->mutable_envs())[name] = value;
+      for (const auto& [name, value] : grant->envs) (*out->mutable_envs())[name] = value;
       for (const std::string& node : setup.device_nodes) {
         auto* spec = out->add_devices();
         spec->set_container_path(node);
