@@ -11,6 +11,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/gang.h"
+#include "claims/keys.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin_fixtures.h"
 #include "support/temp_dir.h"
@@ -277,6 +279,33 @@ TEST_F(DevicePluginWireTest, PreferredThenAllocateByAnnotation) {
   EXPECT_EQ(container.devices(0).permissions(), "rw");
   EXPECT_EQ(container.envs().at("NEURON_RT_VISIBLE_CORES"), "16-23");
   EXPECT_EQ(pods_.Get("train").annotations.at("NEURON_ALLOCATED"), "true");
+}
+
+TEST_F(DevicePluginWireTest, AGangMembersAllocateResponseCarriesItsRankAndUltraServerEnv) {
+  auto annotations = RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}}, 100);
+  claims::GangRecord record;
+  record.gang = "default/mpijob:train";
+  record.size = 2;
+  record.group_nodes = 2;
+  record.rank = 1;
+  record.nodes = {"node-b", "node-a"};
+  record.server_id = "u5wy80u0o2saugxy";
+  record.node_id = 1;
+  record.rank0_host = "train-worker-0.train.default.svc";
+  annotations[std::string(claims::kAnnotationGangRecord)] = claims::EncodeGangRecord(record);
+  pods_.Add(MakePod("train-worker-1", {{"main", kNeuron, 4}}, annotations));
+  grpc::ClientContext context;
+  v1beta1::AllocateResponse response;
+  const auto status = devices_->Allocate(
+      &context, AllocateRequest({"neuron0", "neuron1", "neuron2", "neuron3"}), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const auto& envs = response.container_responses(0).envs();
+  EXPECT_EQ(envs.at("NEURON_GLOBAL_TOPOID"), "1");
+  EXPECT_EQ(envs.at("NEURON_GLOBAL_TOPOID0_HOST"), "train-worker-0.train.default.svc");
+  EXPECT_EQ(envs.at("NEURON_RT_ULTRASERVER_MODE"), "3");
+  EXPECT_EQ(envs.at("NEURON_RT_ULTRASERVER_SERVER_ID"), "u5wy80u0o2saugxy");
+  EXPECT_EQ(envs.at("NEURON_RT_ULTRASERVER_NODE_ID"), "1");
+  EXPECT_EQ(envs.at("NEURON_RT_VISIBLE_CORES"), "0-7");
 }
 
 TEST_F(DevicePluginWireTest, PreferredIsLegalAndHonoursMustInclude) {

@@ -123,12 +123,14 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
         spec->set_host_path(node);
         spec->set_permissions("rw");
       }
-      spdlog::info("Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}", resource_.name,
-                   topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
-                   grant->by_annotation
-                       ? fmt::format(" for {} container {}", grant->pod, grant->container)
-                       : " (no annotation)",
-                   fmt::join(setup.device_nodes, ","), setup.envs.at("NEURON_RT_VISIBLE_CORES"));
+      std::string gang_env;  // a gang member's rank and UltraServer env, for the log
+      for (const auto& [name, value] : grant->envs) gang_env += fmt::format(" {}={}", name, value);
+      spdlog::info(
+          "Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}{}", resource_.name,
+          topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
+          grant->by_annotation ? fmt::format(" for {} container {}", grant->pod, grant->container)
+                               : " (no annotation)",
+          fmt::join(setup.device_nodes, ","), setup.envs.at("NEURON_RT_VISIBLE_CORES"), gang_env);
     }
     return grpc::Status::OK;
   }
