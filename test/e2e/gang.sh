@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# UltraServer gangs on the real kube-scheduler (docs/ultraserver.md): nodes labelled as two
+# UltraServers of four trn2u.48xlarge (us1, us2) plus plain trn2 nodes, and a third UltraServer
+# (us3) one of whose nodes is a real kubelet with `toposched device-plugin`.
+#   1. two 4-pod gangs whose pods arrive interleaved each land whole on one UltraServer, rank =
+#      node id, and never deadlock;
+#   2. a third gang stays entirely Pending (no member bound) and lands whole once one of the first
+#      two is deleted;
+#   3. two 2-node gangs share one UltraServer's halves;
+#   4. the extender is killed while a gang is half bound: the restarted extender completes it on
+#      its recorded nodes, with no id given twice;
+#   5. an MPIJob-labelled gang member on the kubelet node gets NEURON_RT_ULTRASERVER_* and
+#      NEURON_GLOBAL_TOPOID* from the device plugin's Allocate (no init script).
+source "$(dirname "$0")/lib.sh"
+e2e_init gang
+e2e_control_plane
+
+# label_ultraserver NODE SERVER NODE_ID: AWS's UltraServer labels (4-node server SERVER, its halves
+# SERVER-a for node ids 0-1 and SERVER-b for 2-3).
+label_ultraserver() {
+  local node="$1" us="$2" id="$3" half
+  if [ "$id" -lt 2 ]; then half="${us}a"; else half="${us}b"; fi
+  api PATCH "/api/v1/nodes/$node" "{\"metadata\":{\"labels\":{
+    \"neuron.amazonaws.com/ultraserver-mode\":\"1_2_4\",
+    \"neuron.amazonaws.com/ultraserver-server-id-4\":\"$us\",
+    \"neuron.amazonaws.com/ultraserver-node-id-4\":\"$id\",
+    \"neuron.amazonaws.com/ultraserver-server-id-2\":\"$half\",
+    \"neuron.amazonaws.com/ultraserver-node-id-2\":\"$((id % 2))\"}}}" application/merge-patch+json >/dev/null ||
+    die "label $node"
+}
+for us in us1 us2; do
+  for i in 0 1 2 3; do e2e_node "$us-n$i" trn2u.48xlarge; label_ultraserver "$us-n$i" "${us}srv0000000" "$i"; done
+done
+e2e_nodes trn2- 2 trn2.48xlarge
+e2e_kubelet_node kn trn2u.48xlarge
+label_ultraserver kn us3srv0000000 0
+for i in 1 2 3; do e2e_node "us3-n$i" trn2u.48xlarge; label_ultraserver "us3-n$i" us3srv0000000 "$i"; done
+e2e_extender --gang-timeout 60
+e2e_scheduler
+
+# gang_pod NAME GANG SIZE NODES DEVICES [NODE_SELECTOR]: a member by our own annotations.
+gang_pod() {
+  local name="$1" gang="$2" size="$3" nodes="$4" dev="$5" sel="${6:-node.kubernetes.io/instance-type=trn2u.48xlarge}"
+  local out
+  out=$(api POST /api/v1/namespaces/default/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$name\",
+    \"labels\":{\"app\":\"e2e\",\"e2e/gang\":\"$gang\"},\"annotations\":{\"toposched.io/gang\":\"$gang\",
+    \"toposched.io/gang-size\":\"$size\",\"toposched.io/ultraserver-nodes\":\"$nodes\"}},
+    \"spec\":{\"schedulerName\":\"my-scheduler\",\"terminationGracePeriodSeconds\":0,
+    \"nodeSelector\":{\"${sel%%=*}\":\"${sel#*=}\"},
+    \"containers\":[{\"name\":\"main\",\"image\":\"registry.invalid/neuron-app:1\",
+    \"resources\":{\"limits\":{\"aws.amazon.com/neuron\":\"$dev\"},\"requests\":{\"cpu\":\"100m\"}}}]}}") ||
+    die "create pod $name"
+  grep -q '"kind": *"Pod"' <<<"$out" || die "create pod $name: $out"
+}
+record_of() { pod_field "$1" '{.metadata.annotations.toposched\.io/gang-record}'; }
+# check_gang GANG NODES POD...: every pod bound, all in one group of NODES nodes, rank = node id,
+# ranks distinct and complete.
+check_gang() {
+  local gang="$1" nodes="$2"; shift 2
+  k get pods -o json >"$W/gang-$gang.json"
+  k get nodes -o json >"$W/nodes.json"
+  python3 - "$W/gang-$gang.json" "$W/nodes.json" "$nodes" "$@" <<'PY' || die "gang $gang is not placed whole"
+import json, sys
+pods = {p["metadata"]["name"]: p for p in json.load(open(sys.argv[1]))["items"]}
+nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in json.load(open(sys.argv[2]))["items"]}
+group_nodes = sys.argv[3]; names = sys.argv[4:]
+groups, ranks = set(), set()
+for name in names:
+    p = pods[name]; node = p["spec"].get("nodeName")
+    assert node, f"{name} is not bound"
+    rec = json.loads(p["metadata"]["annotations"]["toposched.io/gang-record"])
+    labels = nodes[node]
+    server = labels[f"neuron.amazonaws.com/ultraserver-server-id-{group_nodes}"]
+    node_id = int(labels[f"neuron.amazonaws.com/ultraserver-node-id-{group_nodes}"])
+    groups.add(server); ranks.add(rec["rank"])
+    assert rec["nodes"][rec["rank"]] == node, f"{name}: record says rank {rec['rank']} is on {rec['nodes'][rec['rank']]}, pod is on {node}"
+    assert rec["rank"] % int(group_nodes) == node_id, f"{name}: rank {rec['rank']} on node id {node_id}"
+    assert rec.get("serverId") == server and rec.get("nodeId") == node_id, f"{name}: record {rec}"
+    print(f"{name}: {node} rank {rec['rank']} server {server} node id {node_id}", file=sys.stderr)
+assert len(groups) == len(names) // int(group_nodes), f"spread over {sorted(groups)}"
+assert ranks == set(range(len(names))), f"ranks {sorted(ranks)}"
+PY
+}
+none_bound() { local p; for p in "$@"; do pod_bound "$p" && return 1; done; return 0; }
+
+# 1. Two 4-pod gangs, 16 devices per pod, their pods created interleaved.
+for i in 0 1 2 3; do gang_pod "a-$i" a 4 4 16; gang_pod "b-$i" b 4 4 16; done
+wait_bound 90 a-0 a-1 a-2 a-3 b-0 b-1 b-2 b-3
+check_gang a 4 a-0 a-1 a-2 a-3
+check_gang b 4 b-0 b-1 b-2 b-3
+pass "two interleaved 4-pod gangs: each whole on one UltraServer, ranks = node ids"
+
+# 2. A third gang fits nowhere: us3 is free too, so a single pod in each of its halves first.
+create_pod us3-filler-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=us3-n1
+create_pod us3-filler-3 aws.amazon.com/neuron 1 kubernetes.io/hostname=us3-n3
+wait_bound 30 us3-filler-1 us3-filler-3
+for i in 0 1 2 3; do gang_pod "c-$i" c 4 4 16; done
+sleep 8
+none_bound c-0 c-1 c-2 c-3 || die "a member of gang c was bound while it cannot be placed whole"
+wait_for 30 "a FailedScheduling event naming gang c" pending_with c-0 "gang default/"
+pass "gang c stays entirely Pending: $(events_of c-0 | grep -m1 gang | cut -c1-220)"
+k delete pod a-0 a-1 a-2 a-3 --wait=false >/dev/null
+wait_bound 120 c-0 c-1 c-2 c-3
+check_gang c 4 c-0 c-1 c-2 c-3
+pass "gang c landed whole once gang a was deleted"
+
+# 3. Two 2-node gangs share one UltraServer's halves (b's UltraServer, once b is gone).
+k delete pod b-0 b-1 b-2 b-3 --wait=false >/dev/null
+wait_for 60 "b's pods gone" bash -c "! $KUBECTL --kubeconfig $W/admin.kubeconfig get pods -o name | grep -q pod/b-"
+for i in 0 1; do gang_pod "d-$i" d 2 2 16; gang_pod "e-$i" e 2 2 16; done
+wait_bound 90 d-0 d-1 e-0 e-1
+check_gang d 2 d-0 d-1
+check_gang e 2 e-0 e-1
+d_us=$(k get node "$(pod_node d-0)" -o 'jsonpath={.metadata.labels.neuron\.amazonaws\.com/ultraserver-server-id-4}')
+e_us=$(k get node "$(pod_node e-0)" -o 'jsonpath={.metadata.labels.neuron\.amazonaws\.com/ultraserver-server-id-4}')
+[ "$d_us" = "$e_us" ] || die "the two 2-node gangs were split over $d_us and $e_us; one UltraServer's halves were free"
+pass "two 2-node gangs share UltraServer $d_us's halves"
+
+# 4. A 4-pod gang whose last two members are created after the extender was killed.
+k delete pod c-0 c-1 c-2 c-3 --wait=false >/dev/null
+wait_for 60 "c's pods gone" bash -c "! $KUBECTL --kubeconfig $W/admin.kubeconfig get pods -o name | grep -q pod/c-"
+gang_pod f-0 f 4 4 16; gang_pod f-1 f 4 4 16
+wait_bound 60 f-0 f-1
+log "f-0 and f-1 bound ($(pod_node f-0), $(pod_node f-1)); SIGKILL to the extender"
+kill -KILL "$(pid_of extender)"; stop extender
+e2e_extender --gang-timeout 60
+grep -q "gang default/gang:f: 2 of 4 members bound before the restart" "$EXT_LOG" ||
+  die "the restarted extender did not hold gang f's missing seats: $(grep -m2 'gang' "$EXT_LOG" || true)"
+gang_pod f-2 f 4 4 16; gang_pod f-3 f 4 4 16
+wait_bound 90 f-2 f-3
+check_gang f 4 f-0 f-1 f-2 f-3
+check_no_double_allocation >&2 || die "an id was given twice"
+pass "gang f, half bound when the extender was killed, completed on its recorded UltraServer"
+
+# 5. An MPIJob worker gang of 2 on us3's first half: kn (a real kubelet) is rank 0.
+k delete pod us3-filler-1 --wait=false >/dev/null
+wait_for 60 "us3-filler-1 gone" bash -c "! $KUBECTL --kubeconfig $W/admin.kubeconfig get pod us3-filler-1"
+mpi_worker() {
+  local i="$1" out
+  out=$(api POST /api/v1/namespaces/default/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"train-worker-$i\",
+    \"labels\":{\"training.kubeflow.org/job-name\":\"train\",\"training.kubeflow.org/job-role\":\"worker\",
+    \"training.kubeflow.org/replica-index\":\"$i\"},\"annotations\":{\"toposched.io/gang-size\":\"2\"}},
+    \"spec\":{\"schedulerName\":\"my-scheduler\",\"terminationGracePeriodSeconds\":0,\"hostname\":\"train-worker-$i\",\"subdomain\":\"train\",
+    \"nodeSelector\":{\"node.kubernetes.io/instance-type\":\"trn2u.48xlarge\"},
+    \"affinity\":{\"podAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":[{\"labelSelector\":{\"matchLabels\":{
+      \"training.kubeflow.org/job-name\":\"train\",\"training.kubeflow.org/job-role\":\"worker\"}},
+      \"topologyKey\":\"neuron.amazonaws.com/ultraserver-server-id-2\"}]}},
+    \"containers\":[{\"name\":\"main\",\"image\":\"registry.invalid/neuron-app:1\",
+    \"resources\":{\"limits\":{\"aws.amazon.com/neuron\":\"16\"},\"requests\":{\"cpu\":\"100m\"}}}]}}") ||
+    die "create pod train-worker-$i"
+  grep -q '"kind": *"Pod"' <<<"$out" || die "create pod train-worker-$i: $out"
+}
+# Only us3's first half (kn, us3-n1) is free for a 2-node gang: us1 and us2 are taken by d, e, f.
+mpi_worker 0; mpi_worker 1
+wait_bound 90 train-worker-0 train-worker-1
+check_gang train 2 train-worker-0 train-worker-1
+worker_on_kn=train-worker-0
+[ "$(pod_node train-worker-1)" = kn ] && worker_on_kn=train-worker-1
+[ "$(pod_node $worker_on_kn)" = kn ] || die "no train worker on kn: $(pod_node train-worker-0), $(pod_node train-worker-1)"
+wait_for 60 "the plugin's Allocate for $worker_on_kn" grep -q "Allocate aws.amazon.com/neuron .*$worker_on_kn" "$DP_LOG"
+allocate_line=$(grep "$worker_on_kn" "$DP_LOG" | grep -m1 NEURON_GLOBAL_TOPOID || true)
+[ -n "$allocate_line" ] || die "the device plugin's Allocate for $worker_on_kn set no gang env: $(grep "$worker_on_kn" "$DP_LOG" | tail -3)"
+rank=$(record_of "$worker_on_kn" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rank"])')
+for want in "NEURON_GLOBAL_TOPOID=$rank" "NEURON_RT_ULTRASERVER_MODE=3" "NEURON_RT_ULTRASERVER_SERVER_ID=us3srv0000000a" \
+            "NEURON_RT_ULTRASERVER_NODE_ID=0" "NEURON_GLOBAL_TOPOID0_HOST=train-worker-0.train.default.svc"; do
+  grep -qF -- "$want" <<<"$allocate_line" || die "$worker_on_kn: Allocate env lacks $want: $allocate_line"
+done
+pass "MPIJob worker $worker_on_kn on the real kubelet got its rank and UltraServer env: $(sed 's/^.*\] //' <<<"$allocate_line" | cut -c1-240)"
+check_no_double_allocation >&2 || die "an id was given twice"
