@@ -123,8 +123,9 @@ TEST(HelmChart, DefaultsInstallTheDevicePluginOnlyAsAwsDoes) {
                              [0]["matchExpressions"];
   EXPECT_EQ(terms[0]["key"].as<std::string>(), "node.kubernetes.io/instance-type");
   const std::vector<std::string> types = Strings(terms[0]["values"]);
-  EXPECT_EQ(types.size(), 20u);
+  EXPECT_EQ(types.size(), 23u);  // AWS's 20, and the three Trn3 types
   EXPECT_THAT(types, Contains("trn2.48xlarge"));
+  EXPECT_THAT(types, Contains("trn3.48xlarge"));
   EXPECT_THAT(types, Contains("ml.trn1n.32xlarge"));
   EXPECT_THAT(Strings(terms[1]["values"]), ElementsAre("fargate", "hybrid", "auto"));
   const YAML::Node c = Container(ds);

@@ -4,11 +4,12 @@
 // member then goes to its own seat. Seats are ordinary reserved holds (GangSeatKey), so usage,
 // supply and conflicts are counted as for any pod.
 #include <algorithm>
-#include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <boost/unordered/unordered_flat_map.hpp>
 #include <fmt/format.h>
 
 #include "tracker/fitting.h"
@@ -23,9 +24,10 @@ constexpr std::string_view kSeatPrefix = "gang-seat/";
 constexpr int kMaxGangSize = 4096;
 
 // A group of nodes a gang could take: `nodes[i]` is the member with index i.
+// Views into the candidates and the tracker's node entries, valid under the tracker's lock.
 struct GroupChoice {
-  std::string id;
-  std::vector<std::string> nodes;
+  std::string_view id;
+  std::vector<std::string_view> nodes;
   int breaks = 0;         // larger groups it would break into (keep whole UltraServers whole)
   double cost = 0;        // what the members' sets take from the expected demand (kScarcity)
   bool unusable = false;  // a member does not fit, or the labels give two nodes one index
@@ -118,9 +120,12 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
     }
   } else {
     // Candidate groups: every node of the group among the candidates and free for a member.
-    std::map<std::string, GroupChoice> groups;
-    std::map<std::string, int> members_of_group;  // candidate nodes per group id, for whole-ness
-    std::map<std::string, bool> group_empty;      // larger groups whose candidate nodes are empty
+    // Open addressing with views for keys: a search visits every candidate node, twice.
+    boost::unordered_flat_map<std::string_view, GroupChoice> groups;
+    // Per group id: candidate nodes in it, and whether all of them are empty (a whole group).
+    boost::unordered_flat_map<std::string_view, std::pair<int, bool>> group_state;
+    groups.reserve(candidates.size());
+    group_state.reserve(candidates.size() * 2);
     std::vector<std::string> refusals;
     int seen_nodes = 0;
     for (const auto& name : candidates) {
@@ -129,13 +134,27 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
       ++seen_nodes;
       const bool empty = entry->gang.empty() && entry->pool().usage.used_core_count() == 0;
       for (const NodeGroup& g : entry->info.groups) {
-        ++members_of_group[g.id];
-        auto [e, fresh] = group_empty.try_emplace(g.id, empty);
-        if (!fresh) e->second = e->second && empty;
+        auto [e, fresh] = group_state.try_emplace(g.id, 0, true);
+        ++e->second.first;
+        e->second.second = e->second.second && empty;
       }
     }
+    // Nodes in the same state get the same answer (most nodes of a fleet are in a few states).
+    boost::unordered_flat_map<NodeStateKey, FitResult, NodeStateHash, NodeStateEq> answered;
+    FitResult unknown;
+    auto FitCached = [&](const NodeEntry& entry) -> const FitResult& {
+      const PoolState& pool = entry.pool();
+      if (!pool.shape) {
+        unknown = FitLocked(member, entry, pool.usage, false, &costs);
+        return unknown;
+      }
+      auto [it, fresh] = answered.try_emplace(NodeStateKey{&*pool.shape, &pool.usage});
+      if (fresh) it->second = FitLocked(member, entry, pool.usage, false, &costs);
+      return it->second;
+    };
     auto whole = [&](const NodeGroup& g) {
-      return members_of_group[g.id] == g.nodes && group_empty[g.id];
+      auto it = group_state.find(g.id);
+      return it != group_state.end() && it->second.first == g.nodes && it->second.second;
     };
     for (const auto& name : candidates) {
       const NodeEntry* entry = FindNode(name);
@@ -150,12 +169,18 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
         }
         if (mine == nullptr || mine->index < 0 || mine->index >= per_group) continue;
       }
-      const FitResult fit = FitLocked(member, *entry, entry->pool().usage, false, &costs);
-      const std::string group_id = per_group == 1 ? name : mine->id;
+      if (!entry->gang.empty()) {  // held for another gang: no need to fit (or word why, twice)
+        GroupChoice& choice = groups[per_group == 1 ? std::string_view(name) : mine->id];
+        choice.unusable = true;
+        if (refusals.size() < 3) refusals.push_back(GangBarrierLocked(member, *entry));
+        continue;
+      }
+      const FitResult& fit = FitCached(*entry);
+      const std::string_view group_id = per_group == 1 ? std::string_view(name) : mine->id;
       GroupChoice& choice = groups[group_id];
       if (choice.nodes.empty()) {
         choice.id = group_id;
-        choice.nodes.assign(static_cast<size_t>(per_group), "");
+        choice.nodes.assign(static_cast<size_t>(per_group), std::string_view());
       }
       if (!fit.fits) {
         choice.unusable = true;
@@ -163,7 +188,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
         continue;
       }
       choice.cost += fit.cost;
-      std::string& slot = choice.nodes[static_cast<size_t>(mine->index)];
+      std::string_view& slot = choice.nodes[static_cast<size_t>(mine->index)];
       if (!slot.empty()) {
         choice.unusable = true;  // two nodes claim one index: the labels are wrong
         if (refusals.size() < 3) {
@@ -181,7 +206,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
     int incomplete = 0;
     for (auto& [id, choice] : groups) {
       const bool complete = std::none_of(choice.nodes.begin(), choice.nodes.end(),
-                                         [](const std::string& n) { return n.empty(); });
+                                         [](std::string_view n) { return n.empty(); });
       if (choice.unusable) continue;
       if (!complete) {
         ++incomplete;
@@ -211,17 +236,18 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
           refusals.empty() ? "" : "; ", fmt::join(refusals, "; "))};
     }
     // Keep larger groups whole for the gangs that need them, then cost, then a fixed order.
-    std::sort(usable.begin(), usable.end(), [](const GroupChoice& a, const GroupChoice& b) {
-      if (a.breaks != b.breaks) return a.breaks < b.breaks;
-      if (a.cost != b.cost) return a.cost < b.cost;
-      return a.id < b.id;
-    });
+    std::partial_sort(usable.begin(), usable.begin() + static_cast<std::ptrdiff_t>(need),
+                      usable.end(), [](const GroupChoice& a, const GroupChoice& b) {
+                        if (a.breaks != b.breaks) return a.breaks < b.breaks;
+                        if (a.cost != b.cost) return a.cost < b.cost;
+                        return a.id < b.id;
+                      });
     usable.resize(need);
     // Ranks follow the group ids, then the index inside each group (AWS's topology order).
     std::sort(usable.begin(), usable.end(),
               [](const GroupChoice& a, const GroupChoice& b) { return a.id < b.id; });
     for (const auto& choice : usable) {
-      gang.nodes.insert(gang.nodes.end(), choice.nodes.begin(), choice.nodes.end());
+      for (std::string_view node : choice.nodes) gang.nodes.emplace_back(node);
     }
   }
 

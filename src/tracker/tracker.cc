@@ -158,13 +158,23 @@ void Tracker::ForEachFit(const PodSpec& pod, std::span<const std::string> nodes,
 void Tracker::VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
                         const std::function<void(size_t, FitResult&&)>& fn) const {
   ReaderLock lock(mu_);
+  // Without ids, nodes in the same state get the same answer (as in Rank); with ids every answer
+  // names its node.
+  boost::unordered_flat_map<NodeStateKey, FitResult, NodeStateHash, NodeStateEq> answered;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeEntry* entry = FindNode(nodes[i]);
     if (entry == nullptr) {
       fn(i, UnknownNodeFit(nodes[i]));
       continue;
     }
-    fn(i, FitLocked(pod, *entry, entry->pool().usage, with_ids));
+    const PoolState& pool = entry->pool();
+    if (with_ids || !pool.shape || !entry->gang.empty()) {
+      fn(i, FitLocked(pod, *entry, pool.usage, with_ids));
+      continue;
+    }
+    auto [it, fresh] = answered.try_emplace(NodeStateKey{&*pool.shape, &pool.usage});
+    if (fresh) it->second = FitLocked(pod, *entry, pool.usage, with_ids);
+    fn(i, FitResult(it->second));
   }
 }
 
@@ -266,28 +276,7 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
     }
     return a < b;
   };
-  struct StateKey {
-    const NodeShape* shape;
-    const NodeUsage* usage;
-  };
-  struct StateHash {
-    size_t operator()(const StateKey& k) const {
-      // The first 64 cores tell most states apart and cost one word to read; equality below
-      // compares them all.
-      const uint64_t low = (k.usage->used_cores() & topology::CoreBits(~uint64_t{0})).to_ullong();
-      return std::hash<uint64_t>()(low * 0x9E3779B97F4A7C15ULL ^
-                                   reinterpret_cast<uintptr_t>(k.shape->type)) +
-             static_cast<size_t>(k.shape->cores_per_device);
-    }
-  };
-  struct StateEq {
-    bool operator()(const StateKey& a, const StateKey& b) const {
-      return a.shape->type == b.shape->type &&
-             a.shape->cores_per_device == b.shape->cores_per_device &&
-             a.usage->used_cores() == b.usage->used_cores();
-    }
-  };
-  boost::unordered_flat_map<StateKey, size_t, StateHash, StateEq> answered;
+  boost::unordered_flat_map<NodeStateKey, size_t, NodeStateHash, NodeStateEq> answered;
   answered.reserve(nodes.size());
   double lowest = 0;
   double highest = 0;
@@ -306,7 +295,7 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
     }
     // Nodes in the same state get the same answer: big clusters have many (empty ones, full
     // ones, ones running the same workload), and scoring is most of prioritize's cost.
-    const auto [seen, fresh] = answered.try_emplace(StateKey{&*pool.shape, &pool.usage}, i);
+    const auto [seen, fresh] = answered.try_emplace(NodeStateKey{&*pool.shape, &pool.usage}, i);
     out.fits.push_back(fresh ? FitLocked(pod, *entry, pool.usage, /*with_ids=*/false, &costs)
                              : out.fits[seen->second]);
     const FitResult& fit = out.fits.back();
