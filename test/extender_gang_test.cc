@@ -204,6 +204,19 @@ TEST_F(GangServiceTest, SinglePodsStayOffAHeldGangsNodesAndExpiryReleasesItWhole
   EXPECT_EQ(after["NodeNames"].size(), names_.size());
 }
 
+TEST_F(GangServiceTest, DeletingTheLastPodOfAGangReleasesItsSeatsAtOnce) {
+  ASSERT_EQ(Filter(MemberJson("a-0", "a", 4, 4, 16))["NodeNames"].size(), 1u);
+  ASSERT_EQ(Filter(MemberJson("a-1", "a", 4, 4, 16))["NodeNames"].size(), 1u);
+  auto pod = [](const std::string& name) {
+    return *kube::DecodePod(simdjson::padded_string(MemberJson(name, "a", 4, 4, 16)));
+  };
+  service_->DeletePod(pod("a-0"));
+  EXPECT_TRUE(service_->tracker().FindGang("default/gang:a").has_value());  // a-1 still there
+  service_->DeletePod(pod("a-1"));
+  EXPECT_FALSE(service_->tracker().FindGang("default/gang:a").has_value());
+  EXPECT_EQ(service_->tracker().Stats().reserved, 0);
+}
+
 TEST_F(GangServiceTest, AMemberBindingElsewhereIsRefusedAndKeepsItsSeat) {
   const json r = Filter(MemberJson("a-0", "a", 2, 2, 16));
   ASSERT_EQ(r["NodeNames"].size(), 1u);

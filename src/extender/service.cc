@@ -41,17 +41,27 @@ void ExtenderService::RememberPod(PodRequests requests) {
 }
 
 void ExtenderService::ForgetPod(const std::string& uid) {
-  MutexLock lock(mu_);
-  auto it = pods_.find(uid);
-  if (it == pods_.end()) return;
-  if (it->second.gang) {
-    auto members = gang_members_.find(it->second.gang->id);
-    if (members != gang_members_.end()) {
-      members->second.erase(uid);
-      if (members->second.empty()) gang_members_.erase(members);
+  std::string last_of_gang;
+  {
+    MutexLock lock(mu_);
+    auto it = pods_.find(uid);
+    if (it == pods_.end()) return;
+    if (it->second.gang) {
+      auto members = gang_members_.find(it->second.gang->id);
+      if (members != gang_members_.end()) {
+        members->second.erase(uid);
+        if (members->second.empty()) {
+          last_of_gang = members->first;
+          gang_members_.erase(members);
+        }
+      }
     }
+    pods_.erase(it);
   }
-  pods_.erase(it);
+  // The job is gone (its last pod deleted): its seats need not wait for --gang-timeout.
+  if (!last_of_gang.empty() && tracker_.ReleaseGang(last_of_gang)) {
+    spdlog::info("gang {}: its last pod was deleted; its seats are released", last_of_gang);
+  }
 }
 
 void ExtenderService::ExpireReservations() {
