@@ -142,7 +142,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
     // Nodes in the same state get the same answer (most nodes of a fleet are in a few states).
     boost::unordered_flat_map<NodeStateKey, FitResult, NodeStateHash, NodeStateEq> answered;
     FitResult unknown;
-    auto FitCached = [&](const NodeEntry& entry) -> const FitResult& {
+    auto FitCached = [&](const NodeEntry& entry) TS_REQUIRES(mu_) -> const FitResult& {
       const PoolState& pool = entry.pool();
       if (!pool.shape) {
         unknown = FitLocked(member, entry, pool.usage, false, &costs);
@@ -253,7 +253,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
 
   // Hold every unbound rank's ids, or none.
   std::vector<std::string> taken;
-  auto undo = [&] {
+  auto undo = [&]() TS_REQUIRES(mu_) {
     for (const auto& key : taken) EraseHoldLocked(holds_.find(key));
   };
   for (int rank = 0; rank < size; ++rank) {
