@@ -142,7 +142,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
     // Nodes in the same state get the same answer (most nodes of a fleet are in a few states).
     boost::unordered_flat_map<NodeStateKey, FitResult, NodeStateHash, NodeStateEq> answered;
     FitResult unknown;
-    auto FitCached = [&](const NodeEntry& entry) TS_REQUIRES(mu_) -> const FitResult& {
+    auto fit_cached = [&](const NodeEntry& entry) TS_REQUIRES(mu_) -> const FitResult& {
       const PoolState& pool = entry.pool();
       if (!pool.shape) {
         unknown = FitLocked(member, entry, pool.usage, false, &costs);
@@ -156,13 +156,13 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
       auto it = group_state.find(g.id);
       return it != group_state.end() && it->second.first == g.nodes && it->second.second;
     };
+    const NodeGroup alone{1, "", 0};  // every node is a group of its own for 1-node gangs
     for (const auto& name : candidates) {
       const NodeEntry* entry = FindNode(name);
       if (entry == nullptr) continue;
       const NodeGroup* mine = nullptr;
       if (per_group == 1) {
-        static const NodeGroup kAlone{1, "", 0};
-        mine = &kAlone;
+        mine = &alone;
       } else {
         for (const NodeGroup& g : entry->info.groups) {
           if (g.nodes == per_group) mine = &g;
@@ -175,7 +175,7 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
         if (refusals.size() < 3) refusals.push_back(GangBarrierLocked(member, *entry));
         continue;
       }
-      const FitResult& fit = FitCached(*entry);
+      const FitResult& fit = fit_cached(*entry);
       const std::string_view group_id = per_group == 1 ? std::string_view(name) : mine->id;
       GroupChoice& choice = groups[group_id];
       if (choice.nodes.empty()) {
