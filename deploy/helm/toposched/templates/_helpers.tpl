@@ -112,6 +112,7 @@ leaderElection:
 clientConnection:
   qps: 100
   burst: 200
+percentageOfNodesToScore: 100
 profiles:
   - schedulerName: my-scheduler
 {{ include "toposched.extenderEntry" . }}
