@@ -244,6 +244,10 @@ TEST_F(GangServiceTest, ARestartCompletesAHalfBoundGangOnItsRecordedNodes) {
   EXPECT_THAT((std::vector<int>{RecordOf("f-2").rank, RecordOf("f-3").rank}), ElementsAre(2, 3));
   EXPECT_FALSE(service_->tracker().FindGang("default/gang:f").has_value());
   EXPECT_EQ(service_->tracker().Stats().committed, 4);
+  // A fifth pod naming the complete gang is refused, saying so.
+  const json extra = Filter(MemberJson("f-4", "f", 4, 4, 16));
+  EXPECT_THAT(extra["NodeNames"], IsEmpty());
+  EXPECT_THAT(extra["FailedNodes"]["plain"].get<std::string>(), HasSubstr("one too many"));
 }
 
 TEST_F(GangServiceTest, MpiJobWorkersRankByReplicaIndexAndAskTheJobForTheirSize) {

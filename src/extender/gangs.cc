@@ -77,6 +77,10 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
           gang.source, claims::kAnnotationGangSize,
           gang.job_name.empty() ? "" : " or let toposched read the MPIJob (RBAC: get mpijobs)")};
     }
+    if (static_cast<int>(request.bound.size()) >= request.size) {
+      return Error{fmt::format("gang {} has all {} members bound already; pod {} is one too many",
+                               gang.id, request.size, member.spec.name)};
+    }
     if (request.fixed_nodes.empty()) {
       auto reserved = tracker_.ReserveGang(request, candidates, deadline);
       if (!reserved.ok()) {
