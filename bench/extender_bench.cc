@@ -20,6 +20,7 @@
 #include "extender_fixtures.h"
 #include "kube/allocation_record.h"
 #include "kube/decode.h"
+#include "percentiles.h"
 
 namespace {
 
@@ -120,12 +121,7 @@ Cluster& SharedCluster() {
   return cluster;
 }
 
-void ReportPercentiles(benchmark::State& state, std::vector<double>& ms) {
-  std::sort(ms.begin(), ms.end());
-  if (ms.empty()) return;
-  state.counters["p50_ms"] = ms[ms.size() / 2];
-  state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-}
+using bench::ReportPercentiles;
 
 void RunFilter(benchmark::State& state, const simdjson::padded_string& body,
                bool prioritize = false) {

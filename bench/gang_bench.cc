@@ -21,6 +21,7 @@
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
+#include "percentiles.h"
 
 namespace {
 
@@ -96,12 +97,7 @@ Fleet& SharedFleet() {
   return fleet;
 }
 
-void Report(benchmark::State& state, std::vector<double>& ms) {
-  std::sort(ms.begin(), ms.end());
-  if (ms.empty()) return;
-  state.counters["p50_ms"] = ms[ms.size() / 2];
-  state.counters["p99_ms"] = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-}
+using bench::ReportPercentiles;
 
 // One filter call, timed from the body to the answer.
 double TimedFilter(Fleet& fleet, const std::string& pod, benchmark::State& state) {
@@ -129,7 +125,7 @@ void BM_GangFirstMemberFilter5000(benchmark::State& state) {
     const std::string gang = fmt::format("g{}", gangs++);
     ms.push_back(TimedFilter(fleet, MemberJson(gang + "-0", gang, nodes), state));
   }
-  Report(state, ms);
+  ReportPercentiles(state, ms);
 }
 BENCHMARK(BM_GangFirstMemberFilter5000)
     ->Arg(4)
@@ -143,7 +139,7 @@ void BM_GangLaterMemberFilter5000(benchmark::State& state) {
   std::vector<double> ms;
   (void)TimedFilter(fleet, MemberJson("later-0", "later", 4), state);  // holds the gang
   for (auto _ : state) ms.push_back(TimedFilter(fleet, MemberJson("later-1", "later", 4), state));
-  Report(state, ms);
+  ReportPercentiles(state, ms);
 }
 BENCHMARK(BM_GangLaterMemberFilter5000)->Unit(benchmark::kMillisecond)->Iterations(300);
 
@@ -153,7 +149,7 @@ void BM_SinglePodFilter5000(benchmark::State& state) {
   std::vector<double> ms;
   const std::string pod = testing::PodJson("p", "uid-single", "aws.amazon.com/neuron", 4);
   for (auto _ : state) ms.push_back(TimedFilter(fleet, pod, state));
-  Report(state, ms);
+  ReportPercentiles(state, ms);
 }
 BENCHMARK(BM_SinglePodFilter5000)->Unit(benchmark::kMillisecond)->Iterations(300);
 

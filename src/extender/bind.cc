@@ -147,6 +147,29 @@ std::map<std::string, std::string> ExtenderService::BindingAnnotations(
   return claims::AllocationAnnotations(*record, wall_ns_());
 }
 
+void ExtenderService::EnsureHeldAsWritten(Status committed, const std::string& uid,
+                                          const std::string& key,
+                                          const tracker::PodAllocation& written) {
+  if (committed.ok()) return;
+  // Usually the pod watch saw the Binding first and adopted it: held as written, nothing to do.
+  const auto hold = tracker_.Find(uid);
+  if (hold && hold->state == tracker::HoldState::kCommitted &&
+      hold->allocation.node == written.node) {
+    return;
+  }
+  // The reservation was lost during the write. The pod is bound with these ids whatever the
+  // tracker says: hold exactly them again, or say loudly that another pod got them meanwhile.
+  metrics_.CountTrackerError("commit");
+  auto adopted = tracker_.Adopt({uid, key, written});
+  spdlog::error("bind {} to {}: the write succeeded but its reservation was gone ({}); {}", key,
+                written.node, committed.error(),
+                adopted.ok() ? "the recorded ids are held again" : adopted.error());
+  if (!adopted.ok()) {
+    metrics_.CountRebuildConflicts(1);
+    ReportProblem(uid, key, "AllocationConflict", adopted.error());
+  }
+}
+
 std::string ExtenderService::Bind(const BindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
@@ -231,29 +254,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     return FailBind(attempt, status.error());
   }
   if (attempt.pool.empty()) {
-    auto committed = tracker_.Commit(args.pod_uid);
-    if (!committed.ok()) {
-      // Usually the pod watch saw the Binding first and adopted it: held as written, nothing to
-      // do. Otherwise the reservation was lost during the write.
-      const auto hold = tracker_.Find(args.pod_uid);
-      if (hold && hold->state == tracker::HoldState::kCommitted &&
-          hold->allocation.node == args.node) {
-        committed = OkStatus();
-      }
-    }
-    if (!committed.ok()) {
-      // The pod is bound with these ids whatever the tracker says: hold exactly them again, or
-      // say loudly that another pod got them meanwhile.
-      metrics_.CountTrackerError("commit");
-      auto adopted = tracker_.Adopt({args.pod_uid, key, *reserved});
-      spdlog::error("bind {} to {}: the write succeeded but its reservation was gone ({}); {}", key,
-                    args.node, committed.error(),
-                    adopted.ok() ? "the recorded ids are held again" : adopted.error());
-      if (!adopted.ok()) {
-        metrics_.CountRebuildConflicts(1);
-        ReportProblem(args.pod_uid, key, "AllocationConflict", adopted.error());
-      }
-    }
+    EnsureHeldAsWritten(tracker_.Commit(args.pod_uid), args.pod_uid, key, *reserved);
   } else {
     if (auto committed = partitions_->Commit(args.pod_uid); !committed.ok()) {
       // Deleted while binding: DeletePod left the partition to us.

@@ -196,23 +196,12 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
                  id, args.node, s.error());
     return EncodeBindingResult(s.error());
   }
+  // The seat becomes the pod's hold; a seat that ran out during the write is held again as written.
+  tracker::PodAllocation written = gang->slots[rank];
+  written.node = args.node;
   auto committed = tracker_.CommitGangMember(id, args.pod_uid, key, args.node);
-  if (!committed.ok()) {
-    const auto hold = tracker_.Find(args.pod_uid);
-    if (!(hold && hold->state == tracker::HoldState::kCommitted &&
-          hold->allocation.node == args.node)) {
-      // Written, but the seat ran out meanwhile: hold what was written, or say who has it.
-      metrics_.CountTrackerError("commit");
-      auto adopted = tracker_.Adopt({args.pod_uid, key, gang->slots[rank]});
-      spdlog::error("bind {} to {}: the write succeeded but its gang seat was gone ({}); {}", key,
-                    args.node, committed.error(),
-                    adopted.ok() ? "the recorded ids are held again" : adopted.error());
-      if (!adopted.ok()) {
-        metrics_.CountRebuildConflicts(1);
-        ReportProblem(args.pod_uid, key, "AllocationConflict", adopted.error());
-      }
-    }
-  }
+  EnsureHeldAsWritten(committed.ok() ? OkStatus() : Status(Error{committed.error()}), args.pod_uid,
+                      key, written);
   metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
   for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
   {
