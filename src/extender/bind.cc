@@ -147,7 +147,7 @@ std::map<std::string, std::string> ExtenderService::BindingAnnotations(
   return claims::AllocationAnnotations(*record, wall_ns_());
 }
 
-void ExtenderService::EnsureHeldAsWritten(Status committed, const std::string& uid,
+void ExtenderService::EnsureHeldAsWritten(const Status& committed, const std::string& uid,
                                           const std::string& key,
                                           const tracker::PodAllocation& written) {
   if (committed.ok()) return;

@@ -175,7 +175,7 @@ class ExtenderService {
   std::string FailBind(const BindAttempt& attempt, const std::string& message);
   // After a successful Binding write: when `committed` failed, makes sure the tracker holds the
   // ids written (the watch may have adopted them already), or reports who holds them instead.
-  void EnsureHeldAsWritten(Status committed, const std::string& uid, const std::string& key,
+  void EnsureHeldAsWritten(const Status& committed, const std::string& uid, const std::string& key,
                            const tracker::PodAllocation& written);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);

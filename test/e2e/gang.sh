@@ -132,14 +132,26 @@ check_gang f 4 f-0 f-1 f-2 f-3
 check_no_double_allocation >&2 || die "an id was given twice"
 pass "gang f, half bound when the extender was killed, completed on its recorded UltraServer"
 
-# 5. An MPIJob worker gang of 2 on us3's first half: kn (a real kubelet) is rank 0.
+# 5. An MPIJob's 2 workers on us3's first half: kn (a real kubelet) is rank 0. The MPIJob object
+# is real (its CRD is installed, no operator runs): the extender reads the gang's size from it
+# with the chart's RBAC, as the workers carry no toposched annotation.
 k delete pod us3-filler-1 --wait=false >/dev/null
 wait_for 60 "us3-filler-1 gone" bash -c "! $KUBECTL --kubeconfig $W/admin.kubeconfig get pod us3-filler-1"
+out=$(api POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions '{"apiVersion":"apiextensions.k8s.io/v1",
+  "kind":"CustomResourceDefinition","metadata":{"name":"mpijobs.kubeflow.org"},"spec":{"group":"kubeflow.org",
+  "scope":"Namespaced","names":{"plural":"mpijobs","singular":"mpijob","kind":"MPIJob"},"versions":[{"name":"v2beta1",
+  "served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}') ||
+  die "create the MPIJob CRD"
+grep -q '"kind": *"CustomResourceDefinition"' <<<"$out" || die "create the MPIJob CRD: $out"
+mpijob_served() { api POST /apis/kubeflow.org/v2beta1/namespaces/default/mpijobs '{"apiVersion":"kubeflow.org/v2beta1",
+  "kind":"MPIJob","metadata":{"name":"train"},"spec":{"slotsPerWorker":1,"mpiReplicaSpecs":{
+  "Launcher":{"replicas":1,"template":{}},"Worker":{"replicas":2,"template":{}}}}}' | grep -q '"kind": *"MPIJob"'; }
+wait_for 30 "the MPIJob CRD to serve kubeflow.org/v2beta1" mpijob_served
 mpi_worker() {
   local i="$1" out
   out=$(api POST /api/v1/namespaces/default/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"train-worker-$i\",
     \"labels\":{\"training.kubeflow.org/job-name\":\"train\",\"training.kubeflow.org/job-role\":\"worker\",
-    \"training.kubeflow.org/replica-index\":\"$i\"},\"annotations\":{\"toposched.io/gang-size\":\"2\"}},
+    \"training.kubeflow.org/replica-index\":\"$i\"}},
     \"spec\":{\"schedulerName\":\"my-scheduler\",\"terminationGracePeriodSeconds\":0,\"hostname\":\"train-worker-$i\",\"subdomain\":\"train\",
     \"nodeSelector\":{\"node.kubernetes.io/instance-type\":\"trn2u.48xlarge\"},
     \"affinity\":{\"podAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":[{\"labelSelector\":{\"matchLabels\":{
@@ -154,6 +166,10 @@ mpi_worker() {
 mpi_worker 0; mpi_worker 1
 wait_bound 90 train-worker-0 train-worker-1
 check_gang train 2 train-worker-0 train-worker-1
+grep -q "reading MPIJob" "$EXT_LOG" && die "the extender could not read the MPIJob: $(grep -m1 'reading MPIJob' "$EXT_LOG")"
+[ "$(record_of train-worker-0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["size"])')" = 2 ] ||
+  die "train's gang size is not the MPIJob's 2 workers: $(record_of train-worker-0)"
+pass "the MPIJob's size (2 workers) was read from the job itself"
 worker_on_kn=train-worker-0
 [ "$(pod_node train-worker-1)" = kn ] && worker_on_kn=train-worker-1
 [ "$(pod_node $worker_on_kn)" = kn ] || die "no train worker on kn: $(pod_node train-worker-0), $(pod_node train-worker-1)"
@@ -167,3 +183,6 @@ for want in "NEURON_GLOBAL_TOPOID=$rank" "NEURON_RT_ULTRASERVER_MODE=3" "NEURON_
 done
 pass "MPIJob worker $worker_on_kn on the real kubelet got its rank and UltraServer env: $(sed 's/^.*\] //' <<<"$allocate_line" | cut -c1-240)"
 check_no_double_allocation >&2 || die "an id was given twice"
+denied=$(grep -hE "HTTP 40[13]|[Ff]orbidden" "$W"/extender-*.log "$W"/device-plugin-*.log | head -3 || true)
+[ -z "$denied" ] || die "the API server refused a request of ours (the chart's RBAC): $denied"
+pass "the extender and the device plugin were refused nothing (the chart's RBAC covers reading MPIJobs)"
