@@ -160,6 +160,9 @@ TEST_F(GangServiceTest, InterleavedGangsEachLandWholeOnOneUltraServerRankedByNod
   }
   EXPECT_NE(placed["a-0"].substr(0, 3), placed["b-0"].substr(0, 3));
   EXPECT_EQ(service_->tracker().Stats().reserved, 0);
+  const std::string metrics = metrics_.Serialize();
+  EXPECT_THAT(metrics, HasSubstr("toposched_gang_outcomes_total{outcome=\"bound\"} 2"));
+  EXPECT_THAT(metrics, HasSubstr("toposched_gangs_held 0"));
 }
 
 TEST_F(GangServiceTest, AGangThatCannotBePlacedWholeKeepsEveryMemberOut) {
@@ -196,9 +199,13 @@ TEST_F(GangServiceTest, SinglePodsStayOffAHeldGangsNodesAndExpiryReleasesItWhole
   for (const auto& p : scores) {
     EXPECT_EQ(p["Score"], p["Host"] == first["NodeNames"][0] ? 10 : 0) << p.dump();
   }
+  EXPECT_THAT(metrics_.Serialize(), HasSubstr("toposched_gangs_held 1"));
   now_ += int64_t{61} * 1'000'000'000;
   service_->ExpireReservations();
   EXPECT_FALSE(service_->tracker().FindGang("default/gang:a").has_value());
+  EXPECT_THAT(metrics_.Serialize(),
+              HasSubstr("toposched_gang_outcomes_total{outcome=\"expired\"} 1"));
+  EXPECT_THAT(metrics_.Serialize(), HasSubstr("toposched_gangs_held 0"));
   EXPECT_EQ(service_->tracker().Stats().reserved, 0);
   const json after = Filter(testing::PodJson("s", "uid-s", "aws.amazon.com/neuron", 1));
   EXPECT_EQ(after["NodeNames"].size(), names_.size());

@@ -86,6 +86,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
       if (!reserved.ok()) {
         if (!tracker_.FindGang(gang.id)) return Error{reserved.error()};  // else: raced, held now
       } else {
+        metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {} ({} members, {}-node groups) holds nodes {} until its members bind",
                      gang.id, request.size, request.group_nodes, fmt::join(reserved->nodes, ","));
       }
@@ -94,6 +95,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
       auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);
       if (!reserved.ok() && !tracker_.FindGang(gang.id)) return Error{reserved.error()};
       if (reserved.ok()) {
+        metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {}: {} of {} members are bound; the others' seats are held on {}",
                      gang.id, request.bound.size(), request.size, fmt::join(reserved->nodes, ","));
       }
@@ -109,6 +111,7 @@ std::string ExtenderService::FilterGangMember(const PodRequests& member,
   if (!seat.ok()) {
     // Resolvable: the gang may fit once other pods leave; every member stays Pending.
     spdlog::info("filter {}: {}", member.spec.name, seat.error());
+    metrics_.CountGangOutcome("refused");
     for (const auto& n : names) result.failed[n] = seat.error();
     return EncodeFilterResult(result);
   }
@@ -202,7 +205,10 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
   auto committed = tracker_.CommitGangMember(id, args.pod_uid, key, args.node);
   EnsureHeldAsWritten(committed.ok() ? OkStatus() : Status(Error{committed.error()}), args.pod_uid,
                       key, written);
-  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+  const tracker::TrackerStats stats = tracker_.Stats();
+  metrics_.SetOutstandingReservations(stats.reserved);
+  metrics_.SetGangsHeld(stats.gangs);
+  if (!tracker_.FindGang(id)) metrics_.CountGangOutcome("bound");  // this was its last member
   for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
   {
     MutexLock lock(mu_);
@@ -238,6 +244,7 @@ void ExtenderService::RestoreGangs() {
     if (static_cast<int>(request.bound.size()) >= request.size) continue;  // complete
     auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);
     if (reserved.ok()) {
+      metrics_.SetGangsHeld(tracker_.Stats().gangs);
       spdlog::info(
           "gang {}: {} of {} members bound before the restart; the others' seats are "
           "held again on their recorded nodes",

@@ -36,6 +36,17 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                            .Help("Partitions being removed; their devices are held until gone")
                            .Register(*registry_)
                            .Add({});
+  gangs_held_ = &prometheus::BuildGauge()
+                     .Name("toposched_gangs_held")
+                     .Help("Multi-node gangs holding seats for members not yet bound")
+                     .Register(*registry_)
+                     .Add({});
+  gang_outcomes_ = &prometheus::BuildCounter()
+                        .Name("toposched_gang_outcomes_total")
+                        .Help(
+                            "Gang reservations ended (bound, expired, deleted) and gang "
+                            "members refused by filter (refused)")
+                        .Register(*registry_);
   rebuild_conflicts_ = &prometheus::BuildCounter()
                             .Name("toposched_rebuild_conflicts_total")
                             .Help("Pods whose recorded ids conflicted with another pod's")
@@ -80,6 +91,12 @@ void Metrics::CountAllocation(std::string_view resource) {
 }
 
 void Metrics::SetOutstandingReservations(int count) { reservations_->Set(count); }
+
+void Metrics::SetGangsHeld(int count) { gangs_held_->Set(count); }
+
+void Metrics::CountGangOutcome(std::string_view outcome) {
+  gang_outcomes_->Add({{"outcome", std::string(outcome)}}).Increment();
+}
 
 void Metrics::SetPartitionRemovalsPending(int count) { removals_pending_->Set(count); }
 

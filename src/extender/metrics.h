@@ -36,6 +36,11 @@ class Metrics {
   void CountLeaderTransition(bool to_leader);
   // Shared pools: partitions being removed, whose devices stay held until they are gone.
   void SetPartitionRemovalsPending(int count);
+  // Gangs: how many hold seats now; each gang reservation's end, by outcome ("bound": every
+  // member bound, "expired": --gang-timeout, "deleted": its last pod deleted) and each refusal of
+  // a gang member's filter ("refused": the gang cannot be placed whole, or its size is unknown).
+  void SetGangsHeld(int count);
+  void CountGangOutcome(std::string_view outcome);
 
   // The Prometheus text exposition of every metric.
   std::string Serialize() const;
@@ -53,6 +58,8 @@ class Metrics {
   prometheus::Gauge* leader_;
   prometheus::Family<prometheus::Counter>* leader_transitions_;
   prometheus::Gauge* removals_pending_;
+  prometheus::Gauge* gangs_held_;
+  prometheus::Family<prometheus::Counter>* gang_outcomes_;
 };
 
 }  // namespace toposched::extender

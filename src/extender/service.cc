@@ -60,6 +60,8 @@ void ExtenderService::ForgetPod(const std::string& uid) {
   }
   // The job is gone (its last pod deleted): its seats need not wait for --gang-timeout.
   if (!last_of_gang.empty() && tracker_.ReleaseGang(last_of_gang)) {
+    metrics_.CountGangOutcome("deleted");
+    metrics_.SetGangsHeld(tracker_.Stats().gangs);
     spdlog::info("gang {}: its last pod was deleted; its seats are released", last_of_gang);
   }
 }
@@ -71,6 +73,7 @@ void ExtenderService::ExpireReservations() {
   const auto expired = tracker_.ExpireReservations(steady_ns_());
   for (const auto& uid : expired) {
     if (uid.starts_with("gang ")) {
+      metrics_.CountGangOutcome("expired");
       spdlog::warn(
           "{} released whole: not all its members arrived and bound within {} s of the "
           "last one",
@@ -79,7 +82,11 @@ void ExtenderService::ExpireReservations() {
     }
     spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
   }
-  if (!expired.empty()) metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+  if (!expired.empty()) {
+    const tracker::TrackerStats stats = tracker_.Stats();
+    metrics_.SetOutstandingReservations(stats.reserved);
+    metrics_.SetGangsHeld(stats.gangs);
+  }
 }
 
 void ExtenderService::ReportProblem(const std::string& uid, const std::string& pod_key,

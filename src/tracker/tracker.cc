@@ -389,6 +389,7 @@ TrackerStats Tracker::Stats() const {
   stats.nodes = static_cast<int>(nodes_.size());
   stats.reserved = static_cast<int>(reserved_uids_.size());
   stats.releasing = static_cast<int>(releasing_uids_.size());
+  stats.gangs = static_cast<int>(gangs_.size());
   stats.committed = static_cast<int>(holds_.size() - reserved_uids_.size()) - stats.releasing;
   return stats;
 }

@@ -187,6 +187,7 @@ struct TrackerStats {
   int reserved = 0;
   int committed = 0;
   int releasing = 0;
+  int gangs = 0;  // gangs holding seats
 };
 
 class Tracker {
