@@ -224,6 +224,38 @@ TEST_F(GangServiceTest, DeletingTheLastPodOfAGangReleasesItsSeatsAtOnce) {
   EXPECT_EQ(service_->tracker().Stats().reserved, 0);
 }
 
+TEST_F(GangServiceTest, MalformedGangKeysRefuseThePodButNeverFreeABoundPodsIds) {
+  // A running pod whose gang annotation was mangled after it was bound keeps its devices.
+  kube::Pod bound = *kube::DecodePod(simdjson::padded_string(MemberJson("old-0", "old", 2, 2, 16)));
+  bound.annotations["toposched.io/gang-size"] = "two";
+  bound.node_name = "us1-n0";
+  bound.annotations[std::string(claims::kAnnotationNeuronIds)] = "0-15";
+  bound_.push_back(bound);
+  Start();
+  EXPECT_EQ(service_->tracker().Stats().committed, 1);
+  EXPECT_FALSE(
+      Filter(testing::PodJson("s", "uid-s", "aws.amazon.com/neuron", 1))["FailedNodes"].contains(
+          "us2-n0"));
+  EXPECT_THAT(
+      Filter(testing::PodJson("s", "uid-s", "aws.amazon.com/neuron", 16))["FailedNodes"]["us1-n0"]
+          .get<std::string>(),
+      HasSubstr("in use"));
+  // An unbound pod with the same typo is refused on every node, naming the key; nothing is held.
+  std::string pending = MemberJson("new-0", "new", 2, 2, 16);
+  pending.replace(pending.find(R"("toposched.io/gang-size":"2")"),
+                  std::string(R"("toposched.io/gang-size":"2")").size(),
+                  R"("toposched.io/gang-size":"two")");
+  const json r = Filter(pending);
+  EXPECT_THAT(r["NodeNames"], IsEmpty());
+  EXPECT_THAT(r["FailedAndUnresolvableNodes"]["plain"].get<std::string>(),
+              HasSubstr("toposched.io/gang-size"));
+  service_->UpsertPod(*kube::DecodePod(simdjson::padded_string(pending)));  // the watch saw it
+  const json b =
+      json::parse(service_->Bind(BindingArgs{"new-0", "default", "uid-new-0", "us2-n0"}));
+  EXPECT_THAT(b["Error"].get<std::string>(), HasSubstr("toposched.io/gang-size"));
+  EXPECT_EQ(service_->tracker().Stats().reserved, 0);
+}
+
 TEST_F(GangServiceTest, AMemberBindingElsewhereIsRefusedAndKeepsItsSeat) {
   const json r = Filter(MemberJson("a-0", "a", 2, 2, 16));
   ASSERT_EQ(r["NodeNames"].size(), 1u);

@@ -340,6 +340,13 @@ std::map<std::string, std::string> GangEnv(const GangRecord& record) {
   return env;
 }
 
+Result<std::optional<GangRecord>> GangRecordOf(const kube::Pod& pod) {
+  const auto it = pod.annotations.find(kAnnotationGangRecord);
+  if (it == pod.annotations.end()) return std::optional<GangRecord>();
+  TOPOSCHED_ASSIGN_OR_RETURN(auto record, DecodeGangRecord(it->second));
+  return std::optional<GangRecord>(std::move(record));
+}
+
 std::string PodHostName(const kube::Pod& pod) {
   if (pod.subdomain.empty() || pod.ns.empty()) return "";
   const std::string& host = pod.hostname.empty() ? pod.name : pod.hostname;

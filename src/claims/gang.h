@@ -80,6 +80,9 @@ std::string EncodeGangRecord(const GangRecord& record);
 // 0 <= rank < size, one non-empty node name per rank, and for group_nodes > 1 a server id and
 // 0 <= node_id < group_nodes (for 1: neither). Unknown fields are ignored.
 Result<GangRecord> DecodeGangRecord(std::string_view json);
+// The record a bound member carries: nullopt without the annotation, an error when it is malformed.
+// The extender's rebuild and the device plugin's Allocate both read it through here.
+Result<std::optional<GangRecord>> GangRecordOf(const kube::Pod& pod);
 
 // The runtime's NEURON_RT_ULTRASERVER_MODE for a node config (the driver's enum, as AWS's init
 // script picks it): 4 -> 1 (X4), 2 -> 3 (X2V, the preferred 2-node mode), 1 -> 4 (X1); 0 (unset)

@@ -57,15 +57,15 @@ std::string PodKey(const kube::Pod& pod) { return pod.ns + "/" + pod.name; }
 }  // namespace
 
 Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod) {
-  const auto it = pod.annotations.find(claims::kAnnotationGangRecord);
-  if (it == pod.annotations.end()) return std::map<std::string, std::string>{};
-  auto record = claims::DecodeGangRecord(it->second);
-  if (!record.ok()) {
+  auto read = claims::GangRecordOf(pod);
+  if (!read.ok()) {
     return Error{fmt::format(
         "pod {}: {}; not allocating its devices: a gang member must start with its own rank "
         "(the extender writes the record at bind)",
-        PodKey(pod), record.error())};
+        PodKey(pod), read.error())};
   }
+  if (!read->has_value()) return std::map<std::string, std::string>{};
+  const claims::GangRecord* record = &**read;
   spdlog::info("pod {} is rank {} of {} in gang {} ({}-node groups{}{})", PodKey(pod), record->rank,
                record->size, record->gang, record->group_nodes,
                record->server_id.empty() ? "" : ", UltraServer group " + record->server_id,

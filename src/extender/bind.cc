@@ -198,6 +198,9 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     }
     return EncodeBindingResult("");
   }
+  if (!requests.gang_error.empty()) {
+    return EncodeBindingResult(fmt::format("pod {}: {}", key, requests.gang_error));
+  }
   if (requests.gang) return BindGangMember(args, requests);
   // The reservation outlives the slowest Binding write the client allows, so that expiry never
   // frees ids a write still in flight is about to give the pod.

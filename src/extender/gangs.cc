@@ -60,7 +60,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
                                                           std::span<const std::string> candidates) {
   const claims::GangMembership& gang = *member.gang;
   const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
-  if (!tracker_.FindGang(gang.id)) {
+  if (!tracker_.HoldsGang(gang.id)) {
     int size = gang.size;
     if (size == 0 && !gang.job_name.empty() && options_.mpijob_workers) {
       auto workers = options_.mpijob_workers(member.ns, gang.job_name);
@@ -84,7 +84,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
     if (request.fixed_nodes.empty()) {
       auto reserved = tracker_.ReserveGang(request, candidates, deadline);
       if (!reserved.ok()) {
-        if (!tracker_.FindGang(gang.id)) return Error{reserved.error()};  // else: raced, held now
+        if (!tracker_.HoldsGang(gang.id)) return Error{reserved.error()};  // else: raced, held now
       } else {
         metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {} ({} members, {}-node groups) holds nodes {} until its members bind",
@@ -93,7 +93,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
     } else {
       // Some members are bound: the rest go to their recorded nodes, whatever the candidates.
       auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);
-      if (!reserved.ok() && !tracker_.FindGang(gang.id)) return Error{reserved.error()};
+      if (!reserved.ok() && !tracker_.HoldsGang(gang.id)) return Error{reserved.error()};
       if (reserved.ok()) {
         metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {}: {} of {} members are bound; the others' seats are held on {}",
@@ -121,14 +121,15 @@ std::string ExtenderService::FilterGangMember(const PodRequests& member,
     // only be shown if the pod stayed Pending, and building thousands of them is most of the call.
     result.passed.push_back(seat->node);
   } else {
-    const std::string reason = fmt::format("pod {} is rank {} of gang {}, whose seat is on node {}",
-                                           member.spec.name, seat->rank, seat->gang.id, seat->node);
+    const std::string reason =
+        fmt::format("pod {} is rank {} of gang {}, whose seat is on node {}", member.spec.name,
+                    seat->rank, member.gang->id, seat->node);
     for (const auto& n : names) result.failed[n] = reason;
     spdlog::warn(
         "filter {}: its seat (rank {} of gang {}) is on node {}, which kube-scheduler "
         "did not offer (another filter refused it); the gang waits until it does or its "
         "seats run out",
-        member.spec.name, seat->rank, seat->gang.id, seat->node);
+        member.spec.name, seat->rank, member.gang->id, seat->node);
   }
   return EncodeFilterResult(result);
 }
@@ -208,7 +209,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
   const tracker::TrackerStats stats = tracker_.Stats();
   metrics_.SetOutstandingReservations(stats.reserved);
   metrics_.SetGangsHeld(stats.gangs);
-  if (!tracker_.FindGang(id)) metrics_.CountGangOutcome("bound");  // this was its last member
+  if (!tracker_.HoldsGang(id)) metrics_.CountGangOutcome("bound");  // this was its last member
   for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
   {
     MutexLock lock(mu_);
@@ -239,7 +240,7 @@ void ExtenderService::RestoreGangs() {
   }
   const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
   for (const auto& member : firsts) {
-    if (tracker_.FindGang(member.gang->id)) continue;
+    if (tracker_.HoldsGang(member.gang->id)) continue;
     tracker::GangRequest request = GangRequestFor(member, member.gang_record->size);
     if (static_cast<int>(request.bound.size()) >= request.size) continue;  // complete
     auto reserved = tracker_.ReserveGang(request, request.fixed_nodes, deadline);

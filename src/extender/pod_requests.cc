@@ -4,8 +4,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "claims/keys.h"
-
 namespace toposched::extender {
 
 std::string PodRequests::ResourceFor(const std::string& container, topology::Unit unit) const {
@@ -29,18 +27,19 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
     out.spec.containers.push_back({ask.container, {ask.unit, ask.count}, ask.init});
     out.resource_of.push_back(std::move(ask.asked_as));
   }
-  TOPOSCHED_ASSIGN_OR_RETURN(out.gang, claims::GangOf(pod));
+  if (auto gang = claims::GangOf(pod); gang.ok()) {
+    out.gang = std::move(gang).value();
+  } else {
+    out.gang_error = gang.error();
+  }
   if (out.gang) {
     out.spec.gang = out.gang->id;
     out.host = claims::PodHostName(pod);
   }
-  if (auto it = pod.annotations.find(claims::kAnnotationGangRecord); it != pod.annotations.end()) {
-    auto record = claims::DecodeGangRecord(it->second);
-    if (record.ok()) {
-      out.gang_record = std::move(record).value();
-    } else {
-      spdlog::warn("pod {}: {}", pod.Key(), record.error());
-    }
+  if (auto record = claims::GangRecordOf(pod); record.ok()) {
+    out.gang_record = std::move(record).value();
+  } else {
+    spdlog::warn("pod {}: {}", pod.Key(), record.error());
   }
   return out;
 }

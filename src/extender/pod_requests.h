@@ -28,6 +28,9 @@ struct PodRequests {
   // A member of a multi-node gang (claims::GangOf), its host name for the gang's rank 0
   // (claims::PodHostName), and, once bound, the gang record it was bound with.
   std::optional<claims::GangMembership> gang;
+  // Why the pod's gang keys could not be read; filter and bind refuse the pod with it, but its
+  // recorded ids are still held (a typo in an annotation must not free a running pod's devices).
+  std::string gang_error;
   std::string host;
   std::optional<claims::GangRecord> gang_record;
 
@@ -37,9 +40,9 @@ struct PodRequests {
 
 // Every managed resource a container asks for (claims::ListAsks: limit, else request, names of
 // one resource added up), in kubelet's container order. Sidecars (init containers with
-// restartPolicy Always) count as app containers. Errors on a count that does not fit an int and on
-// malformed gang keys. A malformed gang record on a bound pod is not an error here (the pod's ids
-// must still be held): it is logged and left out.
+// restartPolicy Always) count as app containers. Errors on a count that does not fit an int.
+// Malformed gang keys (gang_error) and a malformed gang record on a bound pod are not errors here:
+// the pod's ids must still be held; the record is logged and left out.
 Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names);
 
 }  // namespace toposched::extender

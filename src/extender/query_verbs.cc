@@ -24,6 +24,11 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
     result.passed.assign(names.begin(), names.end());  // not ours: every node passes untouched
     return EncodeFilterResult(result);
   }
+  if (!requests->gang_error.empty()) {
+    // Unresolvable: only a change to the pod's keys helps.
+    for (const auto& n : names) result.failed_unresolvable[n] = requests->gang_error;
+    return EncodeFilterResult(result);
+  }
   if (!Ready()) {
     // Resolvable, so kube-scheduler retries the pod once we know what is taken.
     for (const auto& n : names) result.failed[n] = std::string(kNotReadyReason);

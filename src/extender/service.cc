@@ -72,7 +72,7 @@ void ExtenderService::ExpireReservations() {
   }
   const auto expired = tracker_.ExpireReservations(steady_ns_());
   for (const auto& uid : expired) {
-    if (uid.starts_with("gang ")) {
+    if (uid.starts_with(tracker::kExpiredGangPrefix)) {
       metrics_.CountGangOutcome("expired");
       spdlog::warn(
           "{} released whole: not all its members arrived and bound within {} s of the "

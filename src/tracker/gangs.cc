@@ -302,6 +302,11 @@ std::optional<GangState> Tracker::FindGang(const std::string& id) const {
   return it->second;
 }
 
+bool Tracker::HoldsGang(const std::string& id) const {
+  ReaderLock lock(mu_);
+  return gangs_.count(id) != 0;
+}
+
 Result<GangSeat> Tracker::SeatGangMember(const std::string& id, const std::string& uid, int wanted,
                                          int64_t deadline_ns) {
   MutexLock lock(mu_);
@@ -311,14 +316,14 @@ Result<GangSeat> Tracker::SeatGangMember(const std::string& id, const std::strin
   auto seat_at = [&](size_t rank) {
     gang.member_uid[rank] = uid;
     gang.deadline_ns = std::max(gang.deadline_ns, deadline_ns);
-    return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank], gang};
+    return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank]};
   };
   for (size_t rank = 0; rank < gang.member_uid.size(); ++rank) {
     if (gang.member_uid[rank] == uid) {
       if (gang.bound[rank]) {
         return Error{fmt::format("pod {} of gang {} is bound already (rank {})", uid, id, rank)};
       }
-      return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank], gang};
+      return GangSeat{static_cast<int>(rank), gang.nodes[rank], gang.slots[rank]};
     }
   }
   if (wanted >= 0 && wanted < gang.size && gang.member_uid[static_cast<size_t>(wanted)].empty()) {

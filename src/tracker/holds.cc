@@ -229,7 +229,7 @@ std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
   std::sort(gangs.begin(), gangs.end());
   for (const auto& id : gangs) {
     ReleaseGangLocked(id);
-    expired.push_back("gang " + id);
+    expired.push_back(std::string(kExpiredGangPrefix) + id);
   }
   return expired;
 }

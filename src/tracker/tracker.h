@@ -20,6 +20,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -130,8 +131,10 @@ struct GangSeat {
   int rank = -1;
   std::string node;
   PodAllocation allocation;  // the ids held for it
-  GangState gang;
 };
+
+// How ExpireReservations names a gang it released whole: this prefix, then the gang's id.
+inline constexpr std::string_view kExpiredGangPrefix = "gang ";
 
 // kReleasing: the pod is gone or its bind failed, but what was made for it (a partition) still
 // exists, so its ids stay held until Forget.
@@ -249,7 +252,7 @@ class Tracker {
   // Releases whatever the pod holds (it was deleted). Returns false if it held nothing.
   bool Forget(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases reservations whose deadline is at or before now_ns; returns their uids. A gang whose
-  // deadline passed is released whole (ReleaseGang); its id is returned as "gang " + id.
+  // deadline passed is released whole (ReleaseGang); it is returned as kExpiredGangPrefix + id.
   std::vector<std::string> ExpireReservations(int64_t now_ns) TS_EXCLUDES(mu_);
   // Keeps the pod's ids held after its pod is gone, until Forget: its partition is being removed.
   Status BeginRelease(const std::string& uid) TS_EXCLUDES(mu_);
@@ -276,6 +279,8 @@ class Tracker {
   Result<GangState> ReserveGang(const GangRequest& gang, std::span<const std::string> candidates,
                                 int64_t deadline_ns) TS_EXCLUDES(mu_);
   std::optional<GangState> FindGang(const std::string& id) const TS_EXCLUDES(mu_);
+  // Whether the gang holds seats (FindGang without the copy, for filter's hot path).
+  bool HoldsGang(const std::string& id) const TS_EXCLUDES(mu_);
   // Gives the pod its rank in the held gang (the same one on every call): `wanted` when that rank
   // is free, else the lowest free one. Moves the gang's deadline to `deadline_ns` if later (a
   // member arriving is progress).
