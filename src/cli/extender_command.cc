@@ -2,6 +2,8 @@
 // HTTP(S), fed by list+watch of nodes and pods, or by a node file in offline mode.
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <optional>
@@ -330,6 +332,11 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
 
   extender::Metrics metrics;
   extender::ExtenderService* service_ptr = nullptr;  // for the elector's callback
+  // A new leader serves only from a pod list sent after it took the lease (a quorum read), not
+  // from a watch that may lag: the ticket of that relist (kube::Informer::Relist).
+  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
+  std::atomic<uint64_t> fresh_list_ticket{0};
+  std::atomic<bool> shutting_down{false};
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<extender::ClusterWriter> writer;
   std::unique_ptr<kube::ApiClient> election_client;
@@ -360,21 +367,40 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
         return kExitUsage;
       }
       election_client = std::move(made_election).value();
+      if (client->config().request_timeout < config->min_write_budget) {
+        spdlog::error(
+            "the API client's request timeout ({}) is shorter than the least time a Binding is "
+            "given under leader election ({})",
+            kube::FormatDuration(client->config().request_timeout),
+            kube::FormatDuration(config->min_write_budget));
+        return kExitUsage;
+      }
+      // Runs before IsLeader() turns true (the elector's contract), so the serving gate below is
+      // closed until the fresh list is in.
+      auto started_leading = [&metrics, &service_ptr, &pod_informer, &fresh_list_ticket] {
+        metrics.CountLeaderTransition(true);
+        if (service_ptr != nullptr) service_ptr->RequireReconcile();
+        if (pod_informer) {
+          fresh_list_ticket = pod_informer->Relist();
+          spdlog::info("leader: listing pods afresh before serving (a watch may lag)");
+        }
+      };
       elector = std::make_unique<kube::LeaderElector>(
           *election_client, *config, SteadyNs, WallNs,
-          kube::LeaderElector::Callbacks{[&metrics, &service_ptr] {
-                                           metrics.CountLeaderTransition(true);
-                                           if (service_ptr != nullptr)
-                                             service_ptr->RequireReconcile();
-                                         },
+          kube::LeaderElector::Callbacks{started_leading,
                                          [&metrics] { metrics.CountLeaderTransition(false); }});
       spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
                    config->lease_namespace, config->lease_name, config->identity, o.lease_duration,
                    o.renew_deadline, o.retry_period);
     }
     std::function<bool()> may_write;
-    if (elector) may_write = [&elector] { return elector->IsLeader(); };
-    writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write);
+    kube::WriteFence fence;
+    if (elector) {
+      may_write = [&elector] { return elector->IsLeader(); };
+      // Every Binding ends by the renew deadline: a standby may lead a margin later at the soonest.
+      fence = [&elector] { return elector->WriteBudget(); };
+    }
+    writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write, fence);
   }
   if (client) {
     // An MPIJob's workers are its gang: its size is read from the job itself.
@@ -395,7 +421,6 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   service_ptr = &service;
 
   std::unique_ptr<kube::Informer<kube::Node>> node_informer;
-  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
   if (!o.offline_nodes.empty()) {
     std::ifstream in(o.offline_nodes);
     std::stringstream text;
@@ -430,8 +455,14 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     pod_informer->Start();
   }
 
-  extender::Router router(service, metrics, o.bind_threads);
-  if (elector) router.SetLeaderGate([&elector] { return elector->IsLeader(); });
+  auto router = std::make_unique<extender::Router>(service, metrics, o.bind_threads);
+  if (elector) {
+    // The leader serves once the pods are listed afresh, and not once shutdown began.
+    router->SetLeaderGate([&elector, &pod_informer, &fresh_list_ticket, &shutting_down] {
+      return !shutting_down && elector->IsLeader() &&
+             pod_informer->RelistsDelivered() >= fresh_list_ticket.load();
+    });
+  }
   net::HttpServerOptions http;
   http.address = listen->first;
   http.port = listen->second;
@@ -440,9 +471,12 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   http.tls_cert_file = o.tls_cert_file;
   http.tls_key_file = o.tls_key_file;
   http.tls_client_ca_file = o.tls_client_ca_file;
-  auto server = net::HttpServer::Start(http, router.AsHandler());
+  auto server = net::HttpServer::Start(http, router->AsHandler());
   if (!server.ok()) {
     spdlog::error("{}", server.error());
+    // The pod informer is declared before the client and the service (the elector's callback
+    // needs it): stop it before they go.
+    if (pod_informer) pod_informer->Stop();
     return kExitUsage;
   }
   spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
@@ -479,11 +513,32 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
 
   const int signal = WaitForSignal(signals);
   spdlog::info("signal {} received: shutting down", signal);
+  // The order is the fence (docs/extender.md, "Leadership and fencing"): the Lease is handed over
+  // only once no Binding of this process can still land.
+  // 1. Stop accepting: verbs answer 503 and /readyz turns 503; binds not yet started are refused.
+  shutting_down = true;
+  service.StopBinds();
+  // 2. Drain: the binds under way finish and answer kube-scheduler while the server still runs.
+  //    The lease is still renewed meanwhile, so their writes keep their budget. No Binding
+  //    outlasts the renew deadline (the fence), nor the writer's own timeouts without election.
+  const auto drain_bound =
+      election ? std::chrono::duration_cast<std::chrono::milliseconds>(election->renew_deadline)
+               : std::max(writer->MaxWriteTime(), std::chrono::milliseconds(1000));
+  if (!service.WaitForBinds(drain_bound)) {
+    spdlog::warn(
+        "binds still running after {} ms (waiting on the partition service?); the server stops "
+        "now and the lease is released once they return",
+        drain_bound.count());
+  }
   stop = true;
   housekeeping.join();
-  // Hand the lease over first: a standby takes over at its next retry, not after the lease expires.
-  if (elector) elector->Stop();
+  // 3. The server: no new connection, open ones closed, its threads joined.
   (*server)->Stop();
+  // 4. The bind pool: every bind has returned once it is joined (before the server is destroyed,
+  //    so no bind answers into freed memory).
+  router.reset();
+  // 5. Only now hand the lease over: a standby takes over at its next retry, not after 15 s.
+  if (elector) elector->Stop();
   if (pod_informer) pod_informer->Stop();
   if (node_informer) node_informer->Stop();
   return kExitOk;

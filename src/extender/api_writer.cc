@@ -11,7 +11,7 @@ Status ApiClusterWriter::Bind(const std::string& ns, const std::string& name,
     return Error{
         "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
   }
-  return kube::BindPod(client_, ns, name, uid, node, annotations);
+  return kube::BindPod(client_, ns, name, uid, node, annotations, fence_);
 }
 
 void ApiClusterWriter::Event(const std::string& ns, const std::string& name, const std::string& uid,

@@ -14,8 +14,11 @@ class ApiClusterWriter final : public ClusterWriter {
   // The client must outlive the writer.
   // `may_write` (with leader election): a Binding is written only while it returns true, checked
   // right before the write, so a leader that lost its lease never binds. Null: always.
-  explicit ApiClusterWriter(kube::ApiClient& client, std::function<bool()> may_write = nullptr)
-      : client_(client), may_write_(std::move(may_write)) {}
+  // `fence` (with leader election, LeaderElector::WriteBudget): the Binding's time budget, read
+  // right before it is sent; it is cut at the budget, and not sent when the fence refuses.
+  explicit ApiClusterWriter(kube::ApiClient& client, std::function<bool()> may_write = nullptr,
+                            kube::WriteFence fence = nullptr)
+      : client_(client), may_write_(std::move(may_write)), fence_(std::move(fence)) {}
 
   Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
               const std::string& node,
@@ -29,6 +32,7 @@ class ApiClusterWriter final : public ClusterWriter {
  private:
   kube::ApiClient& client_;
   std::function<bool()> may_write_;
+  kube::WriteFence fence_;
 };
 
 }  // namespace toposched::extender

@@ -170,7 +170,7 @@ void ExtenderService::EnsureHeldAsWritten(const Status& committed, const std::st
   }
 }
 
-std::string ExtenderService::Bind(const BindingArgs& args) {
+std::string ExtenderService::RunBind(const BindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
   PodRequests requests;

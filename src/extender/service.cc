@@ -3,6 +3,7 @@
 // cluster_sync.cc.
 #include "extender/service.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 namespace toposched::extender {
@@ -22,6 +23,35 @@ ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptio
         std::make_unique<PartitionSteps>(*options_.provisioner, tracker_, options_.removal_retry);
     partitions_synced_ = false;
   }
+}
+
+std::string ExtenderService::Bind(const BindingArgs& args) {
+  {
+    std::lock_guard<std::mutex> lock(binds_mu_);
+    if (binds_stopped_) {
+      spdlog::info("bind {}/{} refused: shutting down", args.pod_namespace, args.pod_name);
+      return EncodeBindingResult(
+          fmt::format("bind {}/{}: {}", args.pod_namespace, args.pod_name, kShuttingDownReason));
+    }
+    ++binds_in_flight_;
+  }
+  std::string answer = RunBind(args);
+  {
+    std::lock_guard<std::mutex> lock(binds_mu_);
+    --binds_in_flight_;
+  }
+  binds_done_.notify_all();
+  return answer;
+}
+
+void ExtenderService::StopBinds() {
+  std::lock_guard<std::mutex> lock(binds_mu_);
+  binds_stopped_ = true;
+}
+
+bool ExtenderService::WaitForBinds(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(binds_mu_);
+  return binds_done_.wait_for(lock, timeout, [this] { return binds_in_flight_ == 0; });
 }
 
 void ExtenderService::RememberPod(PodRequests requests) {

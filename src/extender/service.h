@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -44,6 +46,10 @@ namespace toposched::extender {
 inline constexpr std::string_view kNotReadyReason =
     "toposched is starting: the nodes and pods are not yet listed from the API server; the pod "
     "will be retried";
+// What a bind refused during shutdown answers.
+inline constexpr std::string_view kShuttingDownReason =
+    "this toposched extender is shutting down and starts no new bind; the pod will be retried "
+    "against the next leader";
 
 // Where bind writes go: the API server, or memory in offline mode.
 class ClusterWriter {
@@ -102,6 +108,13 @@ class ExtenderService {
   std::string Bind(const BindingArgs& args);
   std::string Preempt(const PreemptionArgs& args);
 
+  // Shutdown, before the leader lease is released (docs/extender.md, "Leadership and fencing"):
+  // from StopBinds() on every new bind is refused (kube-scheduler retries the pod); WaitForBinds
+  // waits until the binds already running have returned or `timeout` has passed, and says
+  // whether none is left.
+  void StopBinds();
+  bool WaitForBinds(std::chrono::milliseconds timeout);
+
   // Releases reservations whose bind never finished; call about once a second.
   void ExpireReservations();
 
@@ -147,6 +160,8 @@ class ExtenderService {
     PartitionMade made = PartitionMade::kNone;
   };
 
+  // Bind, once StopBinds has not refused it (bind.cc).
+  std::string RunBind(const BindingArgs& args);
   // Requests of a pod seen by the watch or by filter (offline mode has only the latter).
   void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
   void ForgetPod(const std::string& uid) TS_EXCLUDES(mu_);
@@ -200,6 +215,12 @@ class ExtenderService {
   std::atomic<bool> pods_synced_{false};
   std::atomic<bool> api_healthy_{true};
   std::atomic<bool> partitions_synced_{true};
+
+  // Binds running, for the drain at shutdown. A std::mutex for the condition variable.
+  std::mutex binds_mu_;
+  std::condition_variable binds_done_;
+  int binds_in_flight_ = 0;     // guarded by binds_mu_
+  bool binds_stopped_ = false;  // guarded by binds_mu_
 
   // The partition step of binds into shared pools; set when options_.provisioner is.
   std::unique_ptr<PartitionSteps> partitions_;

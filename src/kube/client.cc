@@ -236,13 +236,17 @@ Result<HttpResponse> ApiClient::Get(std::string_view path) {
 }
 
 Result<HttpResponse> ApiClient::Post(std::string_view path, std::string_view body,
-                                     std::string_view content_type) {
+                                     std::string_view content_type,
+                                     std::chrono::milliseconds timeout) {
   Request request;
   request.method = "POST";
   request.path = path;
   request.body = body;
   request.content_type = content_type;
   request.timeout = config_.request_timeout;
+  if (timeout.count() > 0 && (request.timeout.count() == 0 || timeout < request.timeout)) {
+    request.timeout = timeout;
+  }
   return Send(request);
 }
 

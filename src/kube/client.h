@@ -47,8 +47,10 @@ class ApiClient {
 
   // `path` starts with '/' and may carry a query ("/api/v1/pods?limit=500").
   Result<HttpResponse> Get(std::string_view path);
+  // `timeout` > 0 cuts this request sooner than the client's request timeout.
   Result<HttpResponse> Post(std::string_view path, std::string_view body,
-                            std::string_view content_type = "application/json");
+                            std::string_view content_type = "application/json",
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // A whole-object update; metadata.resourceVersion in `body` makes it conditional (409 if stale).
   Result<HttpResponse> Put(std::string_view path, std::string_view body);
   Result<HttpResponse> Patch(std::string_view path, std::string_view body,
@@ -90,12 +92,19 @@ std::string EscapeUrlComponent(std::string_view text);
 // The message of a Kubernetes Status object in `body`, else the start of the body itself.
 std::string StatusMessage(std::string_view body);
 
+// The fence of a write (docs/extender.md, "Leadership and fencing"): how long the write may take
+// if it is sent now, or an error when it must not be sent. Evaluated right before sending.
+using WriteFence = std::function<Result<std::chrono::milliseconds>()>;
+
 // POST /api/v1/namespaces/NS/pods/NAME/binding. The Binding's metadata carries the pod's uid as a
 // precondition (a re-created pod of the same name is never bound) and `annotations`, which the
 // API server merges into the pod's in the same write. 409 (already bound, or uid mismatch), 404
-// and other statuses become errors that include the server's message.
+// and other statuses become errors that include the server's message. With a `fence`, the
+// request is cut at its budget by the client and, through `?timeout=`, by the API server; a
+// refused fence sends nothing.
 Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
-               std::string_view node, const std::map<std::string, std::string>& annotations);
+               std::string_view node, const std::map<std::string, std::string>& annotations,
+               const WriteFence& fence = nullptr);
 
 // JSON merge-patch of metadata.annotations: a value sets the key, nullopt deletes it, and keys not
 // named are left alone.

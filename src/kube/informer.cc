@@ -89,8 +89,16 @@ void Informer<T>::Stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true);
   }
+  end_watch_.store(true);
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+template <typename T>
+uint64_t Informer<T>::Relist() {
+  const uint64_t ticket = relists_requested_.fetch_add(1) + 1;
+  end_watch_.store(true);
+  return ticket;
 }
 
 template <typename T>
@@ -147,6 +155,8 @@ void Informer<T>::Run() {
   std::string resource_version;
   while (!stop_.load()) {
     if (need_list) {
+      // The relist requests this list answers: those made before it is sent.
+      const uint64_t requested = relists_requested_.load();
       Result<std::string> listed = ListAll();
       if (stop_.load()) break;
       if (!listed.ok()) {
@@ -159,6 +169,15 @@ void Informer<T>::Run() {
       resource_version = std::move(*listed);
       need_list = false;
       backoff_ = std::chrono::milliseconds(0);
+      relists_delivered_.store(requested);
+    }
+    // Cleared before the check, so a Relist() after the check ends the watch below.
+    end_watch_.store(false);
+    if (stop_.load()) break;
+    if (relists_requested_.load() > relists_delivered_.load()) {
+      spdlog::info("informer {}: listing again on request", kind);
+      need_list = true;
+      continue;
     }
     switch (WatchFrom(resource_version)) {
       case WatchEnd::kClosed:
@@ -286,14 +305,14 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
 
   const auto started = std::chrono::steady_clock::now();
   Result<long> status =  // NOLINT(google-runtime-int)
-      client_.Watch(path, on_line, stop_, timeout + std::chrono::seconds(30));
+      client_.Watch(path, on_line, end_watch_, timeout + std::chrono::seconds(30));
   if (!status.ok()) {
-    if (stop_.load()) return WatchEnd::kClosed;
+    if (stop_.load() || end_watch_.load()) return WatchEnd::kClosed;
     request_errors_.fetch_add(1);
     spdlog::warn("informer {}: watch failed: {}", kind, status.error());
     return WatchEnd::kFailed;
   }
-  if (stop_.load()) return WatchEnd::kClosed;
+  if (stop_.load() || end_watch_.load()) return WatchEnd::kClosed;  // stopped, or a relist
   if (*status == 410 || gone) return WatchEnd::kGone;
   if (*status != 200 || error_event) {
     if (*status != 200) {

@@ -71,6 +71,13 @@ class Informer {
 
   // True once the first list has been delivered to on_replace.
   bool Synced() const { return synced_.load(); }
+  // Ends the watch under way and lists again (every list is a quorum read: no resourceVersion, so
+  // the API server answers from etcd, not from a cache that may lag). Returns a ticket:
+  // RelistsDelivered() >= ticket once a list *sent after this call* has been delivered to
+  // on_replace; a list already under way when it is called does not count. A new leader calls it
+  // and serves only once its ticket is delivered (docs/extender.md, "Leadership and fencing").
+  uint64_t Relist();
+  uint64_t RelistsDelivered() const { return relists_delivered_.load(); }
   // Waits until Synced() or the timeout passes; returns Synced().
   bool WaitForSync(std::chrono::milliseconds timeout);
   InformerCounters counters() const;
@@ -94,6 +101,9 @@ class Informer {
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> end_watch_{false};  // ends the current watch (Stop, Relist)
+  std::atomic<uint64_t> relists_requested_{0};
+  std::atomic<uint64_t> relists_delivered_{0};
   std::atomic<bool> synced_{false};
   std::mutex mutex_;  // guards the waits below
   std::condition_variable wake_;

@@ -1,5 +1,6 @@
 #include "kube/leader_election.h"
 
+#include <algorithm>
 #include <ctime>
 #include <utility>
 
@@ -36,6 +37,22 @@ Status ValidateLeaderElection(const LeaderElectionConfig& c) {
         "--leader-elect-renew-deadline ({}) must be longer than 1.2 x --leader-elect-retry-period "
         "({}), or a leader cannot retry a renewal before its deadline",
         FormatDuration(c.renew_deadline), FormatDuration(c.retry_period))};
+  }
+  if (c.lease_duration - c.renew_deadline < kMinFenceMargin) {
+    return Error{fmt::format(
+        "--leader-elect-lease-duration ({}) must exceed --leader-elect-renew-deadline ({}) by at "
+        "least {}: the difference is the margin between the leader's last write and a standby's "
+        "takeover, and covers clock-rate differences and the write's travel time "
+        "(docs/extender.md, \"Leadership and fencing\")",
+        FormatDuration(c.lease_duration), FormatDuration(c.renew_deadline),
+        FormatDuration(kMinFenceMargin))};
+  }
+  if (c.renew_deadline - c.retry_period * 12 / 10 < c.min_write_budget) {
+    return Error{fmt::format(
+        "--leader-elect-renew-deadline ({}) minus 1.2 x --leader-elect-retry-period ({}) must "
+        "leave at least {} for a write, or a leader renewing on time could not bind",
+        FormatDuration(c.renew_deadline), FormatDuration(c.retry_period),
+        FormatDuration(c.min_write_budget))};
   }
   return OkStatus();
 }
@@ -129,6 +146,13 @@ LeaderElector::~LeaderElector() {
   if (thread_.joinable()) thread_.join();
 }
 
+int64_t LeaderElector::DurationOf(const LeaseRecord& record) const {
+  return (record.lease_duration_seconds > 0
+              ? std::chrono::nanoseconds(std::chrono::seconds(record.lease_duration_seconds))
+              : config_.lease_duration)
+      .count();
+}
+
 std::string LeaderElector::LeasePath() const {
   return "/apis/coordination.k8s.io/v1/namespaces/" + EscapeUrlComponent(config_.lease_namespace) +
          "/leases/" + EscapeUrlComponent(config_.lease_name);
@@ -139,6 +163,23 @@ bool LeaderElector::IsLeader() const {
   return leader_ && steady_ns_() - renewed_at_ns_ < config_.renew_deadline.count();
 }
 
+Result<std::chrono::milliseconds> LeaderElector::WriteBudget() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!leader_) return Error{"this extender does not hold the leader lease"};
+  const int64_t since = steady_ns_() - renewed_at_ns_;
+  const auto left = std::chrono::nanoseconds(config_.renew_deadline.count() - since);
+  if (left < config_.min_write_budget) {
+    return Error{fmt::format(
+        "the leader lease was last renewed {} ago: {} left before the renew deadline, less than "
+        "the {} a write is given",
+        FormatDuration(std::chrono::nanoseconds(since)),
+        FormatDuration(std::max(left, std::chrono::nanoseconds(0))),
+        FormatDuration(config_.min_write_budget))};
+  }
+  // Rounded down: the write is cut no later than the deadline.
+  return std::chrono::duration_cast<std::chrono::milliseconds>(left);
+}
+
 std::string LeaderElector::ObservedHolder() const {
   std::lock_guard<std::mutex> lock(mu_);
   return observed_.holder;
@@ -146,6 +187,7 @@ std::string LeaderElector::ObservedHolder() const {
 
 void LeaderElector::Observe(const LeaseRecord& record, int64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
+  absent_since_ns_ = 0;
   if (record.holder != observed_.holder || record.renew_time != observed_.renew_time ||
       record.resource_version != observed_.resource_version || observed_at_ns_ == 0) {
     observed_ = record;
@@ -159,8 +201,7 @@ bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (renewed) {
-      started = !leader_;
-      leader_ = true;
+      started = !leader_;  // published below, after the callback
       renewed_at_ns_ = started_ns;
     } else if (leader_ &&
                (other_holds || steady_ns_() - renewed_at_ns_ >= config_.renew_deadline.count())) {
@@ -173,6 +214,8 @@ bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
     spdlog::info("leader election: became the leader of lease {}/{} as {}", config_.lease_namespace,
                  config_.lease_name, config_.identity);
     if (callbacks_.started_leading) callbacks_.started_leading();
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ = true;
   }
   if (stopped) {
     ++transitions_;
@@ -189,6 +232,9 @@ bool LeaderElector::Step() {
   const int64_t started = steady_ns_();
   const std::string path = LeasePath();
   auto got = client_.Get(path);
+  // What the read shows was so when it returned: the holder may have renewed at any moment up to
+  // then, so a standby's clock for the record starts here, not when the read left.
+  const int64_t read_at = steady_ns_();
   if (!got.ok() || (got->status != 200 && got->status != 404)) {
     spdlog::warn(
         "leader election: cannot read lease {}/{}: {}", config_.lease_namespace, config_.lease_name,
@@ -204,6 +250,31 @@ bool LeaderElector::Step() {
 
   Result<HttpResponse> written = Error{""};
   if (got->status == 404) {
+    // A Lease deleted (by hand, or a namespace being recreated) while another process held it is
+    // not free at once: that holder may lead until its renew deadline. Wait a lease duration
+    // from when it was first seen gone, as if the last record had stayed unchanged.
+    int64_t wait_ns = 0;
+    bool first_seen_gone = false;
+    std::string last_holder;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first_seen_gone = absent_since_ns_ == 0;
+      if (first_seen_gone) absent_since_ns_ = read_at;
+      last_holder = observed_.holder;
+      if (!last_holder.empty() && last_holder != config_.identity) {
+        wait_ns = DurationOf(observed_) - (read_at - absent_since_ns_);
+      }
+    }
+    if (wait_ns > 0) {
+      if (first_seen_gone) {
+        spdlog::warn(
+            "leader election: lease {}/{} is gone while {} held it; it may still lead, so the "
+            "lease is created in {} at the earliest",
+            config_.lease_namespace, config_.lease_name, last_holder,
+            FormatDuration(std::chrono::nanoseconds(wait_ns)));
+      }
+      return Finish(false, started, false);
+    }
     mine.acquire_time = mine.renew_time;
     written = client_.Post("/apis/coordination.k8s.io/v1/namespaces/" +
                                EscapeUrlComponent(config_.lease_namespace) + "/leases",
@@ -215,19 +286,14 @@ bool LeaderElector::Step() {
                    config_.lease_name, old.error());
       return Finish(false, started, false);
     }
-    Observe(*old, started);
+    Observe(*old, read_at);
     int64_t observed_at = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       observed_at = observed_at_ns_;
     }
-    const int64_t duration_ns =
-        (old->lease_duration_seconds > 0
-             ? std::chrono::nanoseconds(std::chrono::seconds(old->lease_duration_seconds))
-             : config_.lease_duration)
-            .count();
     if (!old->holder.empty() && old->holder != config_.identity &&
-        started - observed_at < duration_ns) {
+        read_at - observed_at < DurationOf(*old)) {
       return Finish(false, started, true);  // held by another, and not expired on our clock
     }
     if (old->holder == config_.identity) {
@@ -250,7 +316,7 @@ bool LeaderElector::Step() {
                     : written.error());
     return Finish(false, started, false);
   }
-  if (auto stored = DecodeLease(written->body); stored.ok()) Observe(*stored, started);
+  if (auto stored = DecodeLease(written->body); stored.ok()) Observe(*stored, steady_ns_());
   return Finish(true, started, false);
 }
 

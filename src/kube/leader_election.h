@@ -7,6 +7,11 @@
 // duration, so it has stopped before anyone else can take over. Every write is conditional on the
 // resourceVersion read (409 on a race), so two candidates never both win.
 //
+// Fencing (docs/extender.md, "Leadership and fencing"): a standby stamps a record when its read
+// returned; a Lease that vanished while another held it is taken only a lease duration after it
+// was first seen gone; and WriteBudget() bounds every write of the leader by its renew deadline,
+// the margin (lease duration - renew deadline) before any standby may lead.
+//
 // Clocks are injected: `steady_ns` measures every interval, `wall_ns` only stamps the Lease's
 // acquireTime and renewTime for humans. Tests drive Step() with fake clocks.
 #ifndef TOPOSCHED_KUBE_LEADER_ELECTION_H_
@@ -34,10 +39,19 @@ struct LeaderElectionConfig {
   std::chrono::nanoseconds lease_duration = std::chrono::seconds(15);
   std::chrono::nanoseconds renew_deadline = std::chrono::seconds(10);
   std::chrono::nanoseconds retry_period = std::chrono::seconds(2);
+  // The least time a write is given (WriteBudget): with less left before the renew deadline, the
+  // leader sends nothing rather than a write cut short.
+  std::chrono::nanoseconds min_write_budget = std::chrono::seconds(1);
 };
 
+// The least margin between the renew deadline and the lease duration: it covers the difference
+// between the replicas' clock rates over one lease and the travel time of the leader's last write.
+inline constexpr std::chrono::seconds kMinFenceMargin{1};
+
 // The rules kube-scheduler applies: all positive, lease duration > renew deadline > retry period
-// × 1.2 (the jitter of a retry), and a name and an identity.
+// × 1.2 (the jitter of a retry), and a name and an identity; and toposched's fence: lease
+// duration ≥ renew deadline + kMinFenceMargin, and renew deadline − 1.2 × retry period ≥ the
+// least write budget, so a leader renewing on time can always write.
 Status ValidateLeaderElection(const LeaderElectionConfig& config);
 
 // The spec of a Lease and its resourceVersion.
@@ -60,7 +74,9 @@ class LeaderElector {
  public:
   using Clock = std::function<int64_t()>;  // nanoseconds
   struct Callbacks {
-    std::function<void()> started_leading;  // called on the electing thread, no lock held
+    // Called on the electing thread, no lock held, *before* IsLeader() turns true: a gate it
+    // closes (e.g. "serve only from a fresh list") is closed before the first request as leader.
+    std::function<void()> started_leading;
     std::function<void()> stopped_leading;
   };
 
@@ -77,13 +93,19 @@ class LeaderElector {
   // True while this process holds the lease and its last renewal is younger than the renew
   // deadline. Reads the clock, so it turns false on time even while a renewal hangs.
   bool IsLeader() const;
+  // The fence of every write this leader makes: how long a write sent now may take so that it
+  // has ended (client and API server both cut it) by the renew deadline, i.e. at least the margin
+  // before any standby may take over. An error, naming why, when this process does not lead or
+  // has less than min_write_budget left: the write must not be sent. Call right before sending.
+  Result<std::chrono::milliseconds> WriteBudget() const;
   // Gives the lease up (holder "", duration 1 s) if this process holds it, so a standby takes
   // over at its next retry instead of after the lease duration.
   Status Release();
 
   // Runs Step() every retry period on a thread of its own, until Stop().
   void Start();
-  // Stops the thread, then releases the lease.
+  // Stops the thread, then releases the lease. Call it only once no write of this process can
+  // still be in flight: a standby takes over at its next retry.
   void Stop();
 
   std::string ObservedHolder() const;
@@ -97,6 +119,8 @@ class LeaderElector {
   // Remembers a record just read or written; the observation time moves when it changed.
   void Observe(const LeaseRecord& record, int64_t now_ns);
   std::string LeasePath() const;
+  // The record's lease duration in nanoseconds (ours when it names none).
+  int64_t DurationOf(const LeaseRecord& record) const;
 
   ApiClient& client_;
   const LeaderElectionConfig config_;
@@ -105,10 +129,11 @@ class LeaderElector {
   Callbacks callbacks_;
 
   mutable std::mutex mu_;
-  LeaseRecord observed_;        // guarded by mu_
-  int64_t observed_at_ns_ = 0;  // guarded by mu_
-  bool leader_ = false;         // guarded by mu_
-  int64_t renewed_at_ns_ = 0;   // start of the last successful round; guarded by mu_
+  LeaseRecord observed_;         // the last record read; guarded by mu_
+  int64_t observed_at_ns_ = 0;   // when a read first returned it; guarded by mu_
+  int64_t absent_since_ns_ = 0;  // when a read first found the Lease gone (0: it exists); mu_
+  bool leader_ = false;          // guarded by mu_
+  int64_t renewed_at_ns_ = 0;    // start of the last successful round; guarded by mu_
   std::atomic<uint64_t> transitions_{0};
 
   std::thread thread_;

@@ -1,6 +1,7 @@
 // The writes toposched makes to pods: Binding, annotation merge-patch, Events (see client.h).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
@@ -95,7 +96,8 @@ std::string StatusMessage(std::string_view body) {
 }
 
 Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
-               std::string_view node, const std::map<std::string, std::string>& annotations) {
+               std::string_view node, const std::map<std::string, std::string>& annotations,
+               const WriteFence& fence) {
   std::string metadata = "{\"name\":" + JsonQuote(name) + ",\"namespace\":" + JsonQuote(ns);
   // The uid is a precondition: the server refuses the binding if the pod was re-created.
   if (!uid.empty()) metadata += ",\"uid\":" + JsonQuote(uid);
@@ -105,7 +107,17 @@ Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, st
       "{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":" + metadata +
       ",\"target\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":" + JsonQuote(node) + "}}";
   const std::string what = fmt::format("binding pod {}/{} to node {}", ns, name, node);
-  Result<HttpResponse> response = client.Post(PodPath(ns, name) + "/binding", body);
+  std::string path = PodPath(ns, name) + "/binding";
+  std::chrono::milliseconds budget{0};
+  if (fence) {
+    Result<std::chrono::milliseconds> allowed = fence();
+    if (!allowed.ok()) return Error{fmt::format("{}: not sent: {}", what, allowed.error())};
+    // The API server gives up at the same time (kube-apiserver reads ?timeout= as the request's
+    // deadline), so a write held up on its way does not land after the client gave up.
+    budget = std::max(*allowed, std::chrono::milliseconds(1));
+    path += fmt::format("?timeout={}ms", budget.count());
+  }
+  Result<HttpResponse> response = client.Post(path, body, "application/json", budget);
   if (!response.ok()) return Error{what + ": " + response.error()};
   if (response->status >= 200 && response->status < 300) return OkStatus();
   return HttpFailure(what, *response);

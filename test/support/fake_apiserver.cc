@@ -1031,6 +1031,12 @@ int64_t FakeApiServer::PutLease(std::string_view text) {
   return impl_->resource_version_;
 }
 
+bool FakeApiServer::DeleteLease(std::string_view ns, std::string_view name) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  ++impl_->resource_version_;
+  return impl_->leases_.erase(std::string(ns) + "/" + std::string(name)) != 0;
+}
+
 int64_t FakeApiServer::DeleteNode(std::string_view name) {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   auto it = impl_->nodes_.find(std::string(name));

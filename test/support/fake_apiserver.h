@@ -89,6 +89,8 @@ class FakeApiServer {
   // metadata.resourceVersion, 409 when stale). PutLease stores one as another process would.
   std::optional<std::string> GetLeaseJson(std::string_view ns, std::string_view name) const;
   int64_t PutLease(std::string_view json);
+  // Deletes a Lease as an operator would (kubectl delete lease); false if there was none.
+  bool DeleteLease(std::string_view ns, std::string_view name);
   int64_t resource_version() const;
 
   // Sends a BOOKMARK at the current resourceVersion to every open watch of `kind`.
