@@ -125,6 +125,8 @@ TEST_F(DevicePluginServerTest, Trn2CoreCountFollowsLnc) {
         << "LNC " << lnc;
     EXPECT_TRUE(kubelet.WaitForDevices(
         kNeuron, [](const auto& v) { return AllHealthy(v, 16); }, 5s));
+    // The extender's positive evidence of the node's LNC (issue 18), set before serving.
+    EXPECT_EQ(pods_.NodeLabel("toposched.io/neuron-lnc"), std::to_string(lnc));
   }
 }
 
