@@ -790,5 +790,39 @@ TEST_F(DevicePluginAllocationTest, KubeletsOtherChoiceIsGrantedAndWrittenBack) {
   EXPECT_EQ(pods_.patches().size(), patches);
 }
 
+// Pods created in the same second: creationTimestamp has one-second resolution and kubelet's sort
+// is not stable. kubelet's PodResources settles it: kubelet lists a pod from the moment it admits
+// it, so the pod it knows and that holds nothing yet is the one being admitted.
+TEST_F(DevicePluginAllocationTest, KubeletModelSameSecondTieIsSettledByWhatKubeletKnows) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {0}}}, 100)));
+  pods_.Add(MakePod("b", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {1}}}, 200)));
+  ASSERT_TRUE(kubelet.Admit("b").ok());
+  ASSERT_TRUE(kubelet.Admit("a").ok());
+  EXPECT_THAT(kubelet.Real("b"), ElementsAre(1));
+  EXPECT_THAT(kubelet.Real("a"), ElementsAre(0));
+}
+
+// Without PodResources the same tie is a guess, and here it is wrong (kubelet admits b, the plugin
+// steers it to a's record). No id is given twice (the grants are kubelet's ids), and once
+// PodResources answers, the truth written back by pod name puts the books right.
+TEST_F(DevicePluginAllocationTest, KubeletModelSameSecondTieGuessedWrongStillGivesNoIdTwice) {
+  KubeletModel kubelet(pods_, service_, shape_);  // the plugin does not read it
+  pods_.Add(MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {0}}}, 100)));
+  pods_.Add(MakePod("b", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {1}}}, 200)));
+  ASSERT_TRUE(kubelet.Admit("b").ok());
+  ASSERT_TRUE(kubelet.Admit("a").ok());
+  EXPECT_THAT(kubelet.Real("b"), ElementsAre(0)) << "steered to a's record: the wrong guess";
+  EXPECT_THAT(kubelet.Overlaps(), ::testing::IsEmpty());
+  kubelet.Reconcile();
+  EXPECT_EQ(pods_.Get("b").annotations.count("toposched.io/granted"), 1u);
+  for (const std::string name : {"a", "b"}) {
+    auto record = claims::RecordFromPod(pods_.Get(name), service_.options().resources);
+    ASSERT_TRUE(record.ok()) << record.error();
+    EXPECT_EQ(record->containers.at(0).ids, kubelet.Real(name)) << name << "'s books";
+  }
+}
+
 }  // namespace
 }  // namespace toposched::deviceplugin

@@ -29,10 +29,12 @@
 //      there, and only there, the ids kubelet asks for break the tie (the pod whose record they
 //      are, which GetPreferredAllocation steered kubelet to), then the name.
 // NEURON_ALLOC_TIME (when the extender bound the pod) is not kubelet's order and is not used.
-// A wrong guess cannot give an id twice (the grant is kubelet's ids, checked against every
-// holder); it can only attribute the served mark or a gang's env to the wrong pod of a
-// same-second tie, and the granted annotation, written from PodResources by pod name, corrects
-// the books.
+// With PodResources answering, a same-second tie is settled by 2 (kubelet adds a pod to its books
+// only as it admits it, so the pod it knows that holds nothing yet is the one); the ids are the
+// tie-break only without it. A wrong guess cannot give an id twice (the grant is kubelet's ids,
+// checked against every holder); it can only attribute the served mark or a gang's env to the
+// wrong pod of the tie, and the granted annotation, written from PodResources by pod name,
+// corrects the books.
 #ifndef TOPOSCHED_DEVICEPLUGIN_ALLOCATION_H_
 #define TOPOSCHED_DEVICEPLUGIN_ALLOCATION_H_
 
