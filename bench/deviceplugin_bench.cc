@@ -70,8 +70,10 @@ BENCHMARK_CAPTURE(BM_PreferenceTopology, trn2_lnc1_cores_16, "trn2.48xlarge", Un
 
 #ifdef TOPOSCHED_BENCH_DEVICEPLUGIN
 
-// Pods that all wait for 4 devices: Allocate always finds one (the service then marks it served
-// in memory, so the source forgets nothing and every call scans the same list).
+// One pod waiting for devices 4-7 and `pods - 1` waiting for one core of device 0 (the plugin
+// refuses ids another pod holds or reserves, so they cannot all record 4-7). Allocate of 4-7 finds
+// job-0 and then, once it is served in memory, answers by the re-Allocate path: the same ids, and
+// every call reads every pod's record.
 class StaticPods : public deviceplugin::PodSource {
  public:
   explicit StaticPods(int pods) {
@@ -82,10 +84,16 @@ class StaticPods : public deviceplugin::PodSource {
       pod.uid = pod.name;
       kube::Container container;
       container.name = "main";
-      container.limits["aws.amazon.com/neuron"] = 4;
+      if (i == 0) {
+        container.limits["aws.amazon.com/neuron"] = 4;
+        pod.annotations["toposched.io/allocation"] =
+            R"({"node":"n","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[4,5,6,7]}]})";
+      } else {
+        container.limits["aws.amazon.com/neuroncore"] = 1;
+        pod.annotations["toposched.io/allocation"] =
+            R"({"node":"n","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[0]}]})";
+      }
       pod.containers.push_back(container);
-      pod.annotations["toposched.io/allocation"] =
-          R"({"node":"n","instanceType":"trn1.32xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuron","ids":[4,5,6,7]}]})";
       pod.annotations["NEURON_ALLOCATED"] = "false";
       pod.annotations["NEURON_ALLOC_TIME"] = std::to_string(1000 + i);
       pods_.push_back(std::move(pod));

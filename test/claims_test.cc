@@ -173,6 +173,33 @@ TEST(ClaimsAnnotationsTest, RecordFromPodPrefersOurRecord) {
   EXPECT_THAT(broken.error(), HasSubstr("annotation toposched.io/allocation"));
 }
 
+// Issue 18: what the device plugin read from kubelet's books (toposched.io/granted) is what the
+// containers hold; it wins over the bind-time record for every reader (the extender's rebuild and
+// watch, the plugin itself).
+TEST(ClaimsAnnotationsTest, RecordFromPodPrefersTheGrantedTruth) {
+  kube::Pod pod;
+  pod.node_name = "n";
+  pod.containers = {Asking("main", kResourceNeuron, 2)};
+  const auto resources = ResourceSet{}.Specs();
+  kube::AllocationRecord bound{"n", "t", {{"main", "aws.amazon.com/neuron", {0, 1}}}};
+  kube::AllocationRecord got{"n", "t", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
+  pod.annotations[std::string(kAnnotationRecord)] = kube::AllocationRecordJson(bound);
+  pod.annotations["toposched.io/granted"] = kube::AllocationRecordJson(got);
+  auto record = RecordFromPod(pod, resources);
+  ASSERT_TRUE(record.ok()) << record.error();
+  EXPECT_EQ(*record, got);
+
+  pod.annotations["toposched.io/granted"] = "[1]";
+  auto broken = RecordFromPod(pod, resources);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error(), HasSubstr("annotation toposched.io/granted"));
+
+  // A pod placed without a record whose truth the plugin wrote still has an allocation.
+  pod.annotations.clear();
+  pod.annotations["toposched.io/granted"] = kube::AllocationRecordJson(got);
+  EXPECT_TRUE(HasAllocation(pod));
+}
+
 // Issue 12: an init container, a sidecar and two apps, as bind writes them (kubelet's container
 // order, devices before cores in a container), read back from AWS_NEURON_IDS alone by a restarted
 // extender (RecordFromPod over the extender's ResourceSet) and by the device plugin

@@ -1,11 +1,15 @@
-// The device plugin's choices without any socket: pod claims from annotations, Allocate by
-// annotation (oldest first, exact ids, multi-container, init and sidecar containers, AWS-only
-// annotations, one-or-all without annotation, errors, a gang member's env), preferences (topology
-// legality, must-include, the pending pod's ids), container setup, and recording kubelet's
-// assignment.
+// The device plugin's choices without any socket: a kubelet model around the real
+// AllocationService (issue 18 row 2: admission in creation order, no id twice, kubelet's ids
+// granted and the truth written back), pod claims from annotations, Allocate (creation order,
+// same-second ties, multi-container, init and sidecar containers, AWS-only annotations,
+// one-or-all without annotation, refusals, a gang member's env), preferences (topology legality,
+// must-include, the pending pod's ids), container setup, and recording kubelet's assignment.
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/annotations.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin/pod_resources.h"
@@ -118,55 +122,70 @@ TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
   EXPECT_EQ(pods.fresh_lists, 2);
 }
 
-TEST_F(DevicePluginAllocationTest, OldestPendingPodFirst) {
-  pods_.Add(MakePod("young", {{"main", kNeuron, 4}},
-                    RecordAnnotations({{"main", kNeuron, {8, 9, 10, 11}}}, 300)));
-  pods_.Add(MakePod("old", {{"main", kNeuron, 4}},
+// kubelet admits in creation order, and the container gets kubelet's ids. This test used to be
+// OldestPendingPodFirst, which asserted the override issue 18 removed: the oldest
+// NEURON_ALLOC_TIME was served first and given its recorded ids whatever kubelet chose.
+TEST_F(DevicePluginAllocationTest, CreationOrderFirstAndKubeletsIdsGranted) {
+  kube::Pod late_bound = MakePod("late-bound", {{"main", kNeuron, 4}},
+                                 RecordAnnotations({{"main", kNeuron, {8, 9, 10, 11}}}, 300));
+  late_bound.creation_timestamp = "2026-11-22T09:00:00Z";  // created first, bound last
+  pods_.Add(late_bound);
+  pods_.Add(MakePod("early-bound", {{"main", kNeuron, 4}},
                     RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100)));
   pods_.Add(MakePod("done", {{"main", kNeuron, 4}},
                     RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}}, 50)));
   ASSERT_TRUE(pods_.PatchAnnotations(pods_.Get("done"), {{"NEURON_ALLOCATED", "true"}}).ok());
 
-  // kubelet's own ids match nobody: the oldest unserved pod wins.
+  // kubelet's own ids match nobody: the pod created first is the one kubelet admits, and the
+  // container gets kubelet's ids.
   auto grant = service_.Allocate(devices(), {12, 13, 14, 15});
   ASSERT_TRUE(grant.ok()) << grant.error();
-  EXPECT_EQ(grant->pod, "default/old");
-  EXPECT_THAT(grant->ids, ElementsAre(4, 5, 6, 7));
-  EXPECT_EQ(pods_.Get("old").annotations.at("NEURON_ALLOCATED"), "true");
-  EXPECT_EQ(pods_.Get("old").annotations.at("toposched.io/allocated-containers"),
+  EXPECT_EQ(grant->pod, "default/late-bound");
+  EXPECT_THAT(grant->ids, ElementsAre(12, 13, 14, 15));
+  EXPECT_TRUE(grant->by_annotation);
+  EXPECT_FALSE(grant->matches_record);
+  EXPECT_EQ(pods_.Get("late-bound").annotations.at("NEURON_ALLOCATED"), "true");
+  EXPECT_EQ(pods_.Get("late-bound").annotations.at("toposched.io/allocated-containers"),
             "main=aws.amazon.com/neuron");
 
-  grant = service_.Allocate(devices(), {12, 13, 14, 15});
-  ASSERT_TRUE(grant.ok());
-  EXPECT_EQ(grant->pod, "default/young");
-  EXPECT_THAT(grant->ids, ElementsAre(8, 9, 10, 11));
+  grant = service_.Allocate(devices(), {4, 5, 6, 7});
+  ASSERT_TRUE(grant.ok()) << grant.error();
+  EXPECT_EQ(grant->pod, "default/early-bound");
+  EXPECT_TRUE(grant->matches_record);
 
-  grant = service_.Allocate(devices(), {12, 13, 14, 15});
+  grant = service_.Allocate(devices(), {8, 9, 10, 11});
   ASSERT_FALSE(grant.ok());
   EXPECT_THAT(grant.error(), HasSubstr("no pod on node node-a is waiting for 4 "
                                        "aws.amazon.com/neuron"));
-  EXPECT_THAT(grant.error(), HasSubstr("default/old container main: already allocated"));
+  EXPECT_THAT(grant.error(), HasSubstr("default/late-bound container main: already allocated"));
 }
 
-TEST_F(DevicePluginAllocationTest, ExactIdsBeatAge) {
+TEST_F(DevicePluginAllocationTest, ExactIdsBreakASameSecondTie) {
   pods_.Add(MakePod("a", {{"main", kNeuron, 4}},
                     RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}}, 100)));
   pods_.Add(MakePod("b", {{"main", kNeuron, 4}},
                     RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 200)));
   auto grant = service_.Allocate(devices(), {4, 5, 6, 7});
-  ASSERT_TRUE(grant.ok());
+  ASSERT_TRUE(grant.ok()) << grant.error();
   EXPECT_EQ(grant->pod, "default/b");
 }
 
-TEST_F(DevicePluginAllocationTest, CountMustMatch) {
+TEST_F(DevicePluginAllocationTest, CountMustMatchAndReservedIdsAreRefused) {
   pods_.Add(
       MakePod("two", {{"main", kCore, 2}}, RecordAnnotations({{"main", kCore, {6, 7}}}, 100)));
   pods_.Add(MakePod("eight", {{"main", kCore, 8}},
                     RecordAnnotations({{"main", kCore, {8, 9, 10, 11, 12, 13, 14, 15}}}, 200)));
+  // Eight cores: only "eight" asks for that many. kubelet's 0-7 include the cores two reserves.
   auto grant = service_.Allocate(cores(), {0, 1, 2, 3, 4, 5, 6, 7});
-  ASSERT_TRUE(grant.ok());
-  EXPECT_EQ(grant->pod, "default/eight");
-  EXPECT_THAT(grant->ids, ElementsAre(8, 9, 10, 11, 12, 13, 14, 15));
+  ASSERT_FALSE(grant.ok());
+  EXPECT_THAT(grant.error(), HasSubstr("for pod default/eight container main: default/two "
+                                       "container main holds aws.amazon.com/neuroncore 6-7"));
+  // Refused pods fail admission; kubelet moves on.
+  pods_.Add(MakePod("eight-again", {{"main", kCore, 8}},
+                    RecordAnnotations({{"main", kCore, {8, 9, 10, 11, 12, 13, 14, 15}}}, 300)));
+  grant = service_.Allocate(cores(), {8, 9, 10, 11, 12, 13, 14, 15});
+  ASSERT_TRUE(grant.ok()) << grant.error();
+  EXPECT_EQ(grant->pod, "default/eight-again");
 }
 
 TEST_F(DevicePluginAllocationTest, EachContainerGetsItsOwnSet) {
@@ -180,24 +199,23 @@ TEST_F(DevicePluginAllocationTest, EachContainerGetsItsOwnSet) {
                                        {"setup", kNeuron, {8}},
                                        {"proxy", kCore, {18, 19}}},
                                       100)));
-  // kubelet's order: init containers (the sidecar among them), then app containers.
+  // kubelet's order: init containers (the sidecar among them), then app containers. kubelet's
+  // own choice for setup (15, not the recorded 8) is what setup gets.
   auto init = service_.Allocate(devices(), {15});
-  ASSERT_TRUE(init.ok());
+  ASSERT_TRUE(init.ok()) << init.error();
   EXPECT_EQ(init->container, "setup");
-  EXPECT_THAT(init->ids, ElementsAre(8));
-  auto sidecar = service_.Allocate(cores(), {30, 31});
-  ASSERT_TRUE(sidecar.ok());
+  EXPECT_THAT(init->ids, ElementsAre(15));
+  auto sidecar = service_.Allocate(cores(), {18, 19});
+  ASSERT_TRUE(sidecar.ok()) << sidecar.error();
   EXPECT_EQ(sidecar->container, "proxy");
-  EXPECT_THAT(sidecar->ids, ElementsAre(18, 19));
   EXPECT_EQ(pods_.Get("multi").annotations.at("NEURON_ALLOCATED"), "false");
 
   auto b = service_.Allocate(devices(), {4, 5, 6, 7});  // exact ids pick container b
-  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b.ok()) << b.error();
   EXPECT_EQ(b->container, "b");
-  auto a = service_.Allocate(devices(), {8, 9, 10, 11});
-  ASSERT_TRUE(a.ok());
+  auto a = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_TRUE(a.ok()) << a.error();
   EXPECT_EQ(a->container, "a");
-  EXPECT_THAT(a->ids, ElementsAre(0, 1, 2, 3));
   const kube::Pod pod = pods_.Get("multi");
   EXPECT_EQ(pod.annotations.at("NEURON_ALLOCATED"), "true");
   EXPECT_EQ(pod.annotations.at("toposched.io/allocated-containers"),
@@ -210,27 +228,34 @@ TEST_F(DevicePluginAllocationTest, AwsIdsAloneAreSplitInContainerOrder) {
                     {{"AWS_NEURON_IDS", "3,9"},
                      {"NEURON_ALLOCATED", "false"},
                      {"NEURON_ALLOC_TIME", "1743574052764891534"}}));
-  auto first = service_.Allocate(devices(), {0});
-  ASSERT_TRUE(first.ok());
+  auto first = service_.Allocate(devices(), {3});
+  ASSERT_TRUE(first.ok()) << first.error();
   EXPECT_EQ(first->container, "a");
-  EXPECT_THAT(first->ids, ElementsAre(3));
-  auto second = service_.Allocate(devices(), {0});
-  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(first->matches_record);
+  auto second = service_.Allocate(devices(), {9});
+  ASSERT_TRUE(second.ok()) << second.error();
   EXPECT_EQ(second->container, "b");
-  EXPECT_THAT(second->ids, ElementsAre(9));
+  EXPECT_TRUE(second->matches_record);
   EXPECT_EQ(pods_.Get("aws").annotations.at("NEURON_ALLOCATED"), "true");
 }
 
 TEST_F(DevicePluginAllocationTest, OneOrAllWorkWithoutAnnotation) {
   int kicks = 0;
-  service_.set_on_unannotated_grant([&] { ++kicks; });
+  service_.set_on_grant_to_record([&] { ++kicks; });
   pods_.Add(MakePod("plain", {{"main", kNeuron, 1}}));
   auto one = service_.Allocate(devices(), {6});
-  ASSERT_TRUE(one.ok());
+  ASSERT_TRUE(one.ok()) << one.error();
   EXPECT_FALSE(one->by_annotation);
+  EXPECT_EQ(one->pod, "default/plain");
   EXPECT_THAT(one->ids, ElementsAre(6));
+  EXPECT_EQ(kicks, 1);
   std::vector<int> all(16);
   for (int i = 0; i < 16; ++i) all[static_cast<size_t>(i)] = i;
+  auto taken = service_.Allocate(devices(), all);  // plain still runs on device 6
+  ASSERT_FALSE(taken.ok());
+  EXPECT_THAT(taken.error(),
+              HasSubstr("default/plain container main holds aws.amazon.com/neuron 6"));
+  pods_.Remove("plain");
   EXPECT_TRUE(service_.Allocate(devices(), all).ok());
   EXPECT_EQ(kicks, 2);
   auto four = service_.Allocate(devices(), {0, 1, 2, 3});
@@ -246,7 +271,9 @@ TEST_F(DevicePluginAllocationTest, ListingFailureOnlyBlocksWhatNeedsAPod) {
   EXPECT_THAT(four.error(), HasSubstr("listing pods on node node-a failed: connection refused"));
 }
 
-TEST_F(DevicePluginAllocationTest, BrokenRecordsAreExplained) {
+// A pod whose record cannot be served is refused with the record's fault when kubelet reaches
+// it (in creation order, then name); kubelet then moves on to the next.
+TEST_F(DevicePluginAllocationTest, BrokenRecordsAreRefusedWithTheirReason) {
   pods_.Add(MakePod("broken", {{"main", kNeuron, 4}},
                     {{"toposched.io/allocation", "{not json"}, {"NEURON_ALLOCATED", "false"}}));
   pods_.Add(MakePod("elsewhere", {{"main", kNeuron, 4}},
@@ -255,8 +282,13 @@ TEST_F(DevicePluginAllocationTest, BrokenRecordsAreExplained) {
                     RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}}, 100)));
   auto grant = service_.Allocate(devices(), {0, 1, 2, 3});
   ASSERT_FALSE(grant.ok());
-  EXPECT_THAT(grant.error(), HasSubstr("default/broken: annotation toposched.io/allocation"));
+  EXPECT_THAT(grant.error(), HasSubstr("pod default/broken container main: annotation "
+                                       "toposched.io/allocation"));
+  grant = service_.Allocate(devices(), {0, 1, 2, 3});
+  ASSERT_FALSE(grant.ok());
   EXPECT_THAT(grant.error(), HasSubstr("records node node-b"));
+  grant = service_.Allocate(devices(), {0, 1, 2, 3, 4, 5, 6, 7});
+  ASSERT_FALSE(grant.ok());
   EXPECT_THAT(grant.error(), HasSubstr("container requests 8"));
 }
 
@@ -267,7 +299,7 @@ constexpr char kGangRecord[] =
     R"("rank0Host":"train-a-worker-0.train-a.default.svc"})";
 
 TEST_F(DevicePluginAllocationTest, AGangMemberGetsItsRankAndUltraServerEnv) {
-  auto notes = RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}, {"side", kCore, {8}}}, 100);
+  auto notes = RecordAnnotations({{"main", kNeuron, {0, 1, 2, 3}}, {"side", kCore, {16}}}, 100);
   notes["toposched.io/gang-record"] = kGangRecord;
   pods_.Add(MakePod("worker-1", {{"main", kNeuron, 4}, {"side", kCore, 1}}, notes));
   pods_.Add(MakePod("plain", {{"main", kNeuron, 4}},
@@ -284,7 +316,7 @@ TEST_F(DevicePluginAllocationTest, AGangMemberGetsItsRankAndUltraServerEnv) {
   EXPECT_EQ(main->pod, "default/worker-1");
   EXPECT_EQ(main->envs, gang_env);
   // Every container of the member that gets our units gets the same env.
-  auto side = service_.Allocate(cores(), {8});
+  auto side = service_.Allocate(cores(), {16});
   ASSERT_TRUE(side.ok()) << side.error();
   EXPECT_EQ(side->container, "side");
   EXPECT_EQ(side->envs, gang_env);
@@ -327,6 +359,7 @@ TEST_F(DevicePluginAllocationTest, AMalformedGangRecordFailsTheAllocation) {
   EXPECT_EQ(grant->envs.count("NEURON_RT_ULTRASERVER_SERVER_ID"), 0u);
 
   // Not JSON at all, and the whole node's devices (one-or-all is no way around it).
+  pods_.Remove("member");
   notes = RecordAnnotations(
       {{"main", kNeuron, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}}, 50);
   notes["toposched.io/gang-record"] = "{rank:1}";
@@ -475,6 +508,320 @@ TEST(DevicePluginRecordTest, KubeletAssignmentIsRecordedOnUnannotatedPods) {
   EXPECT_EQ(patches[1].changes.count("toposched.io/allocation"), 1u);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("gpu-0"));
+}
+
+// --- A kubelet model around the real AllocationService (issue 18, row 2). ---
+//
+// kubelet admits the pods bound to its node in creation order; for each container and each of
+// our resources it asks GetPreferredAllocation over what its own books say is free, takes the
+// answer when it is a valid set (else the lowest free ids), calls Allocate with those ids and
+// books them. What the container really gets is the grant's ids. The model keeps both and says
+// when one physical unit is given to two live pods. The "extender" here picks the lowest ids its
+// books (every live pod's record, as claims::RecordFromPod reads it) call free.
+class KubeletModel : public KubeletView {
+ public:
+  KubeletModel(FakePodSource& pods, AllocationService& service, const topology::NodeShape& shape)
+      : pods_(pods), service_(service), shape_(shape) {}
+
+  struct Held {
+    std::string pod;
+    std::string container;
+    const ResourceSpec* resource = nullptr;
+    std::vector<int> booked;  // kubelet's books (checkpoint, PodResources)
+    std::vector<int> real;    // what the container was given
+  };
+
+  // kubelet learns of the pod (it is bound here) without admitting it yet.
+  void See(const std::string& name) { known_.insert(name); }
+
+  // Admits `name`: every container in kubelet's order. `ignore_preference` makes kubelet take the
+  // lowest free ids whatever GetPreferredAllocation said. Returns the first Allocate error.
+  Status Admit(const std::string& name, bool ignore_preference = false) {
+    known_.insert(name);
+    const kube::Pod pod = pods_.Get(name);
+    for (const auto* list : {&pod.init_containers, &pod.containers}) {
+      for (const kube::Container& container : *list) {
+        for (const ResourceSpec& resource : service_.options().resources) {
+          const int n = static_cast<int>(ContainerRequest(container, resource));
+          if (n == 0) continue;
+          std::vector<int> available = FreeFor(resource);
+          std::vector<int> ids;
+          if (!ignore_preference) ids = service_.Prefer(resource, available, {}, n);
+          const bool valid =
+              static_cast<int>(ids.size()) == n &&
+              std::includes(available.begin(), available.end(), ids.begin(), ids.end());
+          if (!valid) ids.assign(available.begin(), available.begin() + n);
+          auto grant = service_.Allocate(resource, ids);
+          if (!grant.ok()) {
+            std::erase_if(held_, [&](const Held& h) { return h.pod == name; });
+            known_.erase(name);
+            return Error{grant.error()};
+          }
+          held_.push_back({name, container.name, &resource, ids, grant->ids});
+        }
+      }
+    }
+    return OkStatus();
+  }
+
+  // The pod ends: kubelet frees its books, the API forgets it.
+  void End(const std::string& name) {
+    std::erase_if(held_, [&](const Held& h) { return h.pod == name; });
+    known_.erase(name);
+    pods_.Remove(name);
+  }
+
+  // The plugin's pass over PodResources (PlanRecordPatches), applied to the pods.
+  void Reconcile() {
+    const RecordContext context{"node-a", "trn1.32xlarge", &shape_, service_.options().resources};
+    auto live = pods_.PodsOnNode();
+    ASSERT_TRUE(live.ok());
+    auto listed = List();
+    ASSERT_TRUE(listed.ok());
+    for (const RecordPatch& patch : PlanRecordPatches(*live, *listed, context, 1, nullptr)) {
+      ASSERT_TRUE(pods_.PatchAnnotations(pods_.Get(patch.name), patch.changes).ok());
+    }
+  }
+
+  // The lowest `n` devices free in the extender's books.
+  std::vector<int> ExtenderPick(int n) {
+    std::set<int> used;
+    auto live = pods_.PodsOnNode();
+    for (const kube::Pod& pod : *live) {
+      auto record = claims::RecordFromPod(pod, service_.options().resources);
+      if (!record.ok()) continue;
+      for (const kube::ContainerIds& c : record->containers) {
+        for (int id : c.ids) used.insert(c.resource == kCore ? id / shape_.cores_per_device : id);
+      }
+    }
+    std::vector<int> out;
+    for (int d = 0; d < shape_.devices && static_cast<int>(out.size()) < n; ++d) {
+      if (used.count(d) == 0) out.push_back(d);
+    }
+    return out;
+  }
+
+  // "device D is given to A and B" for every device two live pods really hold; empty when none.
+  std::vector<std::string> Overlaps() const {
+    std::map<int, std::set<std::string>> holders;  // physical core -> pods
+    for (const Held& h : held_) {
+      for (int id : h.real) {
+        if (h.resource->unit == Unit::kDevice) {
+          for (int c = 0; c < shape_.cores_per_device; ++c) {
+            holders[id * shape_.cores_per_device + c].insert(h.pod);
+          }
+        } else {
+          holders[id].insert(h.pod);
+        }
+      }
+    }
+    std::set<std::string> out;
+    for (const auto& [core, pods] : holders) {
+      if (pods.size() > 1) {
+        out.insert(fmt::format("device {} is given to {}", core / shape_.cores_per_device,
+                               fmt::join(pods, " and ")));
+      }
+    }
+    return {out.begin(), out.end()};
+  }
+
+  // What `name`'s container really got, and what kubelet booked.
+  std::vector<int> Real(const std::string& name, const std::string& container = "main") const {
+    for (const Held& h : held_) {
+      if (h.pod == name && h.container == container) return h.real;
+    }
+    return {};
+  }
+
+  // kubelet's PodResources: every pod it knows, with the ids it booked.
+  Result<std::vector<AssignedDevices>> List() override {
+    std::vector<AssignedDevices> out;
+    for (const std::string& name : known_) {
+      bool any = false;
+      for (const Held& h : held_) {
+        if (h.pod != name) continue;
+        any = true;
+        out.push_back(
+            {"default", name, h.container, h.resource->name, UnitIds(h.resource->unit, h.booked)});
+      }
+      if (!any) out.push_back({"default", name, "", "", {}});
+    }
+    return out;
+  }
+
+ private:
+  std::vector<int> FreeFor(const ResourceSpec& resource) const {
+    const int units = resource.unit == Unit::kDevice ? shape_.devices : shape_.cores;
+    std::set<int> taken;
+    for (const Held& h : held_) {
+      if (h.resource == &resource) taken.insert(h.booked.begin(), h.booked.end());
+    }
+    std::vector<int> out;
+    for (int id = 0; id < units; ++id) {
+      if (taken.count(id) == 0) out.push_back(id);
+    }
+    return out;
+  }
+
+  FakePodSource& pods_;
+  AllocationService& service_;
+  const topology::NodeShape& shape_;
+  std::set<std::string> known_;
+  std::vector<Held> held_;
+};
+
+kube::Pod Created(kube::Pod pod, int second) {
+  pod.creation_timestamp = fmt::format("2026-11-22T10:00:{:02}Z", second);
+  return pod;
+}
+
+// Issue 18 row 2: x is created before y, but the extender bound y first (its NEURON_ALLOC_TIME
+// is older). kubelet admits x first. Before the fix the plugin served "the oldest pending claim"
+// to whichever container kubelet admitted: x got y's device and y got x's, the extender's books
+// had them swapped, and when y ended the extender handed out the device x really uses to z,
+// whom the plugin then overrode onto it: "device 0 is given to x and z".
+TEST_F(DevicePluginAllocationTest, KubeletModelEachPodGetsItsOwnClaimInCreationOrder) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(Created(
+      MakePod("x", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {1}}}, 200)), 1));
+  pods_.Add(Created(
+      MakePod("y", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {0}}}, 100)), 2));
+  kubelet.See("x");
+  kubelet.See("y");
+  ASSERT_TRUE(kubelet.Admit("x").ok());
+  ASSERT_TRUE(kubelet.Admit("y").ok());
+  EXPECT_THAT(kubelet.Real("x"), ElementsAre(1)) << "x gets its own claim";
+  EXPECT_THAT(kubelet.Real("y"), ElementsAre(0)) << "y gets its own claim";
+  kubelet.Reconcile();
+
+  kubelet.End("y");
+  pods_.Add(Created(MakePod("z", {{"main", kNeuron, 1}},
+                            RecordAnnotations({{"main", kNeuron, kubelet.ExtenderPick(1)}}, 300)),
+                    3));
+  ASSERT_TRUE(kubelet.Admit("z").ok());
+  EXPECT_THAT(kubelet.Overlaps(), ::testing::IsEmpty());
+  EXPECT_THAT(kubelet.Real("z"), ElementsAre(0));
+}
+
+// A pod the default scheduler placed (no record) is created before a recorded pod and admitted
+// first. Before the fix, GetPreferredAllocation steered it onto the recorded pod's device and
+// Allocate marked the recorded pod served; the recorded pod then got another device without a
+// record, the extender handed that device out again, and the plugin overrode the newcomer onto
+// it: "device 0 is given to a and e".
+TEST_F(DevicePluginAllocationTest, KubeletModelDefaultSchedulerPodDoesNotTakeARecordedClaim) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(Created(MakePod("d", {{"main", kNeuron, 1}}), 1));
+  pods_.Add(Created(
+      MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {3}}}, 100)), 2));
+  kubelet.See("d");
+  kubelet.See("a");
+  ASSERT_TRUE(kubelet.Admit("d").ok());
+  ASSERT_TRUE(kubelet.Admit("a").ok());
+  EXPECT_THAT(kubelet.Real("a"), ElementsAre(3)) << "a gets its own claim";
+  kubelet.Reconcile();
+  pods_.Add(Created(MakePod("e", {{"main", kNeuron, 1}},
+                            RecordAnnotations({{"main", kNeuron, kubelet.ExtenderPick(1)}}, 300)),
+                    3));
+  ASSERT_TRUE(kubelet.Admit("e").ok());
+  EXPECT_THAT(kubelet.Overlaps(), ::testing::IsEmpty());
+}
+
+// A pod the default scheduler placed (no record) that kubelet gives the ids a recorded pod's
+// record reserves is refused, naming both pods, not matched to the recorded pod's claim (before
+// the fix it was served as the recorded pod, which then got other ids without a record).
+TEST_F(DevicePluginAllocationTest, DefaultSchedulerPodGivenARecordedPodsIdsIsRefused) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(Created(MakePod("d", {{"main", kNeuron, 1}}), 1));
+  pods_.Add(Created(
+      MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {3}}}, 100)), 2));
+  kubelet.See("d");
+  kubelet.See("a");
+  auto grant = service_.Allocate(devices(), {3});  // kubelet admits d (created first) with 3
+  ASSERT_FALSE(grant.ok()) << "granted " << grant->pod;
+  EXPECT_THAT(grant.error(), HasSubstr("default/d container main"));
+  EXPECT_THAT(grant.error(), HasSubstr("default/a container main holds aws.amazon.com/neuron 3"));
+  EXPECT_NE(pods_.Get("a").annotations.at("NEURON_ALLOCATED"), "true");
+}
+
+// kubelet's PodResources is the truth across resources: a core pod is never given cores of a
+// device another pod holds, even when kubelet (which books the two resources apart) offers them.
+TEST_F(DevicePluginAllocationTest, CoresOfADeviceAnotherPodHoldsAreRefused) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(Created(MakePod("dev", {{"main", kNeuron, 1}}), 1));
+  pods_.Add(Created(MakePod("core", {{"main", kCore, 1}}), 2));
+  ASSERT_TRUE(kubelet.Admit("dev", /*ignore_preference=*/true).ok());  // device 0
+  EXPECT_THAT(kubelet.Real("dev"), ElementsAre(0));
+  // kubelet's own choice for the core pod: the lowest free core, 0, on device 0.
+  auto refused = kubelet.Admit("core", /*ignore_preference=*/true);
+  ASSERT_FALSE(refused.ok()) << "core 0 was given: "
+                             << fmt::format("{}", fmt::join(kubelet.Overlaps(), "; "));
+  EXPECT_THAT(refused.error(),
+              HasSubstr("default/dev container main holds aws.amazon.com/neuron 0"));
+  // Asked for a preference, the plugin steers kubelet off device 0.
+  ASSERT_TRUE(kubelet.Admit("core").ok());
+  EXPECT_THAT(kubelet.Overlaps(), ::testing::IsEmpty());
+}
+
+// When kubelet books other ids than the record (it did not follow GetPreferredAllocation), the
+// container gets kubelet's ids and the plugin writes what it got in toposched.io/granted, which
+// every reader of the pod's record (claims::RecordFromPod) then takes.
+TEST_F(DevicePluginAllocationTest, KubeletsOtherChoiceIsGrantedAndWrittenBack) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(Created(MakePod("p", {{"main", kNeuron, 4}},
+                            RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100)),
+                    1));
+  ASSERT_TRUE(kubelet.Admit("p", /*ignore_preference=*/true).ok());
+  EXPECT_THAT(kubelet.Real("p"), ElementsAre(0, 1, 2, 3)) << "kubelet's ids, never overridden";
+  kubelet.Reconcile();
+  const kube::Pod pod = pods_.Get("p");
+  ASSERT_EQ(pod.annotations.count("toposched.io/granted"), 1u);
+  auto record = claims::RecordFromPod(pod, service_.options().resources);
+  ASSERT_TRUE(record.ok()) << record.error();
+  ASSERT_EQ(record->containers.size(), 1u);
+  EXPECT_THAT(record->containers[0].ids, ElementsAre(0, 1, 2, 3));
+  // Written once: the next pass finds the books and the truth agree.
+  const size_t patches = pods_.patches().size();
+  kubelet.Reconcile();
+  EXPECT_EQ(pods_.patches().size(), patches);
+}
+
+// Pods created in the same second: creationTimestamp has one-second resolution and kubelet's sort
+// is not stable. kubelet's PodResources settles it: kubelet lists a pod from the moment it admits
+// it, so the pod it knows and that holds nothing yet is the one being admitted.
+TEST_F(DevicePluginAllocationTest, KubeletModelSameSecondTieIsSettledByWhatKubeletKnows) {
+  KubeletModel kubelet(pods_, service_, shape_);
+  service_.set_kubelet_view(&kubelet);
+  pods_.Add(MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {0}}}, 100)));
+  pods_.Add(MakePod("b", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {1}}}, 200)));
+  ASSERT_TRUE(kubelet.Admit("b").ok());
+  ASSERT_TRUE(kubelet.Admit("a").ok());
+  EXPECT_THAT(kubelet.Real("b"), ElementsAre(1));
+  EXPECT_THAT(kubelet.Real("a"), ElementsAre(0));
+}
+
+// Without PodResources the same tie is a guess, and here it is wrong (kubelet admits b, the plugin
+// steers it to a's record). No id is given twice (the grants are kubelet's ids), and once
+// PodResources answers, the truth written back by pod name puts the books right.
+TEST_F(DevicePluginAllocationTest, KubeletModelSameSecondTieGuessedWrongStillGivesNoIdTwice) {
+  KubeletModel kubelet(pods_, service_, shape_);  // the plugin does not read it
+  pods_.Add(MakePod("a", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {0}}}, 100)));
+  pods_.Add(MakePod("b", {{"main", kNeuron, 1}}, RecordAnnotations({{"main", kNeuron, {1}}}, 200)));
+  ASSERT_TRUE(kubelet.Admit("b").ok());
+  ASSERT_TRUE(kubelet.Admit("a").ok());
+  EXPECT_THAT(kubelet.Real("b"), ElementsAre(0)) << "steered to a's record: the wrong guess";
+  EXPECT_THAT(kubelet.Overlaps(), ::testing::IsEmpty());
+  kubelet.Reconcile();
+  EXPECT_EQ(pods_.Get("b").annotations.count("toposched.io/granted"), 1u);
+  for (const std::string name : {"a", "b"}) {
+    auto record = claims::RecordFromPod(pods_.Get(name), service_.options().resources);
+    ASSERT_TRUE(record.ok()) << record.error();
+    EXPECT_EQ(record->containers.at(0).ids, kubelet.Real(name)) << name << "'s books";
+  }
 }
 
 }  // namespace

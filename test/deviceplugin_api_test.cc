@@ -151,5 +151,30 @@ TEST_F(DevicePluginApiTest, WatchedSourceServesFromItsCacheAndAsksTheApiOnAMiss)
   EXPECT_EQ(second->pod, "default/new");
 }
 
+// Issue 18: why an Allocate was refused reaches the pod as a Warning event, and the node's LNC
+// label is a merge-patch of the node. (The fake API server keeps no nodes to patch: the request
+// is what is checked, and the error names what failed.)
+TEST_F(DevicePluginApiTest, RefusalEventsAndTheLncLabelGoToTheApi) {
+  kube::Pod pod;
+  pod.ns = "default";
+  pod.name = "p";
+  pod.uid = "p-uid";
+  ASSERT_TRUE(source_->PostWarning(pod, "NeuronAllocationRefused", "refusing neuron 3").ok());
+  const auto events = api_.RequestsMatching("POST", "/api/v1/namespaces/default/events");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_THAT(events[0].body, HasSubstr(R"("reason":"NeuronAllocationRefused")"));
+  EXPECT_THAT(events[0].body, HasSubstr(R"("type":"Warning")"));
+  EXPECT_THAT(events[0].body, HasSubstr("toposched-device-plugin"));
+
+  const Status labelled = source_->PatchNodeLabel("toposched.io/neuron-lnc", "1");
+  const auto patches = api_.RequestsMatching("PATCH", "/api/v1/nodes/node-a");
+  ASSERT_EQ(patches.size(), 1u);
+  EXPECT_EQ(patches[0].body, R"({"metadata":{"labels":{"toposched.io/neuron-lnc":"1"}}})");
+  EXPECT_EQ(patches[0].content_type, "application/merge-patch+json");
+  ASSERT_FALSE(labelled.ok());
+  EXPECT_THAT(labelled.error(),
+              HasSubstr("labelling node node-a toposched.io/neuron-lnc: HTTP 404"));
+}
+
 }  // namespace
 }  // namespace toposched::deviceplugin

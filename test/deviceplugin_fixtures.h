@@ -120,6 +120,21 @@ class FakePodSource : public deviceplugin::PodSource {
     }
     return Error{"pod not found"};
   }
+  Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
+    std::lock_guard lock(mutex_);
+    if (value) {
+      node_labels_[std::string(key)] = *value;
+    } else {
+      node_labels_.erase(std::string(key));
+    }
+    return OkStatus();
+  }
+  std::optional<std::string> NodeLabel(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    auto it = node_labels_.find(key);
+    if (it == node_labels_.end()) return std::nullopt;
+    return it->second;
+  }
   kube::Pod Get(const std::string& name) {
     std::lock_guard lock(mutex_);
     for (const kube::Pod& pod : pods_) {
@@ -138,6 +153,7 @@ class FakePodSource : public deviceplugin::PodSource {
   std::string list_error_;
   int lists_ = 0;
   std::vector<std::pair<std::string, std::map<std::string, std::optional<std::string>>>> patches_;
+  std::map<std::string, std::string> node_labels_;
 };
 
 // Annotations as the extender writes them: one entry per container.

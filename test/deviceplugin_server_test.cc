@@ -125,6 +125,8 @@ TEST_F(DevicePluginServerTest, Trn2CoreCountFollowsLnc) {
         << "LNC " << lnc;
     EXPECT_TRUE(kubelet.WaitForDevices(
         kNeuron, [](const auto& v) { return AllHealthy(v, 16); }, 5s));
+    // The extender's positive evidence of the node's LNC (issue 18), set before serving.
+    EXPECT_EQ(pods_.NodeLabel("toposched.io/neuron-lnc"), std::to_string(lnc));
   }
 }
 
@@ -381,6 +383,68 @@ TEST_F(DevicePluginWireTest, LatencyOfPreferredAndAllocate) {
     std::sort(us.begin(), us.end());
     std::printf(
         "[ latency  ] %s over the unix socket: p50 %.0f us, p90 %.0f us, p99 %.0f us "
+        "(%zu calls)\n",
+        what, us[us.size() / 2], us[us.size() * 9 / 10], us[us.size() * 99 / 100], us.size());
+  };
+  report("GetPreferredAllocation", prefer_us);
+  report("Allocate", allocate_us);
+}
+
+// The price of reading kubelet's books (issue 18): the round trips of
+// LatencyOfPreferredAndAllocate with a PodResources server listing 40 pods (8 holding a device),
+// which both calls now ask before answering.
+TEST_F(DevicePluginServerTest, LatencyWithKubeletsPodResources) {
+  Install("trn1.32xlarge");
+  const std::string socket = host_.root + "/pod-resources.sock";
+  FakePodResources pod_resources(socket);
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "web-" + std::to_string(i);
+    if (i < 8) {
+      pod_resources.AddContainer("default", name, "main", kNeuron,
+                                 {"neuron" + std::to_string(8 + i)});
+    } else {
+      pod_resources.AddContainer("default", name, "main", "example.com/other", {});
+    }
+  }
+  PluginOptions options = FastOptions(host_);
+  options.pod_resources_socket = socket;
+  RunningPlugin plugin(options, pods_);
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  auto devices = kubelet_->PluginStub(kNeuron);
+  constexpr int kRounds = 300;
+  std::vector<double> prefer_us;
+  std::vector<double> allocate_us;
+  for (int i = 0; i < kRounds; ++i) {
+    const std::string name = "job-" + std::to_string(i);
+    pods_.Add(MakePod(name, {{"main", kNeuron, 4}},
+                      RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100 + i)));
+    auto t0 = std::chrono::steady_clock::now();
+    grpc::ClientContext prefer_context;
+    v1beta1::PreferredAllocationRequest prefer;
+    auto* ask = prefer.add_container_requests();
+    for (int d = 0; d < 8; ++d) ask->add_available_deviceids("neuron" + std::to_string(d));
+    ask->set_allocation_size(4);
+    v1beta1::PreferredAllocationResponse preferred;
+    ASSERT_TRUE(devices->GetPreferredAllocation(&prefer_context, prefer, &preferred).ok());
+    auto t1 = std::chrono::steady_clock::now();
+    grpc::ClientContext allocate_context;
+    v1beta1::AllocateRequest request;
+    auto* container = request.add_container_requests();
+    for (const std::string& id : preferred.container_responses(0).deviceids()) {
+      container->add_devices_ids(id);
+    }
+    v1beta1::AllocateResponse response;
+    const grpc::Status status = devices->Allocate(&allocate_context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    auto t2 = std::chrono::steady_clock::now();
+    prefer_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    allocate_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
+    pods_.Remove(name);
+  }
+  auto report = [](const char* what, std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    std::printf(
+        "[ latency  ] %s with PodResources (40 pods): p50 %.0f us, p90 %.0f us, p99 %.0f us "
         "(%zu calls)\n",
         what, us[us.size() / 2], us[us.size() * 9 / 10], us[us.size() * 99 / 100], us.size());
   };

@@ -54,12 +54,22 @@ Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::strin
 }
 
 bool HasAllocation(const kube::Pod& pod) {
-  return pod.annotations.count(kAnnotationRecord) != 0 ||
+  return pod.annotations.count(kAnnotationGranted) != 0 ||
+         pod.annotations.count(kAnnotationRecord) != 0 ||
          pod.annotations.count(kAnnotationNeuronIds) != 0;
 }
 
 Result<kube::AllocationRecord> RecordFromPod(const kube::Pod& pod,
                                              const std::vector<ResourceSpec>& resources) {
+  // What the containers really got, as the device plugin read it from kubelet, wins over what
+  // was reserved at bind.
+  if (auto it = pod.annotations.find(kAnnotationGranted); it != pod.annotations.end()) {
+    auto granted = kube::ParseAllocationRecord(it->second);
+    if (!granted.ok()) {
+      return Error{fmt::format("annotation {}: {}", kAnnotationGranted, granted.error())};
+    }
+    return granted;
+  }
   if (auto it = pod.annotations.find(kAnnotationRecord); it != pod.annotations.end()) {
     auto record = kube::ParseAllocationRecord(it->second);
     if (!record.ok()) {

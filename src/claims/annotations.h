@@ -41,12 +41,15 @@ std::map<std::string, std::string> AllocationAnnotations(const kube::AllocationR
 Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
                                                 const std::vector<ResourceSpec>& resources);
 
-// Whether the pod carries an allocation: toposched.io/allocation or AWS_NEURON_IDS.
+// Whether the pod carries an allocation: toposched.io/granted, toposched.io/allocation or
+// AWS_NEURON_IDS.
 bool HasAllocation(const kube::Pod& pod);
 
-// The allocation the pod's annotations record: toposched.io/allocation when present (parsed
-// strictly), else AWS_NEURON_IDS split by RecordFromAwsIds. Errors name the annotation; a pod
-// with neither is an error too ("no allocation record").
+// The allocation the pod's annotations record: toposched.io/granted when present (what the
+// containers really got, written by the device plugin from kubelet's books), else
+// toposched.io/allocation (what bind reserved), both parsed strictly, else AWS_NEURON_IDS split by
+// RecordFromAwsIds. Errors name the annotation; a pod with none is an error too ("no allocation
+// record").
 Result<kube::AllocationRecord> RecordFromPod(const kube::Pod& pod,
                                              const std::vector<ResourceSpec>& resources);
 

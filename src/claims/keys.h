@@ -40,6 +40,11 @@ inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition
 // stays pod-level (AWS's meaning).
 inline constexpr std::string_view kAnnotationAllocatedContainers =
     "toposched.io/allocated-containers";
+// What the pod's containers really hold, as kubelet booked it (its PodResources), written by the
+// device plugin when that differs from toposched.io/allocation or the pod has none. Same JSON as
+// toposched.io/allocation; claims::RecordFromPod prefers it, so the extender's books follow what
+// the containers got (issue 18).
+inline constexpr std::string_view kAnnotationGranted = "toposched.io/granted";
 
 // --- Gangs (claims/gang.h; docs/ultraserver.md, "Gangs" and "The gang record"). ---
 
@@ -93,6 +98,9 @@ inline constexpr std::string_view kEnvGlobalTopoId0Host = "NEURON_GLOBAL_TOPOID0
 
 // The node label that puts a node on a shared pool.
 inline constexpr std::string_view kPoolLabel = topology::kPoolLabel;
+// The LNC the node's Neuron driver runs at (1 or 2 on Trn2), as the device plugin read it from
+// the driver's config; the extender takes the node's LNC from it before anything else.
+inline constexpr std::string_view kLabelNeuronLnc = "toposched.io/neuron-lnc";
 
 // --- Extended resources (the defaults of claims::ResourceSet and claims::DefaultResources). ---
 
@@ -124,6 +132,9 @@ static_assert(kLabelUltraServerServerId2.starts_with(kube::kNeuronLabelPrefix));
 static_assert(kLabelUltraServerNodeId2.starts_with(kube::kNeuronLabelPrefix));
 static_assert(kAnnotationPartition.starts_with(kKeyPrefix));
 static_assert(kAnnotationAllocatedContainers.starts_with(kKeyPrefix));
+static_assert(kAnnotationGranted.starts_with(kKeyPrefix));
+// The node decoder keeps only labels under our prefix (kube::kOwnKeyPrefix).
+static_assert(kLabelNeuronLnc.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));
 static_assert(kAnnotationGang.starts_with(kKeyPrefix));
 static_assert(kAnnotationGangSize.starts_with(kKeyPrefix));

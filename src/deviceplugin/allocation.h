@@ -1,24 +1,53 @@
 // Which ids a container gets, and what the container is given for them.
 //
-// Neither GetPreferredAllocation nor Allocate says which pod kubelet is admitting, so the plugin
-// finds it the way the annotation handshake works: among the pods bound to this node, the ones
-// carrying an allocation (toposched.io/allocation, or AWS's AWS_NEURON_IDS alone) that is not yet
-// served, whose container asks for this many units of this resource, oldest NEURON_ALLOC_TIME
-// first. GetPreferredAllocation answers with those very ids, so kubelet picks them and its own
-// bookkeeping (checkpoint, PodResources) matches what the container really gets; Allocate then
-// recognises its container by the exact ids and marks it served.
+// The rule: a container gets exactly the ids kubelet chose (kubelet's books, its checkpoint and
+// PodResources, then say what the container really holds), and Allocate refuses ids that another
+// live pod holds or that another pod's record reserves, instead of handing them out twice.
+// GetPreferredAllocation is how the plugin steers kubelet to the pod's recorded ids; when kubelet
+// chooses otherwise (or the pod has no record), the container still gets kubelet's ids and the
+// plugin writes what it really got (toposched.io/granted, from PodResources) for the extender to
+// adopt. The plugin never overrides kubelet's ids: an override is invisible to kubelet, which
+// then hands the same ids to the next pod ("device 0 is given to x and z", issue 18).
+//
+// Which pod is kubelet admitting? Neither GetPreferredAllocation nor Allocate says, so the plugin
+// matches the way kubelet admits: kubelet takes the pods bound to it in creation order
+// (metadata.creationTimestamp), admits one pod at a time, and allocates its containers in order
+// (init containers, then app containers), each resource in turn; it books each Allocate before
+// the next. So the container being admitted is, among the live pods on this node, the first in
+// (creationTimestamp, namespace, name, container order) whose container asks for exactly this
+// many units of this resource and holds none yet. "Holds none yet" is read from kubelet's own
+// PodResources when it answers (the truth, with pod names; our served marks may be wrong after a
+// misattribution), else from our served marks (annotations and memory). The evidence, strongest
+// first:
+//   1. the resource and the size: a container asking for 4 devices is never matched by a call
+//      for 2, or for cores;
+//   2. kubelet knows the pod: pods its PodResources lists (it lists a pod as soon as it admits
+//      it) come before pods it has not seen yet, so a pod bound a moment after another but
+//      created earlier does not steal the call;
+//   3. creation order, which is kubelet's order. creationTimestamp has one-second resolution and
+//      kubelet's sort is not stable, so pods created in the same second are truly ambiguous:
+//      there, and only there, the ids kubelet asks for break the tie (the pod whose record they
+//      are, which GetPreferredAllocation steered kubelet to), then the name.
+// NEURON_ALLOC_TIME (when the extender bound the pod) is not kubelet's order and is not used.
+// With PodResources answering, a same-second tie is settled by 2 (kubelet adds a pod to its books
+// only as it admits it, so the pod it knows that holds nothing yet is the one); the ids are the
+// tie-break only without it. A wrong guess cannot give an id twice (the grant is kubelet's ids,
+// checked against every holder); it can only attribute the served mark or a gang's env to the
+// wrong pod of the tie, and the granted annotation, written from PodResources by pod name,
+// corrects the books.
 #ifndef TOPOSCHED_DEVICEPLUGIN_ALLOCATION_H_
 #define TOPOSCHED_DEVICEPLUGIN_ALLOCATION_H_
 
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
@@ -38,7 +67,7 @@ Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod);
 
 // One container's share of a pod's recorded allocation.
 struct Claim {
-  std::string container;
+  std::string container;  // as the record names it
   std::string resource;
   std::vector<int> ids;  // ascending
   int requested = 0;     // what the pod spec asks for this resource (limits, else requests)
@@ -94,10 +123,11 @@ struct AllocatorOptions {
 
 // What Allocate decided for one container.
 struct Grant {
-  std::vector<int> ids;
-  std::string pod;        // namespace/name; empty when granted without an annotation
-  std::string container;  // empty when granted without an annotation
-  bool by_annotation = false;
+  std::vector<int> ids;         // always kubelet's ids
+  std::string pod;              // namespace/name of the pod it was matched to; empty when none
+  std::string container;        // empty when matched to no pod
+  bool by_annotation = false;   // the pod carries a record for this container
+  bool matches_record = false;  // ... and kubelet's ids are exactly the recorded ones
   // Env for the container on top of BuildContainerSetup's: a gang member's UltraServer mode,
   // server, node and rank, from its toposched.io/gang-record (claims::GangEnv).
   std::map<std::string, std::string> envs;
@@ -109,40 +139,71 @@ class AllocationService {
  public:
   AllocationService(PodSource& pods, const topology::NodeShape& shape, AllocatorOptions options);
 
-  // GetPreferredAllocation for one container: the ids recorded for the pod about to be served
-  // when they fit `available` and `must_include`, else a topology-legal set.
+  // GetPreferredAllocation for one container: the ids recorded for the pod kubelet is admitting
+  // when they fit `available` and `must_include` and no other pod holds or reserves any of them,
+  // else a topology-legal set among the available ids no other pod holds or reserves (else among
+  // all available ids: kubelet only takes it as a hint).
   std::vector<int> Prefer(const ResourceSpec& resource, const std::vector<int>& available,
                           const std::vector<int>& must_include, int size);
 
-  // Allocate for one container that kubelet gave `requested`. Errors say what the operator
-  // should look at. A pod carrying a gang record gets its env in the grant; a malformed record
-  // fails the allocation (a member must not start with a wrong or missing rank).
+  // Allocate for one container that kubelet gave `requested`: grants exactly `requested`, or
+  // refuses. Refused (with a Warning event on the pod when there is an API writer): ids another
+  // live pod holds (kubelet's PodResources or our own grants, across device and core resources),
+  // ids another pod's record reserves and that pod has not started, a pod whose record is broken,
+  // and a size other than one or all for a pod without a record. A pod carrying a gang record
+  // gets its env in the grant; a malformed record fails the allocation (a member must not start
+  // with a wrong or missing rank).
   Result<Grant> Allocate(const ResourceSpec& resource, const std::vector<int>& requested);
 
-  // Called (outside the lock) after a grant made without any annotation, so that the ids kubelet
-  // really assigned can be recorded on the pod once kubelet knows them.
-  void set_on_unannotated_grant(std::function<void()> callback) {
-    on_unannotated_grant_ = std::move(callback);
+  // kubelet's PodResources, read by both calls (see the header comment). Null: our own marks
+  // only. Must outlive the service.
+  void set_kubelet_view(KubeletView* view) {
+    MutexLock lock(mutex_);
+    kubelet_ = view;
+  }
+
+  // Called (outside the lock) after a grant whose ids the pod's annotations do not record (no
+  // record, or kubelet chose other ids), so that what the container really got is recorded from
+  // PodResources once kubelet has booked it.
+  void set_on_grant_to_record(std::function<void()> callback) {
+    on_grant_to_record_ = std::move(callback);
   }
 
   const AllocatorOptions& options() const { return options_; }
 
  private:
   struct Candidate;
-  std::vector<Candidate> Candidates(const std::vector<kube::Pod>& pods,
-                                    const ResourceSpec& resource, int count,
-                                    std::vector<std::string>* skipped);
-  void ForgetGonePods(const std::vector<kube::Pod>& pods);
-  bool ServedInMemory(const std::string& uid, const std::string& key) const;
+  struct Holder;
+  struct View;
+  // The pods, kubelet's books and every holder, read once per call.
+  Result<View> Read(bool fresh) TS_REQUIRES(mutex_);
+  std::vector<Candidate> Candidates(const View& view, const ResourceSpec& resource, int count,
+                                    std::vector<std::string>* skipped) const TS_REQUIRES(mutex_);
+  // The first holder other than `pod_key` whose physical cores meet `cores`, or null. Pending
+  // records count when `pending` is set.
+  const Holder* Conflict(const View& view, const std::set<int>& cores, const std::string& pod_key,
+                         bool pending) const;
+  std::set<int> PhysicalCores(topology::Unit unit, const std::vector<int>& ids) const;
+  void ForgetGonePods(const std::vector<kube::Pod>& pods) TS_REQUIRES(mutex_);
 
   PodSource& pods_;
   const topology::NodeShape shape_;
   const AllocatorOptions options_;
-  std::function<void()> on_unannotated_grant_;
+  std::function<void()> on_grant_to_record_;
 
-  std::mutex mutex_;
-  // pod uid -> "container=resource" keys served by this process (the annotation may lag or fail).
-  std::map<std::string, std::set<std::string>> served_;
+  Mutex mutex_;
+  KubeletView* kubelet_ TS_GUARDED_BY(mutex_) = nullptr;
+  // What this process granted: pod uid -> "container=resource" -> ids (the annotation may lag
+  // or fail, and kubelet's books may not answer).
+  struct Served {
+    std::string pod;  // namespace/name
+    std::string container;
+    topology::Unit unit = topology::Unit::kDevice;
+    std::vector<int> ids;
+  };
+  std::map<std::string, std::map<std::string, Served>> served_ TS_GUARDED_BY(mutex_);
+  // Pods (uid) whose Allocate this process refused: kubelet failed their admission.
+  std::set<std::string> refused_ TS_GUARDED_BY(mutex_);
 };
 
 std::string ClaimKey(std::string_view container, std::string_view resource);

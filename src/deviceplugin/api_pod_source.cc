@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "base/json_escape.h"
 #include "kube/decode.h"
 
 namespace toposched::deviceplugin {
@@ -44,6 +45,25 @@ Result<std::vector<kube::Pod>> ApiPodSource::PodsOnNode() {
 Status ApiPodSource::PatchAnnotations(
     const kube::Pod& pod, const std::map<std::string, std::optional<std::string>>& changes) {
   return kube::PatchPodAnnotations(client_, pod.ns, pod.name, changes);
+}
+
+Status ApiPodSource::PostWarning(const kube::Pod& pod, std::string_view reason,
+                                 std::string_view message) {
+  return kube::PostPodEvent(client_, pod, "Warning", reason, message, "toposched-device-plugin");
+}
+
+Status ApiPodSource::PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) {
+  const std::string body = fmt::format(R"({{"metadata":{{"labels":{{{}:{}}}}}}})", JsonQuote(key),
+                                       value ? JsonQuote(*value) : std::string("null"));
+  const std::string what = fmt::format("labelling node {} {}", node_name_, key);
+  auto response = client_.Patch("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name_), body,
+                                "application/merge-patch+json");
+  if (!response.ok()) return Error{fmt::format("{}: {}", what, response.error())};
+  if (response->status < 200 || response->status > 299) {
+    return Error{fmt::format("{}: HTTP {}: {}", what, response->status,
+                             kube::StatusMessage(response->body))};
+  }
+  return OkStatus();
 }
 
 WatchedPodSource::WatchedPodSource(kube::ApiClient& client, const std::string& node_name,

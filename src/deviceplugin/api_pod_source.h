@@ -23,6 +23,9 @@ class ApiPodSource : public PodSource {
   Status PatchAnnotations(
       const kube::Pod& pod,
       const std::map<std::string, std::optional<std::string>>& changes) override;
+  Status PostWarning(const kube::Pod& pod, std::string_view reason,
+                     std::string_view message) override;
+  Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override;
 
  private:
   kube::ApiClient& client_;
@@ -44,6 +47,13 @@ class WatchedPodSource : public PodSource {
   Status PatchAnnotations(
       const kube::Pod& pod,
       const std::map<std::string, std::optional<std::string>>& changes) override;
+  Status PostWarning(const kube::Pod& pod, std::string_view reason,
+                     std::string_view message) override {
+    return api_.PostWarning(pod, reason, message);
+  }
+  Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
+    return api_.PatchNodeLabel(key, value);
+  }
 
   bool Synced() const { return informer_->Synced(); }
   bool WaitForSync(std::chrono::milliseconds timeout) { return informer_->WaitForSync(timeout); }

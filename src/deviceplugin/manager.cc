@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include "claims/keys.h"
 #include "deviceplugin/endpoint.h"
 #include "deviceplugin/kubelet_watch.h"
 #include "deviceplugin/pod_resources.h"
@@ -112,6 +113,24 @@ bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
   return false;
 }
 
+void DevicePluginManager::PublishLnc() {
+  const topology::NodeShape& shape = topology_->shape;
+  if (!topology_->type->has_lnc || shape.lnc == 0) {
+    lnc_published_ = true;  // nothing to say: the type has no LNC
+    return;
+  }
+  const std::string value = std::to_string(shape.lnc);
+  if (Status labelled = pods_.PatchNodeLabel(claims::kLabelNeuronLnc, value); !labelled.ok()) {
+    spdlog::warn(
+        "cannot label node {} {}={}: {}; the extender infers the LNC from allocatable until "
+        "it can (retried with each PodResources pass)",
+        options_.node_name, claims::kLabelNeuronLnc, value, labelled.error());
+    return;
+  }
+  spdlog::info("labelled node {} {}={}", options_.node_name, claims::kLabelNeuronLnc, value);
+  lnc_published_ = true;
+}
+
 void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
   while (SleepUnlessStopped(stop, options_.health_interval)) PollHealth(options_.host, *health_);
 }
@@ -147,6 +166,7 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
     }
     if (!run) continue;
     last_run = now;
+    if (!lnc_published_) PublishLnc();
     auto patched = RecordKubeletAssignments(kubelet, pods_, context);
     if (!patched.ok() && patched.error() != last_error) {
       spdlog::warn("recording kubelet's assignments: {}", patched.error());
@@ -243,7 +263,15 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
   allocations_ =
       std::make_unique<AllocationService>(pods_, topology_->shape, std::move(allocator_options));
   const bool reconcile = !options_.pod_resources_socket.empty();
-  if (reconcile) allocations_->set_on_unannotated_grant([this] { KickReconcile(); });
+  if (reconcile) {
+    // Both calls read kubelet's books (who holds what, which pods kubelet knows); a short
+    // deadline, as kubelet waits on them.
+    kubelet_view_ = std::make_unique<PodResourcesClient>(options_.pod_resources_socket,
+                                                         std::chrono::seconds(2));
+    allocations_->set_kubelet_view(kubelet_view_.get());
+    allocations_->set_on_grant_to_record([this] { KickReconcile(); });
+  }
+  PublishLnc();
   discovered_ = true;
 
   std::thread health_thread([&] { HealthLoop(stop); });

@@ -1,6 +1,8 @@
 // The device plugin process: waits for the driver, resolves the node's topology, keeps device
 // health, serves one endpoint per resource, registers with kubelet and registers again whenever
-// kubelet restarts, and records kubelet's real assignment on pods that had no allocation.
+// kubelet restarts, records kubelet's real assignment on pods that had no allocation and on pods
+// whose containers got other ids than their record (toposched.io/granted), and labels the node
+// with the LNC it serves at (toposched.io/neuron-lnc).
 #ifndef TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 #define TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 
@@ -78,6 +80,9 @@ class DevicePluginManager {
   void HealthLoop(const std::atomic<bool>& stop);
   void ReconcileLoop(const std::atomic<bool>& stop);
   void KickReconcile();
+  // Labels the node with the LNC this plugin serves at (claims::kLabelNeuronLnc), for the
+  // extender; lnc_published_ once done (or when the type has no LNC).
+  void PublishLnc();
   void ServeAndRegister(const std::atomic<bool>& stop);
 
   const PluginOptions options_;
@@ -87,6 +92,8 @@ class DevicePluginManager {
   std::unique_ptr<NodeTopology> topology_;
   std::unique_ptr<HealthBoard> health_;
   std::unique_ptr<AllocationService> allocations_;
+  std::unique_ptr<KubeletView> kubelet_view_;
+  std::atomic<bool> lnc_published_{false};
 
   std::mutex reconcile_mutex_;
   std::condition_variable reconcile_wake_;

@@ -1,6 +1,7 @@
 #include "deviceplugin/pod_resources.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -14,8 +15,8 @@
 
 namespace toposched::deviceplugin {
 
-PodResourcesClient::PodResourcesClient(std::string socket_path)
-    : socket_path_(std::move(socket_path)) {}
+PodResourcesClient::PodResourcesClient(std::string socket_path, std::chrono::milliseconds timeout)
+    : socket_path_(std::move(socket_path)), timeout_(timeout) {}
 
 Result<std::vector<AssignedDevices>> PodResourcesClient::List(
     std::chrono::milliseconds timeout) const {
@@ -31,6 +32,7 @@ Result<std::vector<AssignedDevices>> PodResourcesClient::List(
   }
   std::vector<AssignedDevices> out;
   for (const v1::PodResources& pod : response.pod_resources()) {
+    const size_t before = out.size();
     for (const v1::ContainerResources& container : pod.containers()) {
       for (const v1::ContainerDevices& devices : container.devices()) {
         AssignedDevices item;
@@ -42,9 +44,87 @@ Result<std::vector<AssignedDevices>> PodResourcesClient::List(
         out.push_back(std::move(item));
       }
     }
+    if (out.size() == before) {
+      // kubelet knows the pod (it runs, or is being admitted) but it holds no devices.
+      AssignedDevices item;
+      item.ns = pod.namespace_();
+      item.pod = pod.name();
+      out.push_back(std::move(item));
+    }
   }
   return out;
 }
+
+namespace {
+
+// The ids kubelet booked for `container`'s `spec`, or nullopt when it lists none. Unparseable ids
+// are a warning and count as none.
+std::optional<std::vector<int>> Booked(const kube::Pod& pod, std::string_view container,
+                                       const ResourceSpec& spec,
+                                       const std::vector<AssignedDevices>& assigned,
+                                       const RecordContext& context,
+                                       std::vector<std::string>* warnings) {
+  for (const AssignedDevices& item : assigned) {
+    if (item.ns != pod.ns || item.pod != pod.name || item.container != container ||
+        !spec.Matches(item.resource) || item.device_ids.empty()) {
+      continue;
+    }
+    const int limit =
+        spec.unit == topology::Unit::kDevice ? context.shape->devices : context.shape->cores;
+    auto ids = ParseUnitIds(spec.unit, item.device_ids, limit);
+    if (!ids.ok()) {
+      if (warnings != nullptr) {
+        warnings->push_back(fmt::format("{}/{} container {}: kubelet lists {}: {}", pod.ns,
+                                        pod.name, container, item.resource, ids.error()));
+      }
+      return std::nullopt;
+    }
+    return std::move(ids).value();
+  }
+  return std::nullopt;
+}
+
+// For a pod with a record: toposched.io/granted when what kubelet booked for any of its
+// containers differs from what the pod's annotations say (the record, or an earlier granted).
+// Containers kubelet lists nothing for yet keep their recorded ids.
+std::optional<RecordPatch> PlanGrantedPatch(const kube::Pod& pod,
+                                            const std::vector<AssignedDevices>& assigned,
+                                            const RecordContext& context,
+                                            std::vector<std::string>* warnings) {
+  auto record = claims::RecordFromPod(pod, context.resources);
+  if (!record.ok()) {
+    if (warnings != nullptr) {
+      warnings->push_back(fmt::format("{}/{}: {}; not comparing it with what kubelet booked",
+                                      pod.ns, pod.name, record.error()));
+    }
+    return std::nullopt;
+  }
+  kube::AllocationRecord truth = *record;
+  bool differs = false;
+  for (kube::ContainerIds& entry : truth.containers) {
+    const auto spec =
+        std::find_if(context.resources.begin(), context.resources.end(),
+                     [&](const ResourceSpec& r) { return r.Matches(entry.resource); });
+    if (spec == context.resources.end()) continue;
+    auto booked = Booked(pod, entry.container, *spec, assigned, context, warnings);
+    if (!booked) continue;
+    std::vector<int> recorded = entry.ids;
+    std::sort(recorded.begin(), recorded.end());
+    if (recorded != *booked) {
+      differs = true;
+      entry.ids = std::move(*booked);
+    }
+  }
+  if (!differs) return std::nullopt;
+  if (truth.node.empty()) truth.node = context.node_name;
+  RecordPatch patch;
+  patch.ns = pod.ns;
+  patch.name = pod.name;
+  patch.changes[std::string(claims::kAnnotationGranted)] = kube::AllocationRecordJson(truth);
+  return patch;
+}
+
+}  // namespace
 
 std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
                                            const std::vector<AssignedDevices>& assigned,
@@ -53,7 +133,13 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
   std::vector<RecordPatch> out;
   for (const kube::Pod& pod : pods) {
     if (pod.deleting || pod.Terminated()) continue;
-    if (pod.annotations.count(claims::kAnnotationRecord) > 0) continue;
+    if (pod.annotations.count(claims::kAnnotationRecord) > 0 ||
+        pod.annotations.count(claims::kAnnotationGranted) > 0) {
+      if (auto patch = PlanGrantedPatch(pod, assigned, context, warnings)) {
+        out.push_back(std::move(*patch));
+      }
+      continue;
+    }
     kube::AllocationRecord record;
     record.node = context.node_name;
     record.instance_type = context.instance_type;
@@ -126,8 +212,16 @@ Result<int> RecordKubeletAssignments(const PodResourcesClient& kubelet, PodSourc
     Status status = pods.PatchAnnotations(*pod, patch.changes);
     if (status.ok()) {
       ++patched;
-      spdlog::info("recorded kubelet's assignment on {}/{}: {}", patch.ns, patch.name,
-                   patch.changes.at(std::string(claims::kAnnotationRecord)).value_or(""));
+      const auto granted = patch.changes.find(std::string(claims::kAnnotationGranted));
+      if (granted != patch.changes.end()) {
+        spdlog::warn(
+            "{}/{} holds other ids than its record says; recorded what kubelet booked "
+            "in {}: {}",
+            patch.ns, patch.name, claims::kAnnotationGranted, granted->second.value_or(""));
+      } else {
+        spdlog::info("recorded kubelet's assignment on {}/{}: {}", patch.ns, patch.name,
+                     patch.changes.at(std::string(claims::kAnnotationRecord)).value_or(""));
+      }
     } else {
       spdlog::warn("cannot record kubelet's assignment on {}/{}: {}", patch.ns, patch.name,
                    status.error());

@@ -20,22 +20,18 @@
 
 namespace toposched::deviceplugin {
 
-struct AssignedDevices {
-  std::string ns;
-  std::string pod;
-  std::string container;
-  std::string resource;
-  std::vector<std::string> device_ids;
-};
-
-class PodResourcesClient {
+class PodResourcesClient : public KubeletView {
  public:
-  explicit PodResourcesClient(std::string socket_path);
-  // Every container's devices, as kubelet's List returns them.
+  explicit PodResourcesClient(std::string socket_path,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  // Every container's devices, as kubelet's List returns them; a pod without any device is one
+  // item with an empty container (kubelet knows it: it runs or is being admitted).
   Result<std::vector<AssignedDevices>> List(std::chrono::milliseconds timeout) const;
+  Result<std::vector<AssignedDevices>> List() override { return List(timeout_); }
 
  private:
   const std::string socket_path_;
+  const std::chrono::milliseconds timeout_;
 };
 
 struct RecordPatch {
@@ -54,8 +50,10 @@ struct RecordContext {
 // For every live pod in `pods` that has devices of our resources in `assigned` but no
 // toposched.io/allocation annotation: the annotations that record what it really got
 // (NEURON_ALLOCATED "true"; AWS_NEURON_IDS and NEURON_ALLOC_TIME only when absent, so an AWS
-// extender's own values are kept). Ids kubelet lists that are not ours are skipped with a
-// warning in `warnings`.
+// extender's own values are kept). For every pod with a record whose containers kubelet booked
+// other ids than it says: toposched.io/granted, the record with kubelet's ids (the extender
+// adopts it through claims::RecordFromPod). Ids kubelet lists that are not ours are skipped with
+// a warning in `warnings`.
 std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
                                            const std::vector<AssignedDevices>& assigned,
                                            const RecordContext& context, int64_t now_ns,

@@ -1,11 +1,14 @@
-// Where the plugin reads the pods bound to its node and writes their annotations. The API-backed
-// implementation is in api_pod_source.h; tests use an in-memory one.
+// Where the plugin reads the pods bound to its node and writes their annotations, events and its
+// node's labels (PodSource), and kubelet's own books of what every container holds (KubeletView,
+// PodResources List). The API-backed implementations are in api_pod_source.h and pod_resources.h;
+// tests use in-memory ones.
 #ifndef TOPOSCHED_DEVICEPLUGIN_POD_SOURCE_H_
 #define TOPOSCHED_DEVICEPLUGIN_POD_SOURCE_H_
 
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -25,6 +28,36 @@ class PodSource {
   // Merge-patches the pod's annotations: a value sets the key, nullopt deletes it.
   virtual Status PatchAnnotations(
       const kube::Pod& pod, const std::map<std::string, std::optional<std::string>>& changes) = 0;
+  // A Warning event about `pod` (e.g. an Allocate refused). Without an API writer: an error, and
+  // the caller's log line is all there is.
+  virtual Status PostWarning(const kube::Pod& /*pod*/, std::string_view /*reason*/,
+                             std::string_view /*message*/) {
+    return Error{"no API writer for events"};
+  }
+  // Merge-patches one label of this node (nullopt deletes it).
+  virtual Status PatchNodeLabel(std::string_view /*key*/,
+                                const std::optional<std::string>& /*value*/) {
+    return Error{"no API writer for node labels"};
+  }
+};
+
+// One container's devices of one resource, as kubelet's PodResources List reports them. A pod
+// kubelet knows but that holds no devices yet (e.g. being admitted) is one item with an empty
+// container and resource.
+struct AssignedDevices {
+  std::string ns;
+  std::string pod;
+  std::string container;
+  std::string resource;
+  std::vector<std::string> device_ids;
+};
+
+// kubelet's books: every pod it runs or is admitting, and the ids it assigned to each container.
+// kubelet updates them right after each Allocate returns, before it admits the next container.
+class KubeletView {
+ public:
+  virtual ~KubeletView() = default;
+  virtual Result<std::vector<AssignedDevices>> List() = 0;
 };
 
 }  // namespace toposched::deviceplugin

@@ -22,13 +22,14 @@ using topology::Unit;
 
 void ExtenderService::LearnNode(const kube::Node& node) {
   if (!HasFacts(node)) return;
-  const NodeFacts facts = FactsOf(node, catalog_, options_.pools, options_.resources);
+  std::optional<NodeFacts> previous;  // the last known LNC is kept without new evidence
   {
-    MutexLock lock(mu_);
-    auto it = nodes_.find(node.name);
-    if (it != nodes_.end() && it->second.SameNode(facts)) return;
-    nodes_[node.name] = facts;
+    ReaderLock lock(mu_);
+    if (auto it = nodes_.find(node.name); it != nodes_.end()) previous = it->second;
   }
+  NodeFacts facts =
+      FactsOf(node, catalog_, options_.pools, options_.resources, previous ? &*previous : nullptr);
+  if (previous && previous->SameNode(facts)) return;
   if (node.instance_type.empty() && facts.pool.empty()) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
                   node.name);
@@ -38,6 +39,14 @@ void ExtenderService::LearnNode(const kube::Node& node) {
       !s.ok()) {
     spdlog::warn("{}", s.error());
   }
+  // One source: the tracker may keep the old shape (pods hold ids on the node), and core ids
+  // must then be read with the shape it uses, not the new facts'.
+  if (auto held = tracker_.Snapshot(node.name)) {
+    facts.lnc = held->info.lnc;
+    facts.cores_per_device = held->shape.cores_per_device;
+  }
+  MutexLock lock(mu_);
+  nodes_[node.name] = facts;
 }
 
 void ExtenderService::ReplaceNodes(const std::vector<kube::Node>& nodes) {

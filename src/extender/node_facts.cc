@@ -1,5 +1,10 @@
 #include "extender/node_facts.h"
 
+#include <algorithm>
+#include <charconv>
+#include <string_view>
+
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "claims/keys.h"
@@ -7,20 +12,59 @@
 namespace toposched::extender {
 namespace {
 
-// The LNC a Trn2 node runs at, read off the core count its device plugin advertises.
-int LncFromAllocatable(const topology::InstanceType& type, const kube::Node& node,
-                       const ResourceNames& names) {
-  if (!type.has_lnc) return 0;
-  for (const auto& resource : names.core) {
+// The LNC a Trn2 node runs at, only on positive evidence (issue 18): an LNC read wrongly turns
+// core ids into the wrong devices, so a device pod and a core pod can overlap physically.
+//   1. the label our device plugin sets from the driver's config (claims::kLabelNeuronLnc);
+//   2. else the allocatable the device plugin advertises, only when it is unambiguous: the
+//      node's full core count at exactly one allowed LNC, and its full device count where devices
+//      are advertised too (0 after a kubelet restart, or 120 with one device unhealthy, say
+//      nothing: 64 cores are a whole LNC 2 node or half an LNC 1 node);
+//   3. else the last value known for the node (`last_known`, 0 when none);
+//   4. else, never seen with evidence, the type's default (the driver's default).
+struct Lnc {
+  int value = 0;
+  const char* source = "";
+};
+
+Lnc LncOf(const topology::InstanceType& type, const kube::Node& node, const ResourceNames& names,
+          int last_known) {
+  if (!type.has_lnc) return {};
+  auto allowed = [&](int lnc) {
+    return std::find(type.lnc.allowed.begin(), type.lnc.allowed.end(), lnc) !=
+           type.lnc.allowed.end();
+  };
+  if (auto label = node.labels.find(claims::kLabelNeuronLnc); label != node.labels.end()) {
+    int lnc = 0;
+    const std::string& text = label->second;
+    const auto parsed = std::from_chars(text.data(), text.data() + text.size(), lnc);
+    if (parsed.ec == std::errc() && parsed.ptr == text.data() + text.size() && allowed(lnc)) {
+      return {lnc, "label"};
+    }
+    spdlog::warn("node {}: label {}={} is not an LNC {} allows ({}); ignoring it", node.name,
+                 claims::kLabelNeuronLnc, text, type.name, fmt::join(type.lnc.allowed, ", "));
+  }
+  bool devices_whole = true;  // no device count advertised, or the type's whole count
+  for (const auto& resource : names.device) {
     auto it = node.allocatable.find(resource);
-    if (it == node.allocatable.end()) continue;
-    for (int lnc : type.lnc.allowed) {
-      if (it->second == int64_t{type.devices} * (type.lnc.physical_cores_per_device / lnc)) {
-        return lnc;
+    if (it != node.allocatable.end() && it->second != type.devices) devices_whole = false;
+  }
+  if (devices_whole) {
+    for (const auto& resource : names.core) {
+      auto it = node.allocatable.find(resource);
+      if (it == node.allocatable.end()) continue;
+      int matched = 0;
+      int found = 0;
+      for (int lnc : type.lnc.allowed) {
+        if (it->second == int64_t{type.devices} * (type.lnc.physical_cores_per_device / lnc)) {
+          ++matched;
+          found = lnc;
+        }
       }
+      if (matched == 1) return {found, "allocatable"};
     }
   }
-  return type.lnc.default_lnc;
+  if (last_known != 0) return {last_known, "last known"};
+  return {type.lnc.default_lnc, "default"};
 }
 
 }  // namespace
@@ -41,7 +85,8 @@ bool HasFacts(const kube::Node& node) {
 }
 
 NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
-                  const topology::PoolSet* pools, const ResourceNames& resources) {
+                  const topology::PoolSet* pools, const ResourceNames& resources,
+                  const NodeFacts* previous) {
   NodeFacts facts;
   facts.instance_type = node.instance_type;
   if (auto place = claims::UltraServerPlaceOf(node.labels); place.ok()) {
@@ -57,7 +102,17 @@ NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
       facts.cores_per_device = def->shape_type->cores_per_device;
     }
   } else if (const auto* type = catalog.Find(node.instance_type)) {
-    facts.lnc = LncFromAllocatable(*type, node, resources);
+    const int last_known =
+        previous != nullptr && previous->instance_type == node.instance_type ? previous->lnc : 0;
+    const Lnc lnc = LncOf(*type, node, resources, last_known);
+    facts.lnc = lnc.value;
+    if (type->has_lnc && (previous == nullptr || previous->lnc != lnc.value)) {
+      spdlog::info(
+          "node {} ({}): LNC {} ({}{})", node.name, node.instance_type, lnc.value, lnc.source,
+          std::string_view(lnc.source) == "default"
+              ? fmt::format("; no {} label and allocatable is ambiguous", claims::kLabelNeuronLnc)
+              : "");
+    }
     auto shape = topology::NodeShape::Make(*type, facts.lnc);
     if (shape.ok()) facts.cores_per_device = shape->cores_per_device;
     for (const auto& resource : resources.device) {

@@ -1,6 +1,8 @@
 // What the extender knows of a node beyond its name: the instance type, the shared pool it
 // reaches, the LNC it runs at, and so how core ids map to devices. Read off the Node object's
-// labels and allocatable; the tracker keeps the node's free ids.
+// labels and allocatable; the tracker keeps the node's free ids. The LNC and cores per device the
+// extender uses are the tracker's (LearnNode copies them back when the tracker keeps a node's
+// old shape while pods hold ids on it), so the two never differ.
 #ifndef TOPOSCHED_EXTENDER_NODE_FACTS_H_
 #define TOPOSCHED_EXTENDER_NODE_FACTS_H_
 
@@ -39,9 +41,13 @@ bool HasFacts(const kube::Node& node);
 
 // Reads the facts; logs a warning when the node advertises fewer devices than its type has, or
 // when its UltraServer labels are malformed (it then takes no multi-node gang).
-// `pools` may be null (no shared pools configured).
+// `pools` may be null (no shared pools configured). The LNC comes only from positive evidence:
+// the device plugin's label (claims::kLabelNeuronLnc), else an unambiguous allocatable (the
+// node's whole core count at exactly one LNC, with its whole device count), else `previous`'s
+// (the facts last known for the node, may be null), else the type's default.
 NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
-                  const topology::PoolSet* pools, const ResourceNames& resources);
+                  const topology::PoolSet* pools, const ResourceNames& resources,
+                  const NodeFacts* previous = nullptr);
 
 }  // namespace toposched::extender
 

@@ -1,0 +1,130 @@
+// What the extender learns from the node and its device plugin (issue 18, items 1 and 5): the
+// LNC only on positive evidence (the plugin's label, an unambiguous allocatable, else the last
+// known value), the extender's node facts and the tracker's shape one and the same, and the
+// truth of what a container got (toposched.io/granted, written by the plugin from kubelet's
+// books) adopted over the bind-time record.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "extender/offline.h"
+#include "extender/service.h"
+#include "extender_fixtures.h"
+#include "kube/decode.h"
+#include "support/pods.h"
+
+namespace toposched::extender {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr char kLncLabel[] = "toposched.io/neuron-lnc";
+constexpr char kGranted[] = "toposched.io/granted";
+
+class NodeTruthTest : public ::testing::Test {
+ protected:
+  NodeTruthTest()
+      : service_(
+            topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
+            [] { return int64_t{1'000'000'000}; }, [] { return int64_t{1743574052764891534}; }) {
+    service_.ReplacePods({});
+  }
+
+  // A trn2.48xlarge node advertising `devices` devices and `cores` cores; `version` is its
+  // resourceVersion (each update is a new one).
+  static kube::Node Trn2(int devices, int cores, int version,
+                         std::optional<std::string> lnc_label = std::nullopt) {
+    auto node = kube::DecodeNode(testing::EksNodeJson("trn2-a", "trn2.48xlarge", devices, cores));
+    EXPECT_TRUE(node.ok()) << node.error();
+    node->resource_version = std::to_string(version);
+    if (lnc_label) node->labels[kLncLabel] = *lnc_label;
+    return *node;
+  }
+
+  int TrackerLnc() {
+    auto snapshot = service_.tracker().Snapshot("trn2-a");
+    return snapshot ? snapshot->info.lnc : -1;
+  }
+
+  static kube::Pod CorePod(const std::string& name, const std::string& cores) {
+    kube::Pod pod =
+        testing::MakePod(name, {{"main", "aws.amazon.com/neuroncore", 4}}, {}, "trn2-a");
+    pod.phase = "Running";
+    pod.annotations["toposched.io/allocation"] =
+        R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[)" +
+        cores + "]}]}";
+    pod.annotations["NEURON_ALLOC_TIME"] = "100";
+    return pod;
+  }
+
+  OfflineClusterWriter writer_;
+  Metrics metrics_;
+  ExtenderService service_;
+};
+
+// Before the fix any core count other than 64 or 128 meant LNC 2: after a kubelet restart (0) or
+// with one device unhealthy (15 devices, 120 cores at LNC 1) an LNC 1 node became LNC 2, and the
+// core ids of the next pods named other devices than the plugin serves.
+TEST_F(NodeTruthTest, AmbiguousAllocatableKeepsTheLastKnownLnc) {
+  service_.ReplaceNodes({Trn2(16, 128, 1)});
+  ASSERT_EQ(TrackerLnc(), 1);
+  service_.UpsertNode(Trn2(0, 0, 2));  // kubelet restarted: nothing advertised yet
+  EXPECT_EQ(TrackerLnc(), 1);
+  service_.UpsertNode(Trn2(15, 120, 3));  // one device unhealthy
+  EXPECT_EQ(TrackerLnc(), 1);
+  service_.UpsertNode(Trn2(16, 64, 4));  // the whole node at LNC 2: unambiguous
+  EXPECT_EQ(TrackerLnc(), 2);
+}
+
+TEST_F(NodeTruthTest, TheDevicePluginsLabelWins) {
+  service_.ReplaceNodes({Trn2(16, 64, 1, "1")});  // 64 cores would say LNC 2
+  EXPECT_EQ(TrackerLnc(), 1);
+  service_.UpsertNode(Trn2(0, 0, 2, "1"));
+  EXPECT_EQ(TrackerLnc(), 1);
+  service_.UpsertNode(Trn2(16, 64, 3, "not-a-number"));  // a bad label is no evidence
+  EXPECT_EQ(TrackerLnc(), 2);
+}
+
+// The tracker keeps a node's shape while pods hold ids on it; before the fix the extender's facts
+// took the new LNC anyway, so a core pod read back with the new cores-per-device was held as on
+// device 0 while its cores 4-7 are on device 1 in the shape the tracker keeps.
+TEST_F(NodeTruthTest, NodeFactsFollowTheShapeTheTrackerKeeps) {
+  service_.ReplaceNodes({Trn2(16, 64, 1)});
+  ASSERT_EQ(TrackerLnc(), 2);
+  service_.ReplacePods({CorePod("c", "0,1,2,3")});
+  ASSERT_TRUE(service_.tracker().Find("c-uid").has_value());
+  service_.UpsertNode(Trn2(16, 128, 2, "1"));  // the node says LNC 1 while c holds cores
+  EXPECT_EQ(TrackerLnc(), 2) << "the shape is kept while pods hold ids";
+  service_.UpsertPod(CorePod("e", "4,5,6,7"));  // device 1 at the LNC the tracker keeps
+  ASSERT_TRUE(service_.tracker().Find("e-uid").has_value());
+  auto snapshot = service_.tracker().Snapshot("trn2-a");
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_TRUE(snapshot->usage.busy_devices() & (topology::DeviceMask{1} << 1));
+  auto hold = service_.tracker().Find("e-uid");
+  EXPECT_EQ(hold->allocation.containers.at(0).placement.devices, topology::DeviceMask{1} << 1)
+      << "e's cores 4-7 are on device 1 at the LNC the tracker keeps";
+}
+
+// What a container really got (toposched.io/granted) wins over what bind recorded, at a rebuild
+// and when a watch event brings it.
+TEST_F(NodeTruthTest, GrantedTruthIsAdopted) {
+  service_.ReplaceNodes({Trn2(16, 64, 1)});
+  kube::Pod pod = CorePod("g", "0,1,2,3");
+  pod.annotations[kGranted] =
+      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  service_.ReplacePods({pod});
+  auto hold = service_.tracker().Find("g-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(8, 9, 10, 11));
+
+  kube::Pod other = CorePod("h", "4,5,6,7");
+  service_.UpsertPod(other);
+  other.annotations[kGranted] =
+      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[12,13,14,15]}]})";
+  service_.UpsertPod(other);
+  hold = service_.tracker().Find("h-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(12, 13, 14, 15));
+}
+
+}  // namespace
+}  // namespace toposched::extender
