@@ -14,10 +14,6 @@
 //   ./build/test/fault_sim_test --gtest_filter=FaultSimTest.Replay
 // (docs/reliability-sim.md). When the service's interfaces change, the adaptation points are
 // marked "ADAPT:" below.
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -35,6 +31,9 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "claims/annotations.h"
 #include "claims/keys.h"
@@ -286,7 +285,7 @@ class Simulation {
       }
       Check("end of step");
     }
-    result_.steps = step_ - 1;
+    result_.steps = result_.violation.empty() ? step_ - 1 : step_;
     return std::move(result_);
   }
 
@@ -325,8 +324,7 @@ class Simulation {
     }
     std::chrono::milliseconds MaxWriteTime() const override { return kMaxWriteTime; }
     void Event(const std::string& ns, const std::string& name, const std::string&,
-               std::string_view type, std::string_view reason,
-               std::string_view message) override {
+               std::string_view type, std::string_view reason, std::string_view message) override {
       sim_.Log(fmt::format("{} posts {} event {} on {}/{}: {}", sim_.instances_[index_].name, type,
                            reason, ns, name, message));
     }
@@ -405,9 +403,9 @@ class Simulation {
   // ---- setup ----------------------------------------------------------------------------------
   void Setup() {
     const topology::Catalog& catalog = topology::Catalog::Embedded();
-    for (auto [name, type] : {std::pair{"inf-a", "inf2.24xlarge"},
-                              std::pair{"inf-b", "inf2.24xlarge"},
-                              std::pair{"trn-a", "trn1.32xlarge"}}) {
+    for (auto [name, type] :
+         {std::pair{"inf-a", "inf2.24xlarge"}, std::pair{"inf-b", "inf2.24xlarge"},
+          std::pair{"trn-a", "trn1.32xlarge"}}) {
       NodeState state;
       state.shape = *topology::NodeShape::Make(*catalog.Find(type));
       state.node.name = name;
@@ -420,9 +418,8 @@ class Simulation {
           *state.pods, state.shape,
           deviceplugin::AllocatorOptions{name, deviceplugin::CoreNumbering::kHost,
                                          claims::DefaultResources(kNeuron, kCore)});
-      state.kubelet = std::make_unique<testing::KubeletModel>(name, *state.plugin,
-                                                              state.shape.devices,
-                                                              state.shape.cores);
+      state.kubelet = std::make_unique<testing::KubeletModel>(
+          name, *state.plugin, state.shape.devices, state.shape.cores);
       nodes_.emplace(name, std::move(state));
     }
     for (const char* name : {"A", "B"}) {
@@ -443,7 +440,8 @@ class Simulation {
       inst.service->ReplaceNodes(PresentNodes());
       inst.service->ReplacePods({});
     }
-    Log(fmt::format("seed {} faults {}: nodes inf-a, inf-b (inf2.24xlarge), trn-a "
+    Log(
+        fmt::format("seed {} faults {}: nodes inf-a, inf-b (inf2.24xlarge), trn-a "
                     "(trn1.32xlarge); extenders A (leader) and B (standby)",
                     options_.seed, FaultList(options_.faults)));
     for (int i = 0; i < 4; ++i) CreatePod();
@@ -532,12 +530,13 @@ class Simulation {
     const bool cores = Chance(35);
     static constexpr std::array kDeviceAsks = {1, 1, 1, 2, 2, 3, 4};
     static constexpr std::array kCoreAsks = {1, 1, 2, 2, 4};
-    const int count = cores ? kCoreAsks[Uniform(kCoreAsks.size())]
-                            : kDeviceAsks[Uniform(kDeviceAsks.size())];
+    const int count =
+        cores ? kCoreAsks[Uniform(kCoreAsks.size())] : kDeviceAsks[Uniform(kDeviceAsks.size())];
     kube::Pod pod =
         testing::MakePod(fmt::format("p{}", n), {{"main", cores ? kCore : kNeuron, count}}, {}, "");
     const int64_t seconds = (kWallBase + now_) / 1'000'000'000;
-    pod.creation_timestamp = fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(seconds)));
+    pod.creation_timestamp =
+        fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(seconds)));
     pod.scheduler_name = "toposched";
     created_order_[pod.uid] = n;
     Log(fmt::format("create {} asking for {} {}", pod.Key(), count, cores ? kCore : kNeuron));
@@ -618,8 +617,9 @@ class Simulation {
                       const std::map<std::string, std::string>& annotations) {
     const Instance& inst = instances_[index];
     if (index != leader_) {
-      return Error{"not bound: this extender lost the leader lease; the scheduler will retry the "
-                   "pod"};
+      return Error{
+          "not bound: this extender lost the leader lease; the scheduler will retry the "
+          "pod"};
     }
     enum class Outcome { kApplied, kApplied504, kNotApplied500, kAppliedLate };
     Outcome outcome = Outcome::kApplied;
@@ -649,17 +649,19 @@ class Simulation {
     --depth_;
     if (code == 404) return Error{fmt::format("pods \"{}\" not found", key)};
     if (code == 409) {
-      return Error{fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
-                               "already assigned to a node",
-                               key, key)};
+      return Error{
+          fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
+                      "already assigned to a node",
+                      key, key)};
     }
     switch (outcome) {
       case Outcome::kApplied:
         return OkStatus();
       case Outcome::kApplied504:
         Log(fmt::format("{}'s client gets 504 for Binding {} (it was applied)", inst.name, key));
-        return Error{"the server was unable to return a response in the time allotted, but may "
-                     "still be processing the request (504)"};
+        return Error{
+            "the server was unable to return a response in the time allotted, but may "
+            "still be processing the request (504)"};
       case Outcome::kNotApplied500:
         Log(fmt::format("{}'s client gets 500 for Binding {} (not applied)", inst.name, key));
         return Error{"Internal error occurred (500)"};
@@ -667,9 +669,10 @@ class Simulation {
         late_.push_back({now_ + Between(100, 5000) * kMs, key, uid, node, annotations});
         Log(fmt::format("{}'s client times out on Binding {} (the API server applies it later)",
                         inst.name, key));
-        return Error{fmt::format("Post binding: context deadline exceeded (Client.Timeout "
-                                 "exceeded while awaiting headers) after {} ms",
-                                 kMaxWriteTime.count())};
+        return Error{
+            fmt::format("Post binding: context deadline exceeded (Client.Timeout "
+                        "exceeded while awaiting headers) after {} ms",
+                        kMaxWriteTime.count())};
     }
     return OkStatus();
   }
@@ -903,9 +906,10 @@ class Simulation {
         for (int core : CoresOf(state.shape, g.unit, g.granted_ids)) {
           auto [it, inserted] = holder.emplace(core, who);
           if (!inserted && it->second != who) {
-            return fmt::format("(a) node {}: {} is granted to two live containers, {} and {} "
-                               "(the device plugin's grants)",
-                               name, Describe(state.shape, core), it->second, who);
+            return fmt::format(
+                "(a) node {}: {} is granted to two live containers, {} and {} "
+                "(the device plugin's grants)",
+                name, Describe(state.shape, core), it->second, who);
           }
         }
       }
@@ -919,9 +923,10 @@ class Simulation {
         for (int core : CoresOf(state.shape, r.unit, r.ids)) {
           auto [it, inserted] = recorded[pod.node_name].emplace(core, pod.Key());
           if (!inserted && it->second != pod.Key()) {
-            return fmt::format("(a) node {}: {} is recorded for two live bound pods, {} and {} "
-                               "(the extender's allocation records)",
-                               pod.node_name, Describe(state.shape, core), it->second, pod.Key());
+            return fmt::format(
+                "(a) node {}: {} is recorded for two live bound pods, {} and {} "
+                "(the extender's allocation records)",
+                pod.node_name, Describe(state.shape, core), it->second, pod.Key());
           }
         }
       }
@@ -1005,9 +1010,10 @@ std::optional<uint64_t> EnvNumber(const char* name) {
 
 std::string ReplayCommand(uint64_t seed, const std::set<Fault>& faults) {
   return fmt::format(
-      "TOPOSCHED_FAULT_SEED={} TOPOSCHED_FAULT_KINDS={} ./build/test/fault_sim_test "
+      "TOPOSCHED_FAULT_SEED={} TOPOSCHED_FAULT_KINDS={}{} ./build/test/fault_sim_test "
       "--gtest_filter=FaultSimTest.Replay",
-      seed, FaultList(faults));
+      seed, FaultList(faults),
+      EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0 ? " TOPOSCHED_FAULT_FENCED=1" : "");
 }
 
 struct SeedsOutcome {
@@ -1017,14 +1023,23 @@ struct SeedsOutcome {
   SimResult first;
 };
 
-SeedsOutcome RunSeeds(const std::set<Fault>& faults, int default_seeds) {
+// The options every run starts from: TOPOSCHED_FAULT_FENCED=1 gives the wiring of the
+// leader-fencing fix (a takeover relists, a leader drains its binds before it lets the Lease go).
+SimOptions BaseOptions() {
+  SimOptions options;
+  if (EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0) {
+    options.takeover_relists = true;
+    options.drain_before_handover = true;
+  }
+  return options;
+}
+
+SeedsOutcome RunSeeds(SimOptions options, int default_seeds) {
   SeedsOutcome out;
   out.seeds = static_cast<int>(EnvNumber("TOPOSCHED_FAULT_SEEDS").value_or(default_seeds));
   const uint64_t base = EnvNumber("TOPOSCHED_FAULT_SEED_BASE").value_or(1);
   for (int i = 0; i < out.seeds; ++i) {
-    SimOptions options;
     options.seed = base + static_cast<uint64_t>(i);
-    options.faults = faults;
     SimResult result = Simulation(options).Run();
     if (result.violation.empty()) continue;
     if (++out.failed == 1) {
@@ -1035,21 +1050,28 @@ SeedsOutcome RunSeeds(const std::set<Fault>& faults, int default_seeds) {
   return out;
 }
 
-void ExpectNoViolation(const std::set<Fault>& faults, int default_seeds) {
-  const SeedsOutcome out = RunSeeds(faults, default_seeds);
+void ExpectNoViolationWith(SimOptions options, int default_seeds) {
+  const SeedsOutcome out = RunSeeds(options, default_seeds);
   if (out.failed == 0) return;
   std::string log;
   for (const std::string& line : out.first.log) log += line + "\n";
   ADD_FAILURE() << out.failed << " of " << out.seeds << " seeds broke the promise with faults "
-                << FaultList(faults) << ". First: seed " << out.first_seed << ": "
-                << out.first.violation << "\nreplay: " << ReplayCommand(out.first_seed, faults)
+                << FaultList(options.faults) << ". First: seed " << out.first_seed << ": "
+                << out.first.violation
+                << "\nreplay: " << ReplayCommand(out.first_seed, options.faults)
                 << "\nstep log of seed " << out.first_seed << ":\n"
                 << log;
 }
 
+void ExpectNoViolation(const std::set<Fault>& faults, int default_seeds) {
+  SimOptions options = BaseOptions();
+  options.faults = faults;
+  ExpectNoViolationWith(options, default_seeds);
+}
+
 // The seeds each test runs in CI (release: well under a minute for the whole file; see
 // docs/reliability-sim.md for the timings). TOPOSCHED_FAULT_SEEDS overrides.
-constexpr int kSeeds = 1000;
+constexpr int kSeeds = 2000;
 
 class FaultSimTest : public ::testing::Test {
  protected:
@@ -1092,6 +1114,17 @@ TEST_F(FaultSimTest, NoFaults) { ExpectNoViolation({}, kSeeds); }
 
 TEST_F(FaultSimTest, WatchDelay) { ExpectNoViolation({Fault::kWatchDelay}, kSeeds); }
 
+// Leader changes with the wiring the leader-fencing fix gives the binary (a takeover relists, a
+// leader drains its binds before it lets the Lease go), and lagging watches: the service itself
+// keeps the promise then. Today's binary does neither (DISABLED_LeaderChange).
+TEST_F(FaultSimTest, LeaderChangeWithFencedWiring) {
+  SimOptions options = BaseOptions();
+  options.faults = {Fault::kLeaderChange, Fault::kWatchDelay};
+  options.takeover_relists = true;
+  options.drain_before_handover = true;
+  ExpectNoViolationWith(options, kSeeds);
+}
+
 // Failing on today's code (issue 18); rename without DISABLED_ as each fix lands. Run them with
 // --gtest_also_run_disabled_tests.
 TEST_F(FaultSimTest, DISABLED_Relist) { ExpectNoViolation({Fault::kRelist}, kSeeds); }
@@ -1103,19 +1136,26 @@ TEST_F(FaultSimTest, DISABLED_AllFaults) {
   ExpectNoViolation(std::set<Fault>(kAllFaults.begin(), kAllFaults.end()), kSeeds);
 }
 
-// For the report: per fault kind alone, how many seeds fail and the first failing seed.
+// For the report: per fault kind alone, how many seeds fail and the first failing seed, with
+// every check, then with (a) alone (ids really given twice).
 TEST_F(FaultSimTest, DISABLED_Survey) {
   std::vector<std::set<Fault>> sets = {{}};
   for (Fault f : kAllFaults) sets.push_back({f});
   sets.emplace_back(kAllFaults.begin(), kAllFaults.end());
-  for (const auto& faults : sets) {
-    const SeedsOutcome out = RunSeeds(faults, kSeeds);
-    std::cout << fmt::format("{:14} {:5} of {} seeds fail", FaultList(faults), out.failed,
-                             out.seeds);
-    if (out.failed != 0) {
-      std::cout << fmt::format("; first seed {}: {}", out.first_seed, out.first.violation);
+  for (bool only_a : {false, true}) {
+    std::cout << (only_a ? "checks (a) only\n" : "checks (a), (b), (c)\n");
+    for (const auto& faults : sets) {
+      SimOptions options = BaseOptions();
+      options.faults = faults;
+      options.check_tracker = !only_a;
+      const SeedsOutcome out = RunSeeds(options, kSeeds);
+      std::cout << fmt::format("  {:14} {:5} of {} seeds fail", FaultList(faults), out.failed,
+                               out.seeds);
+      if (out.failed != 0) {
+        std::cout << fmt::format("; first seed {}: {}", out.first_seed, out.first.violation);
+      }
+      std::cout << std::endl;
     }
-    std::cout << std::endl;
   }
 }
 
@@ -1128,8 +1168,9 @@ TEST_F(FaultSimTest, Replay) {
   auto faults = ParseFaults(kinds == nullptr ? "all" : kinds);
   ASSERT_TRUE(faults.ok()) << faults.error();
   spdlog::set_level(spdlog::level::info);
-  SimOptions options;
+  SimOptions options = BaseOptions();
   options.seed = *seed;
+  options.check_tracker = EnvNumber("TOPOSCHED_FAULT_ONLY_A").value_or(0) == 0;
   options.faults = *faults;
   options.log_to_stderr = true;
   if (auto steps = EnvNumber("TOPOSCHED_FAULT_STEPS")) options.steps = static_cast<int>(*steps);

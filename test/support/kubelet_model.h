@@ -64,10 +64,10 @@ class KubeletModel {
           if (size <= 0) continue;
           std::vector<int> available = Available(spec, granted);
           if (static_cast<int>(available.size()) < size) {
-            return Error{fmt::format("kubelet on {}: pod {} container {} asks for {} {} but only "
-                                     "{} are available",
-                                     node_, pod.Key(), container.name, size, spec.name,
-                                     available.size())};
+            return Error{
+                fmt::format("kubelet on {}: pod {} container {} asks for {} {} but only "
+                            "{} are available",
+                            node_, pod.Key(), container.name, size, spec.name, available.size())};
           }
           std::vector<int> chosen;
           if (follow_preference) {
