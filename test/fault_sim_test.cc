@@ -237,6 +237,7 @@ class FakeApi {
       }
     }
     std::vector<kube::Pod> out;
+    out.reserve(state.size());
     for (auto& [uid, pod] : state) out.push_back(std::move(pod));
     return out;
   }
@@ -527,19 +528,27 @@ class Simulation {
   // A user creates a pod asking for devices or cores (one container).
   void CreatePod() {
     const int n = ++pods_created_;
-    const bool cores = Chance(35);
     static constexpr std::array kDeviceAsks = {1, 1, 1, 2, 2, 3, 4};
     static constexpr std::array kCoreAsks = {1, 1, 2, 2, 4};
-    const int count =
-        cores ? kCoreAsks[Uniform(kCoreAsks.size())] : kDeviceAsks[Uniform(kDeviceAsks.size())];
-    kube::Pod pod =
-        testing::MakePod(fmt::format("p{}", n), {{"main", cores ? kCore : kNeuron, count}}, {}, "");
+    // One app container, or two (kubelet allocates each on its own, in order).
+    std::vector<testing::ContainerAsk> asks;
+    std::string what;
+    for (const char* name : {"main", "side"}) {
+      if (!asks.empty() && !Chance(15)) break;
+      const bool cores = Chance(35);
+      const int count =
+          cores ? kCoreAsks[Uniform(kCoreAsks.size())] : kDeviceAsks[Uniform(kDeviceAsks.size())];
+      asks.push_back({name, cores ? kCore : kNeuron, count});
+      what +=
+          fmt::format("{}{} {} {}", what.empty() ? "" : ", ", name, count, cores ? kCore : kNeuron);
+    }
+    kube::Pod pod = testing::MakePod(fmt::format("p{}", n), asks, {}, "");
     const int64_t seconds = (kWallBase + now_) / 1'000'000'000;
     pod.creation_timestamp =
         fmt::format("{:%Y-%m-%dT%H:%M:%SZ}", fmt::gmtime(static_cast<std::time_t>(seconds)));
     pod.scheduler_name = "toposched";
     created_order_[pod.uid] = n;
-    Log(fmt::format("create {} asking for {} {}", pod.Key(), count, cores ? kCore : kNeuron));
+    Log(fmt::format("create {} asking for {}", pod.Key(), what));
     api_.Create(std::move(pod));
   }
 
@@ -1050,7 +1059,7 @@ SeedsOutcome RunSeeds(SimOptions options, int default_seeds) {
   return out;
 }
 
-void ExpectNoViolationWith(SimOptions options, int default_seeds) {
+void ExpectNoViolationWith(const SimOptions& options, int default_seeds) {
   const SeedsOutcome out = RunSeeds(options, default_seeds);
   if (out.failed == 0) return;
   std::string log;
