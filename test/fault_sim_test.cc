@@ -1119,6 +1119,19 @@ TEST_F(FaultSimTest, CheckerCatchesPlantedDefects) {
   }
 }
 
+// A seed is a replay: the same seed and faults give the same run, step for step.
+TEST_F(FaultSimTest, SameSeedSameRun) {
+  SimOptions options;
+  options.seed = 7;
+  options.faults = std::set<Fault>(kAllFaults.begin(), kAllFaults.end());
+  options.check_tracker = false;  // run longer before the first violation
+  const SimResult first = Simulation(options).Run();
+  const SimResult second = Simulation(options).Run();
+  EXPECT_GT(first.log.size(), 50u);
+  EXPECT_EQ(first.log, second.log);
+  EXPECT_EQ(first.violation, second.violation);
+}
+
 TEST(FaultSimCheckTest, ParseFaults) {
   auto all = ParseFaults("all");
   ASSERT_TRUE(all.ok());
