@@ -1079,7 +1079,7 @@ void ExpectNoViolation(const std::set<Fault>& faults, int default_seeds) {
 }
 
 // The seeds each test runs in CI: about 2 ms a seed in the release build (the whole file: about
-// 14 CPU-seconds), about 90 ms under ASan+UBSan, which runs 100 (about 28 CPU-seconds);
+// 14 CPU-seconds), about 90 ms under ASan+UBSan, which runs 100 (26 CPU-seconds);
 // docs/reliability-sim.md has the timings. TOPOSCHED_FAULT_SEEDS overrides.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr int kSeeds = 100;
