@@ -278,6 +278,17 @@ TEST_F(ExtenderPoolsTest, ThePoolStepNeverShortensTheWritesDeadline) {
   EXPECT_GE(deadline, now + std::chrono::nanoseconds(30s + 40s).count());
 }
 
+// A partition create whose answer is lost (504) although it was made: the provisioner reads it
+// back and uses it, instead of removing it and failing the bind.
+TEST_F(ExtenderPoolsTest, ACreateMadeButAnswered504IsReadBackAndUsed) {
+  fake_.SetLostCreateAnswers(1);
+  EXPECT_EQ(Bind("p", "uid-p", 8, "head-1"), "");
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);
+  EXPECT_EQ(fake_.Snapshot()[0].state, provision::PartitionState::kActive);
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kCommitted);
+  ExpectNoLeak();
+}
+
 TEST_F(ExtenderPoolsTest, RestartRemovesOrphansAndReportsMissingPartitions) {
   // Before the restart: two pods bound, then one pod's partition is removed behind our back and
   // the other pod is deleted while we were down.
