@@ -69,7 +69,8 @@ class ExtenderPoolsTest : public ::testing::Test {
     Start();
   }
 
-  void Start(std::vector<kube::Pod> pods = {}, std::function<bool()> may_reconcile = nullptr) {
+  void Start(const std::vector<kube::Pod>& pods = {},
+             std::function<bool()> may_reconcile = nullptr) {
     ExtenderOptions options;
     options.may_reconcile = std::move(may_reconcile);
     options.resources.device.push_back("graphcore.ai/ipu");

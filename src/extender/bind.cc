@@ -260,9 +260,8 @@ std::string ExtenderService::FinishBind(const UnknownBind& bind) {
         break;
       case PoolCommit::kDeleted: {
         // Deleted while binding: PodDeleted left the partition to us.
-        const std::string message =
-            fmt::format("pod {} was deleted while binding; partition {} removed", attempt.key,
-                        attempt.partition);
+        std::string message = fmt::format("pod {} was deleted while binding; partition {} removed",
+                                          attempt.key, attempt.partition);
         (void)FailBind(attempt, message);  // the answer is built by the caller from `message`
         return message;
       }

@@ -168,7 +168,7 @@ class PolicyRun {
     return maps;
   }
   // Whether every node of the fleet was accepted by the tracker (the first refusal otherwise).
-  const Status& setup() const { return setup_; }
+  Status setup() const { return setup_; }
 
  private:
   // The scheduler's part: which node, as the tracker ranks them for the policy (the extender's
