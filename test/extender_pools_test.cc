@@ -40,6 +40,21 @@ class RecordingWriter : public ClusterWriter {
     if (hook) hook();
     return OkStatus();
   }
+  // `lose_answers`: the write is not applied and answered 500 (its outcome unknown); the pod
+  // read back is `read_back` (nullopt: gone).
+  kube::WriteResult BindWithOutcome(
+      const std::string& ns, const std::string& name, const std::string& uid,
+      const std::string& node, const std::map<std::string, std::string>& annotations) override {
+    {
+      std::lock_guard lock(mu);
+      if (lose_answers) return {kube::WriteOutcome::kUnknown, 500, "binding: (HTTP 500)"};
+    }
+    return ClusterWriter::BindWithOutcome(ns, name, uid, node, annotations);
+  }
+  Result<std::optional<kube::Pod>> ReadPod(const std::string&, const std::string&) override {
+    std::lock_guard lock(mu);
+    return read_back;
+  }
   std::chrono::milliseconds MaxWriteTime() const override { return max_write; }
   void Event(const std::string&, const std::string&, const std::string& uid, std::string_view,
              std::string_view reason, std::string_view message) override {
@@ -53,6 +68,8 @@ class RecordingWriter : public ClusterWriter {
   bool refuse = false;
   std::function<void()> on_bind;
   std::chrono::milliseconds max_write{0};
+  bool lose_answers = false;
+  std::optional<kube::Pod> read_back;
   std::map<std::string, OfflineClusterWriter::Binding> bindings;
   std::vector<Ev> events;
 };
@@ -77,6 +94,7 @@ class ExtenderPoolsTest : public ::testing::Test {
     options.pools = &pools_;
     options.provisioner = &provisioner_;
     options.removal_retry = 20ms;
+    options.read_back_retry = 0ms;  // a read-back that found nothing definite is due again at once
     ext_.reset();
     ext_ = std::make_unique<ExtenderService>(topology::Catalog::Embedded(), options, writer_,
                                              metrics_, testing::SteadyNowNs,
@@ -277,6 +295,29 @@ TEST_F(ExtenderPoolsTest, ThePoolStepNeverShortensTheWritesDeadline) {
   writer_.on_bind = [&] { deadline = ext_->tracker().Find("uid-p")->deadline_ns; };
   ASSERT_EQ(Bind("p", "uid-p", 4, "head-1"), "");
   EXPECT_GE(deadline, now + std::chrono::nanoseconds(30s + 40s).count());
+}
+
+// A pool bind whose Binding's outcome is unknown keeps its partition and ids while the pod is
+// read back; the pod, deleted meanwhile, is then released whole (partition removed, ids freed).
+TEST_F(ExtenderPoolsTest, AnUnknownBindingKeepsThePartitionUntilThePodIsSeenGone) {
+  writer_.lose_answers = true;
+  writer_.read_back = testing::IpuPod("p", "uid-p", 8);  // exists, not bound
+  EXPECT_THAT(Bind("p", "uid-p", 8, "head-1"), HasSubstr("not bound yet"));
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kReserved);
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);  // the partition stays: the write may still land
+  EXPECT_EQ(PoolBusy(), 0xFFu);
+  ext_->DeletePod(testing::IpuPod("p", "uid-p", 8));  // the watch: deleted
+  EXPECT_EQ(fake_.Snapshot().size(), 1u);             // left to the bind
+  {
+    std::lock_guard lock(writer_.mu);
+    writer_.read_back.reset();
+  }
+  EXPECT_EQ(ext_->ResolveUnknownBinds(), 0u);  // read back: gone
+  WaitForRemovals();
+  testing::WaitUntil([&] { return !ext_->tracker().Find("uid-p").has_value(); }, 1s);
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
 }
 
 // A partition create whose answer is lost (504) although it was made: the provisioner reads it
