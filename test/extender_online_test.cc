@@ -183,18 +183,22 @@ TEST_F(OnlineTest, BindFailuresRollBackAndFilterKeepsAnswering) {
   const std::string pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 16);
   server_.UpsertPod(pod);
   ext.Filter(pod, {"trn-1"});
-  server_.InjectFailure({"POST", "/api/v1/namespaces/default/pods/p/binding", 500, {}, 1});
-  EXPECT_THAT(ext.Bind("p", "uid-p", "trn-1"), ::testing::HasSubstr("500"));
+  // A definite refusal rolls back at once.
+  server_.InjectFailure({"POST", "/api/v1/namespaces/default/pods/p/binding", 422, {}, 1});
+  EXPECT_THAT(ext.Bind("p", "uid-p", "trn-1"), ::testing::HasSubstr("422"));
   EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+  // A 409 is read back: the pod is not bound, so this write was definitely not applied.
   server_.InjectFailure({"POST", "/api/v1/namespaces/default/pods/p/binding", 409, {}, 1});
   EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
   EXPECT_EQ(ext.service->tracker().Stats().reserved, 0);
-  // The API server stops answering: filter still serves from the cache.
+  // The API server stops answering: filter still serves from the cache. The 503 may hide an
+  // applied write and the pod cannot be read back, so its ids stay held (issue 18; the read-back
+  // paths are in extender_write_faults_test).
   server_.InjectFailure({"", "/", 503, {}, -1});
   const json r = ext.Filter(pod, {"trn-0", "trn-1"});
   EXPECT_THAT(r["NodeNames"], ::testing::ElementsAre("trn-1"));
-  EXPECT_FALSE(ext.Bind("p", "uid-p", "trn-1").empty());
-  EXPECT_FALSE(ext.service->tracker().Find("uid-p").has_value());
+  EXPECT_THAT(ext.Bind("p", "uid-p", "trn-1"), ::testing::HasSubstr("cannot be read back"));
+  EXPECT_EQ(ext.service->tracker().Find("uid-p")->state, tracker::HoldState::kReserved);
 }
 
 // A Binding the API server answers late (600 ms) while reservations expire (issue 12): the

@@ -29,11 +29,33 @@ class RecordingWriter : public ClusterWriter {
   Status Bind(const std::string&, const std::string&, const std::string& uid,
               const std::string& node,
               const std::map<std::string, std::string>& annotations) override {
-    std::lock_guard lock(mu);
-    if (refuse) return Error{"pods \"p\" not found"};
-    bindings[uid] = {node, annotations};
+    std::function<void()> hook;
+    {
+      std::lock_guard lock(mu);
+      if (refuse) return Error{"pods \"p\" not found"};
+      bindings[uid] = {node, annotations};
+      hook = on_bind;
+    }
+    // What happens in the cluster while the write is answered (the pod watch, a deletion).
+    if (hook) hook();
     return OkStatus();
   }
+  // `lose_answers`: the write is not applied and answered 500 (its outcome unknown); the pod
+  // read back is `read_back` (nullopt: gone).
+  kube::WriteResult BindWithOutcome(
+      const std::string& ns, const std::string& name, const std::string& uid,
+      const std::string& node, const std::map<std::string, std::string>& annotations) override {
+    {
+      std::lock_guard lock(mu);
+      if (lose_answers) return {kube::WriteOutcome::kUnknown, 500, "binding: (HTTP 500)"};
+    }
+    return ClusterWriter::BindWithOutcome(ns, name, uid, node, annotations);
+  }
+  Result<std::optional<kube::Pod>> ReadPod(const std::string&, const std::string&) override {
+    std::lock_guard lock(mu);
+    return read_back;
+  }
+  std::chrono::milliseconds MaxWriteTime() const override { return max_write; }
   void Event(const std::string&, const std::string&, const std::string& uid, std::string_view,
              std::string_view reason, std::string_view message) override {
     std::lock_guard lock(mu);
@@ -44,6 +66,10 @@ class RecordingWriter : public ClusterWriter {
   };
   std::mutex mu;
   bool refuse = false;
+  std::function<void()> on_bind;
+  std::chrono::milliseconds max_write{0};
+  bool lose_answers = false;
+  std::optional<kube::Pod> read_back;
   std::map<std::string, OfflineClusterWriter::Binding> bindings;
   std::vector<Ev> events;
 };
@@ -60,13 +86,15 @@ class ExtenderPoolsTest : public ::testing::Test {
     Start();
   }
 
-  void Start(std::vector<kube::Pod> pods = {}, std::function<bool()> may_reconcile = nullptr) {
+  void Start(const std::vector<kube::Pod>& pods = {},
+             std::function<bool()> may_reconcile = nullptr) {
     ExtenderOptions options;
     options.may_reconcile = std::move(may_reconcile);
     options.resources.device.push_back("graphcore.ai/ipu");
     options.pools = &pools_;
     options.provisioner = &provisioner_;
     options.removal_retry = 20ms;
+    options.read_back_retry = 0ms;  // a read-back that found nothing definite is due again at once
     ext_.reset();
     ext_ = std::make_unique<ExtenderService>(topology::Catalog::Embedded(), options, writer_,
                                              metrics_, testing::SteadyNowNs,
@@ -211,6 +239,96 @@ TEST_F(ExtenderPoolsTest, PodDeletedWhileBindingIsCleanedUpByTheBind) {
   EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
   EXPECT_EQ(PoolBusy(), 0u);
   EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+// Issue 18 row 1: the pod watch delivers the Binding (and adopts the pod's record) before the
+// bind thread's Commit, the usual order. That is our own bind seen first, not a deletion: the pod
+// keeps its partition and its ids.
+TEST_F(ExtenderPoolsTest, AWatchThatAdoptsTheBindingFirstIsNotADeletion) {
+  writer_.on_bind = [&] {
+    auto bound = testing::IpuPod("p", "uid-p", 8);
+    bound.node_name = "head-1";
+    const auto& written = writer_.bindings.at("uid-p").annotations;
+    bound.annotations.insert(written.begin(), written.end());
+    ext_->UpsertPod(bound);  // the watch event, delivered before Bind returns
+  };
+  EXPECT_EQ(Bind("p", "uid-p", 8, "head-1"), "");
+  WaitForRemovals();
+  const auto hold = ext_->tracker().Find("uid-p");
+  ASSERT_TRUE(hold.has_value()) << "the bound pod's ids were freed";
+  EXPECT_EQ(hold->state, tracker::HoldState::kCommitted);
+  ASSERT_EQ(fake_.Snapshot().size(), 1u) << "the bound pod's partition was removed";
+  EXPECT_EQ(fake_.Snapshot()[0].name, "ts-uid-p");
+  EXPECT_EQ(PoolBusy(), 0xFFu);
+  EXPECT_THAT(Bind("q", "uid-q", 16, "head-2"), HasSubstr("does not fit"));
+}
+
+// The same moment, but the pod really is deleted while its Binding is answered: the bind cleans
+// up (partition removed, ids freed), exactly once.
+TEST_F(ExtenderPoolsTest, ADeletionDuringTheWriteIsStillCleanedUp) {
+  writer_.on_bind = [&] { ext_->DeletePod(testing::IpuPod("p", "uid-p", 8)); };
+  EXPECT_THAT(Bind("p", "uid-p", 8, "head-1"), HasSubstr("deleted while binding"));
+  WaitForRemovals();
+  testing::WaitUntil([&] { return !ext_->tracker().Find("uid-p").has_value(); }, 1s);
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+// No step shortens a reservation: while the Binding is written, the pool bind's hold lasts at
+// least the reservation timeout plus the writer's longest write from now (issue 18 row 1).
+TEST_F(ExtenderPoolsTest, ThePoolStepNeverShortensTheWritesDeadline) {
+  const int64_t now = int64_t{1000} * 1'000'000'000;
+  ExtenderOptions options;
+  options.resources.device.push_back("graphcore.ai/ipu");
+  options.pools = &pools_;
+  options.provisioner = &provisioner_;
+  options.removal_retry = 20ms;
+  options.reservation_timeout = 30s;
+  writer_.max_write = 40s;
+  ext_ = std::make_unique<ExtenderService>(
+      topology::Catalog::Embedded(), options, writer_, metrics_, [now] { return now; },
+      [] { return int64_t{1743574052764891534}; });
+  ext_->ReplaceNodes({testing::PoolNode("head-1", "pod-a")});
+  ext_->ReplacePods({});
+  int64_t deadline = 0;
+  writer_.on_bind = [&] { deadline = ext_->tracker().Find("uid-p")->deadline_ns; };
+  ASSERT_EQ(Bind("p", "uid-p", 4, "head-1"), "");
+  EXPECT_GE(deadline, now + std::chrono::nanoseconds(30s + 40s).count());
+}
+
+// A pool bind whose Binding's outcome is unknown keeps its partition and ids while the pod is
+// read back; the pod, deleted meanwhile, is then released whole (partition removed, ids freed).
+TEST_F(ExtenderPoolsTest, AnUnknownBindingKeepsThePartitionUntilThePodIsSeenGone) {
+  writer_.lose_answers = true;
+  writer_.read_back = testing::IpuPod("p", "uid-p", 8);  // exists, not bound
+  EXPECT_THAT(Bind("p", "uid-p", 8, "head-1"), HasSubstr("not bound yet"));
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kReserved);
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);  // the partition stays: the write may still land
+  EXPECT_EQ(PoolBusy(), 0xFFu);
+  ext_->DeletePod(testing::IpuPod("p", "uid-p", 8));  // the watch: deleted
+  EXPECT_EQ(fake_.Snapshot().size(), 1u);             // left to the bind
+  {
+    std::lock_guard lock(writer_.mu);
+    writer_.read_back.reset();
+  }
+  EXPECT_EQ(ext_->ResolveUnknownBinds(), 0u);  // read back: gone
+  WaitForRemovals();
+  testing::WaitUntil([&] { return !ext_->tracker().Find("uid-p").has_value(); }, 1s);
+  EXPECT_FALSE(ext_->tracker().Find("uid-p").has_value());
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+// A partition create whose answer is lost (504) although it was made: the provisioner reads it
+// back and uses it, instead of removing it and failing the bind.
+TEST_F(ExtenderPoolsTest, ACreateMadeButAnswered504IsReadBackAndUsed) {
+  fake_.SetLostCreateAnswers(1);
+  EXPECT_EQ(Bind("p", "uid-p", 8, "head-1"), "");
+  ASSERT_EQ(fake_.Snapshot().size(), 1u);
+  EXPECT_EQ(fake_.Snapshot()[0].state, provision::PartitionState::kActive);
+  EXPECT_EQ(ext_->tracker().Find("uid-p")->state, tracker::HoldState::kCommitted);
+  ExpectNoLeak();
 }
 
 TEST_F(ExtenderPoolsTest, RestartRemovesOrphansAndReportsMissingPartitions) {

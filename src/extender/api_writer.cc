@@ -7,11 +7,22 @@ namespace toposched::extender {
 Status ApiClusterWriter::Bind(const std::string& ns, const std::string& name,
                               const std::string& uid, const std::string& node,
                               const std::map<std::string, std::string>& annotations) {
+  return BindWithOutcome(ns, name, uid, node, annotations).ToStatus();
+}
+
+kube::WriteResult ApiClusterWriter::BindWithOutcome(
+    const std::string& ns, const std::string& name, const std::string& uid, const std::string& node,
+    const std::map<std::string, std::string>& annotations) {
   if (may_write_ && !may_write_()) {
-    return Error{
-        "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
+    return {kube::WriteOutcome::kNotApplied, 0,
+            "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
   }
-  return kube::BindPod(client_, ns, name, uid, node, annotations, fence_);
+  return kube::WriteBinding(client_, ns, name, uid, node, annotations, fence_);
+}
+
+Result<std::optional<kube::Pod>> ApiClusterWriter::ReadPod(const std::string& ns,
+                                                           const std::string& name) {
+  return kube::GetPod(client_, ns, name);
 }
 
 void ApiClusterWriter::Event(const std::string& ns, const std::string& name, const std::string& uid,

@@ -23,6 +23,11 @@ class ApiClusterWriter final : public ClusterWriter {
   Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
               const std::string& node,
               const std::map<std::string, std::string>& annotations) override;
+  // The Binding, classified by kube::WriteBinding; a gate that refuses is "not applied".
+  kube::WriteResult BindWithOutcome(const std::string& ns, const std::string& name,
+                                    const std::string& uid, const std::string& node,
+                                    const std::map<std::string, std::string>& annotations) override;
+  Result<std::optional<kube::Pod>> ReadPod(const std::string& ns, const std::string& name) override;
   void Event(const std::string& ns, const std::string& name, const std::string& uid,
              std::string_view type, std::string_view reason, std::string_view message) override;
   std::chrono::milliseconds MaxWriteTime() const override {

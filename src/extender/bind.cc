@@ -46,11 +46,46 @@ Status PartitionSteps::Create(const std::string& key, const std::string& pool,
   return OkStatus();
 }
 
-Status PartitionSteps::Commit(const std::string& uid) {
+namespace {
+
+std::chrono::nanoseconds ToNs(std::chrono::milliseconds ms) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(ms);
+}
+
+// Whether the hold is `written`: the same node and, container by container, the same ids.
+bool HeldAsWritten(const tracker::Hold& hold, const tracker::PodAllocation& written) {
+  if (hold.allocation.node != written.node ||
+      hold.allocation.containers.size() != written.containers.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < written.containers.size(); ++i) {
+    const auto& a = hold.allocation.containers[i];
+    const auto& b = written.containers[i];
+    if (a.container != b.container || a.placement.unit != b.placement.unit ||
+        a.placement.ids != b.placement.ids) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+PoolCommit PartitionSteps::Commit(const std::string& uid, const tracker::PodAllocation& written,
+                                  std::string* why) {
   MutexLock lock(mu_);
   Status committed = tracker_.Commit(uid);
   binding_.erase(uid);
-  return committed;
+  const bool deleted = deleted_.erase(uid) != 0;
+  if (committed.ok()) return PoolCommit::kCommitted;
+  *why = committed.error();
+  // Under mu_, so a deletion cannot slip between this look and the answer.
+  if (deleted) return PoolCommit::kDeleted;
+  const auto hold = tracker_.Find(uid);
+  if (hold && hold->state == tracker::HoldState::kCommitted && HeldAsWritten(*hold, written)) {
+    return PoolCommit::kAdoptedByWatch;  // our own Binding, seen by the watch first
+  }
+  return PoolCommit::kReservationLost;
 }
 
 void PartitionSteps::Abandon(const std::string& uid, bool reserved, const std::string& partition,
@@ -60,8 +95,17 @@ void PartitionSteps::Abandon(const std::string& uid, bool reserved, const std::s
     binding_.erase(uid);
     if (!reserved) return;
     // Under the lock with the erase: a deletion racing us sees either the bind or the release.
+    deleted_.erase(uid);
     if (made == PartitionMade::kNone) tracker_.Forget(uid);
-    if (made == PartitionMade::kLeftBehind) (void)tracker_.BeginRelease(uid);
+    if (made == PartitionMade::kLeftBehind) {
+      // Fails only when the pod holds nothing any more (its reservation expired: the bind's
+      // deadline covers the provisioning, so only a bind stalled past it). The partition is
+      // still removed below; its devices were freed by the expiry, which is logged there.
+      if (auto s = tracker_.BeginRelease(uid); !s.ok()) {
+        spdlog::error("pod uid {}: partition {} may exist but its devices are no longer held: {}",
+                      uid, partition, s.error());
+      }
+    }
   }
   if (made == PartitionMade::kLeftBehind) {
     reaper_.Remove(partition, [this, uid] { tracker_.Forget(uid); });
@@ -76,8 +120,13 @@ bool PartitionSteps::PodDeleted(const std::string& uid) {
   bool binding = false;
   {
     MutexLock lock(mu_);
-    (void)tracker_.BeginRelease(uid);
+    // Fails only when the hold found above was forgotten meanwhile (its removal finished, or its
+    // reservation expired): then there is nothing left to release.
+    if (auto s = tracker_.BeginRelease(uid); !s.ok()) {
+      spdlog::debug("pod uid {} deleted: {}", uid, s.error());
+    }
     binding = binding_.count(uid) != 0;  // the bind cleans up after itself
+    if (binding) deleted_.insert(uid);
   }
   if (!binding) {
     reaper_.Remove(provision::PartitionNameFor(uid), [this, uid] { tracker_.Forget(uid); });
@@ -96,7 +145,11 @@ void PartitionSteps::RemoveOrphan(const provision::Partition& partition) {
 }
 
 void PartitionSteps::Release(const std::string& uid, const std::string& partition) {
-  (void)tracker_.BeginRelease(uid);
+  // Already releasing (PodDeleted) is the usual failure here, and harmless; a hold that is gone
+  // (expired during the bind) leaves nothing to keep.
+  if (auto s = tracker_.BeginRelease(uid); !s.ok()) {
+    spdlog::warn("pod uid {}: removing partition {}: {}", uid, partition, s.error());
+  }
   if (provisioner_.RemoveAndWait(partition, provisioner_.options().remove_timeout).ok()) {
     tracker_.Forget(uid);
     return;
@@ -170,12 +223,178 @@ void ExtenderService::EnsureHeldAsWritten(const Status& committed, const std::st
   }
 }
 
+Status ExtenderService::ExtendHold(const std::string& uid, int64_t deadline_ns) {
+  // Only the bind thread that owns the reservation (or, after it, the read-back) moves its
+  // deadline, so nothing moves it between this look and the move.
+  const auto hold = tracker_.Find(uid);
+  if (!hold || hold->state != tracker::HoldState::kReserved) {
+    return Error{fmt::format("pod uid {} has no reservation to extend", uid)};
+  }
+  if (hold->deadline_ns >= deadline_ns) return OkStatus();
+  return tracker_.ExtendReservation(uid, deadline_ns);
+}
+
+namespace {
+
+// Whether the pod carries every annotation the Binding wrote, with the same values: the pod was
+// bound by this very write (NEURON_ALLOC_TIME makes the record unique to it).
+bool CarriesRecord(const kube::Pod& pod, const std::map<std::string, std::string>& written) {
+  for (const auto& [key, value] : written) {
+    const auto it = pod.annotations.find(key);
+    if (it == pod.annotations.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ExtenderService::FinishBind(const UnknownBind& bind) {
+  const BindAttempt& attempt = bind.attempt;
+  if (attempt.pool.empty()) {
+    EnsureHeldAsWritten(tracker_.Commit(attempt.uid), attempt.uid, attempt.key, bind.allocation);
+  } else {
+    std::string why;
+    switch (partitions_->Commit(attempt.uid, bind.allocation, &why)) {
+      case PoolCommit::kCommitted:
+      case PoolCommit::kAdoptedByWatch:  // the watch saw our Binding first: held as written
+        break;
+      case PoolCommit::kDeleted: {
+        // Deleted while binding: PodDeleted left the partition to us.
+        std::string message = fmt::format("pod {} was deleted while binding; partition {} removed",
+                                          attempt.key, attempt.partition);
+        (void)FailBind(attempt, message);  // the answer is built by the caller from `message`
+        return message;
+      }
+      case PoolCommit::kReservationLost:
+        EnsureHeldAsWritten(Status(Error{why}), attempt.uid, attempt.key, bind.allocation);
+        break;
+    }
+    MutexLock lock(mu_);
+    annotated_[attempt.uid] = {attempt.key, attempt.partition};
+  }
+  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
+  for (const auto& resource : bind.resources) metrics_.CountAllocation(resource);
+  {
+    MutexLock lock(mu_);
+    if (auto it = pods_.find(attempt.uid); it != pods_.end()) it->second.node_name = attempt.node;
+  }
+  const auto ids = bind.annotations.find(std::string(claims::kAnnotationNeuronIds));
+  spdlog::info("bound {} to {}: {}", attempt.key, attempt.node,
+               ids != bind.annotations.end() ? ids->second : std::string());
+  return "";
+}
+
+ExtenderService::Resolution ExtenderService::ResolveUnknownBind(UnknownBind& bind,
+                                                                std::string* message) {
+  const BindAttempt& attempt = bind.attempt;
+  auto read = writer_.ReadPod(bind.ns, bind.name);
+  if (!read.ok()) {
+    metrics_.CountApiError("bind_read_back");
+    *message = fmt::format(
+        "pod {}: its Binding to {} may have been applied and the pod cannot be read back ({}); "
+        "its ids stay held until it is",
+        attempt.key, attempt.node, read.error());
+    return Resolution::kUnknown;
+  }
+  const std::optional<kube::Pod>& pod = *read;
+  if (!pod || pod->uid != attempt.uid) {
+    *message = fmt::format("pod {} (uid {}) is gone; the ids its bind held are released",
+                           attempt.key, attempt.uid);
+    if (attempt.pool.empty()) {
+      tracker_.Forget(attempt.uid);  // whatever it holds: reserved, or adopted by the watch
+      spdlog::warn("bind {} to {}: {}", attempt.key, attempt.node, *message);
+    } else {
+      (void)FailBind(attempt, *message);  // the partition goes too; the answer is `message`
+    }
+    return Resolution::kReleased;
+  }
+  if (pod->node_name.empty()) {
+    if (steady_ns_() < bind.settle_ns) {
+      *message = fmt::format(
+          "pod {}: its Binding to {} got no definite answer and the pod is not bound yet; the "
+          "write may still land, so its ids stay held until it is read back again",
+          attempt.key, attempt.node);
+      return Resolution::kUnknown;
+    }
+    *message = fmt::format(
+        "pod {} is not bound: its Binding to {} was not applied (read back after the write could "
+        "no longer land); its ids are released",
+        attempt.key, attempt.node);
+    (void)FailBind(attempt, *message);  // the answer is `message`
+    return Resolution::kReleased;
+  }
+  if (pod->node_name == attempt.node && CarriesRecord(*pod, bind.annotations)) {
+    const std::string failed = FinishBind(bind);
+    if (failed.empty()) return Resolution::kCommitted;
+    *message = failed;
+    return Resolution::kReleased;
+  }
+  // Bound by another writer (another replica, an earlier leader): the pod runs with what its
+  // own record says, not with what this bind reserved.
+  *message = fmt::format(
+      "pod {} is bound to {} by another write than this bind's (to {}); the ids this bind held "
+      "are released and the pod's own record is adopted",
+      attempt.key, pod->node_name, attempt.node);
+  (void)FailBind(attempt, *message);  // the answer is `message`
+  UpsertPod(*pod);                    // adopt what it says, as the pod watch does
+  return Resolution::kReleased;
+}
+
+size_t ExtenderService::ResolveUnknownBinds() {
+  const int64_t now = steady_ns_();
+  std::vector<UnknownBind> due;
+  {
+    MutexLock lock(mu_);
+    for (auto& [uid, bind] : unknown_binds_) {
+      if (bind.resolving || bind.next_try_ns > now) continue;
+      bind.resolving = true;
+      due.push_back(bind);
+    }
+  }
+  for (UnknownBind& bind : due) {
+    std::string message;
+    const Resolution resolution = ResolveUnknownBind(bind, &message);
+    metrics_.CountBindReadBack(resolution == Resolution::kCommitted  ? "committed"
+                               : resolution == Resolution::kReleased ? "released"
+                                                                     : "unknown");
+    if (resolution != Resolution::kUnknown) {
+      spdlog::info("bind {} to {} read back: {}", bind.attempt.key, bind.attempt.node,
+                   resolution == Resolution::kCommitted ? "bound as written; committed" : message);
+      MutexLock lock(mu_);
+      unknown_binds_.erase(bind.attempt.uid);
+      continue;
+    }
+    spdlog::warn("bind {}: {}", bind.attempt.key, message);
+    ++bind.tries;
+    const auto wait = options_.read_back_retry * (1 << std::min(bind.tries, 4));
+    bind.next_try_ns = now + ToNs(wait).count();
+    bind.resolving = false;
+    // Held until the next read-back and past it: a failing GET never frees the ids. A hold the
+    // watch committed meanwhile has no deadline to move (the error is then expected).
+    if (auto s = ExtendHold(bind.attempt.uid,
+                            bind.next_try_ns + ToNs(options_.reservation_timeout).count());
+        !s.ok()) {
+      spdlog::debug("bind {}: {}", bind.attempt.key, s.error());
+    }
+    MutexLock lock(mu_);
+    unknown_binds_[bind.attempt.uid] = std::move(bind);
+  }
+  MutexLock lock(mu_);
+  return unknown_binds_.size();
+}
+
 std::string ExtenderService::RunBind(const BindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
   PodRequests requests;
   {
     ReaderLock lock(mu_);
+    if (unknown_binds_.count(args.pod_uid) != 0) {
+      return EncodeBindingResult(fmt::format(
+          "pod {}: the outcome of its last Binding is not yet known; its ids stay held until the "
+          "pod is read back; it will be retried",
+          key));
+    }
     auto it = pods_.find(args.pod_uid);
     if (it == pods_.end()) {
       return EncodeBindingResult(fmt::format(
@@ -190,7 +409,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
         fmt::format("pod {} is already bound to node {}", key, requests.node_name));
   }
   if (!requests.spec.AsksForAnything()) {
-    // Managed pods with zero counts: bind without ids.
+    // Managed pods with zero counts: bind without ids, so an unknown outcome holds nothing.
     if (auto s = writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, {});
         !s.ok()) {
       metrics_.CountApiError("bind");
@@ -228,12 +447,19 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
 
   if (!attempt.pool.empty()) {
     attempt.partition = provision::PartitionNameFor(args.pod_uid);
-    // The reservation must outlive the whole provisioning step, however slow the service is.
+    // The reservation must outlive the whole provisioning step and then the write, however slow
+    // each is; it is only ever moved later (issue 18: the write's time was once dropped here).
     const auto budget = partitions_->options().create_timeout +
-                        2 * partitions_->options().remove_timeout + options_.reservation_timeout;
-    (void)tracker_.ExtendReservation(
-        args.pod_uid,
-        steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count());
+                        2 * partitions_->options().remove_timeout + options_.reservation_timeout +
+                        writer_.MaxWriteTime();
+    if (auto extended = ExtendHold(args.pod_uid, steady_ns_() + ToNs(budget).count());
+        !extended.ok()) {
+      // Just reserved by this thread: gone only if it expired already (a stalled thread).
+      metrics_.CountTrackerError("extend");
+      return FailBind(attempt, fmt::format("pod {}: its reservation ran out before its partition "
+                                           "was made ({}); it will be retried",
+                                           key, extended.error()));
+    }
     auto created =
         partitions_->Create(key, attempt.pool, attempt.partition, *reserved, &attempt.made);
     if (!created.ok()) {
@@ -246,36 +472,54 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
   }
 
   kube::AllocationRecord record;
-  auto annotations = BindingAnnotations(requests, *reserved, args.node, &record);
+  UnknownBind bind;
+  bind.annotations = BindingAnnotations(requests, *reserved, args.node, &record);
   if (!attempt.partition.empty()) {
-    annotations[std::string(kAnnotationPartition)] = attempt.partition;
+    bind.annotations[std::string(kAnnotationPartition)] = attempt.partition;
   }
-  auto status =
-      writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
-  if (!status.ok()) {
+  bind.attempt = attempt;
+  bind.ns = args.pod_namespace;
+  bind.name = args.pod_name;
+  bind.allocation = *reserved;
+  bind.allocation.node = args.node;
+  for (const auto& c : record.containers) bind.resources.push_back(c.resource);
+  const kube::WriteResult written = writer_.BindWithOutcome(
+      args.pod_namespace, args.pod_name, args.pod_uid, args.node, bind.annotations);
+  if (written.ok()) return EncodeBindingResult(FinishBind(bind));
+  if (!written.unknown() && !written.conflict()) {
     metrics_.CountApiError("bind");
-    return FailBind(attempt, status.error());
+    return FailBind(attempt, written.error);
   }
-  if (attempt.pool.empty()) {
-    EnsureHeldAsWritten(tracker_.Commit(args.pod_uid), args.pod_uid, key, *reserved);
-  } else {
-    if (auto committed = partitions_->Commit(args.pod_uid); !committed.ok()) {
-      // Deleted while binding: DeletePod left the partition to us.
-      return FailBind(attempt, fmt::format("pod {} was deleted while binding; partition {} removed",
-                                           key, attempt.partition));
-    }
-    MutexLock lock(mu_);
-    annotated_[args.pod_uid] = {key, attempt.partition};
+  // Unknown (a timeout, a 5xx) or 409 (the pod is bound already, or re-created): the truth is
+  // the pod. It is read back once here, so that kube-scheduler gets the real answer when the API
+  // server can give it; what stays unknown is read back in the background (ResolveUnknownBinds,
+  // from the housekeeping tick) while the ids stay held, and kube-scheduler is told to retry.
+  // Waiting here instead would hold kube-scheduler's bind call (its httpTimeout) for as long as
+  // the API server stays unsure, and a retried bind of the same pod is answered from the hold.
+  metrics_.CountApiError(written.unknown() ? "bind_unknown" : "bind_conflict");
+  spdlog::warn("bind {} to {}: {}; reading the pod back", key, args.node, written.error);
+  // A 409 answers this write definitely (it was not applied); an unknown one may still land.
+  bind.settle_ns =
+      steady_ns_() + (written.unknown() ? ToNs(options_.unknown_write_settle).count() : 0);
+  std::string message;
+  const Resolution resolution = ResolveUnknownBind(bind, &message);
+  metrics_.CountBindReadBack(resolution == Resolution::kCommitted  ? "committed"
+                             : resolution == Resolution::kReleased ? "released"
+                                                                   : "unknown");
+  if (resolution == Resolution::kCommitted) return EncodeBindingResult("");
+  if (resolution == Resolution::kReleased) return EncodeBindingResult(message);
+  bind.next_try_ns = steady_ns_() + ToNs(options_.read_back_retry).count();
+  if (auto s = ExtendHold(attempt.uid, std::max(bind.settle_ns, bind.next_try_ns) +
+                                           ToNs(options_.reservation_timeout).count());
+      !s.ok()) {
+    // The watch committed the hold meanwhile (the pod is bound as written): nothing to extend.
+    spdlog::debug("bind {}: {}", key, s.error());
   }
-  metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
-  for (const auto& c : record.containers) metrics_.CountAllocation(c.resource);
   {
     MutexLock lock(mu_);
-    if (auto it = pods_.find(args.pod_uid); it != pods_.end()) it->second.node_name = args.node;
+    unknown_binds_[attempt.uid] = std::move(bind);
   }
-  spdlog::info("bound {} to {}: {}", key, args.node,
-               annotations.at(std::string(claims::kAnnotationNeuronIds)));
-  return EncodeBindingResult("");
+  return EncodeBindingResult(fmt::format("{}; {}", written.error, message));
 }
 
 }  // namespace toposched::extender

@@ -28,6 +28,14 @@ enum class PartitionMade {
   kActive,      // it exists: remove it (briefly here, else in the background), then free the ids
 };
 
+// How a pool bind's commit ended (issue 18 row 1).
+enum class PoolCommit {
+  kCommitted,        // the reservation became the pod's hold
+  kAdoptedByWatch,   // the pod watch saw the Binding first and committed the same ids: success
+  kDeleted,          // the pod was deleted while binding (PodDeleted ran): the bind cleans up
+  kReservationLost,  // neither: the reservation is gone (e.g. expired); the pod is bound anyway
+};
+
 class PartitionSteps {
  public:
   PartitionSteps(provision::Provisioner& provisioner, tracker::Tracker& tracker,
@@ -40,9 +48,10 @@ class PartitionSteps {
   // Creates the partition over the allocation's devices and waits until it is active.
   Status Create(const std::string& key, const std::string& pool, const std::string& partition,
                 const tracker::PodAllocation& allocation, PartitionMade* made);
-  // Commits the pod's hold and ends its bind. Fails when the pod was deleted meanwhile (its hold
-  // is being released); the caller then abandons the bind.
-  Status Commit(const std::string& uid) TS_EXCLUDES(mu_);
+  // Commits the pod's hold and ends its bind. Only a deletion seen by PodDeleted is kDeleted
+  // (the caller then abandons the bind); the watch having committed `written` first is success.
+  PoolCommit Commit(const std::string& uid, const tracker::PodAllocation& written, std::string* why)
+      TS_EXCLUDES(mu_);
   // Ends a failed bind and gives back what it held (see PartitionMade). `reserved` is false when
   // the bind failed before the tracker reserved anything.
   void Abandon(const std::string& uid, bool reserved, const std::string& partition,
@@ -65,6 +74,7 @@ class PartitionSteps {
   tracker::Tracker& tracker_;
   Mutex mu_;
   std::unordered_set<std::string> binding_ TS_GUARDED_BY(mu_);  // uids between Begin and end
+  std::unordered_set<std::string> deleted_ TS_GUARDED_BY(mu_);  // of those, deleted meanwhile
   provision::Reaper reaper_;
 };
 

@@ -141,10 +141,15 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
     return EncodeBindingResult(
         fmt::format("pod {} of gang {}: gangs on shared pools are not supported", key, id));
   }
-  // The seats outlive the slowest Binding write, as a single pod's reservation does.
-  (void)tracker_.ExtendGang(
-      id, steady_ns_() + ToNs(options_.reservation_timeout + writer_.MaxWriteTime()).count());
-  auto gang = tracker_.FindGang(id);
+  // The seats outlive the slowest Binding write, as a single pod's reservation does. ExtendGang
+  // fails only when the gang holds no seats, which FindGang then says.
+  auto gang =
+      tracker_.ExtendGang(id,
+                          steady_ns_() +
+                              ToNs(options_.reservation_timeout + writer_.MaxWriteTime()).count())
+              .ok()
+          ? tracker_.FindGang(id)
+          : std::nullopt;
   if (!gang) {
     return EncodeBindingResult(fmt::format(
         "pod {}: gang {} holds no seats (they ran out before its members bound); it will be "
@@ -191,14 +196,25 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
   }
   annotations[std::string(claims::kAnnotationGangRecord)] = claims::EncodeGangRecord(gang_record);
 
-  if (auto s =
-          writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, annotations);
+  if (auto s = writer_.BindWithOutcome(args.pod_namespace, args.pod_name, args.pod_uid, args.node,
+                                       annotations);
       !s.ok()) {
-    metrics_.CountApiError("bind");
-    // The seat stays the gang's: the member is retried onto it.
+    // The seat stays the gang's: the member is retried onto it. A write whose outcome is unknown
+    // may still land: the seats then outlive it too, and the pod watch makes the seat the pod's
+    // hold when the Binding shows (UpsertPod, CommitGangMember), so no one else gets its ids.
+    metrics_.CountApiError(s.unknown() ? "bind_unknown" : "bind");
+    if (s.unknown()) {
+      if (auto extended = tracker_.ExtendGang(
+              id, steady_ns_() +
+                      ToNs(options_.unknown_write_settle + options_.reservation_timeout).count());
+          !extended.ok()) {
+        spdlog::error("bind {}: gang {}'s seats ran out while its Binding was written: {}", key, id,
+                      extended.error());
+      }
+    }
     spdlog::warn("bind {} (rank {} of gang {}) to {} failed, its seat stays held: {}", key, rank,
-                 id, args.node, s.error());
-    return EncodeBindingResult(s.error());
+                 id, args.node, s.error);
+    return EncodeBindingResult(s.error);
   }
   // The seat becomes the pod's hold; a seat that ran out during the write is held again as written.
   tracker::PodAllocation written = gang->slots[rank];

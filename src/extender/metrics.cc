@@ -56,6 +56,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("toposched_api_errors_total")
                      .Help("Failed calls to the Kubernetes API server, by operation")
                      .Register(*registry_);
+  bind_read_backs_ = &prometheus::BuildCounter()
+                          .Name("toposched_bind_read_backs_total")
+                          .Help(
+                              "Pods read back after a Binding whose outcome was unknown, by "
+                              "what they showed (committed, released, unknown)")
+                          .Register(*registry_);
   tracker_errors_ = &prometheus::BuildCounter()
                          .Name("toposched_tracker_errors_total")
                          .Help(
@@ -104,6 +110,10 @@ void Metrics::CountRebuildConflicts(int count) { rebuild_conflicts_->Increment(c
 
 void Metrics::CountApiError(std::string_view operation) {
   api_errors_->Add({{"operation", std::string(operation)}}).Increment();
+}
+
+void Metrics::CountBindReadBack(std::string_view outcome) {
+  bind_read_backs_->Add({{"outcome", std::string(outcome)}}).Increment();
 }
 
 void Metrics::CountTrackerError(std::string_view operation) {

@@ -27,6 +27,10 @@ class Metrics {
   void SetOutstandingReservations(int count);
   void CountRebuildConflicts(int count);
   void CountApiError(std::string_view operation);
+  // A pod read back after a Binding whose outcome was unknown (or answered 409), by what it
+  // showed: "committed" (bound as written), "released" (not bound, gone, or bound by another
+  // write), "unknown" (unreadable, or the write may still land: the ids stay held).
+  void CountBindReadBack(std::string_view outcome);
   // A tracker call that failed where it should not have (e.g. a commit after the reservation
   // expired); each is logged and reconciled where it happens.
   void CountTrackerError(std::string_view operation);
@@ -53,6 +57,7 @@ class Metrics {
   prometheus::Gauge* reservations_;
   prometheus::Counter* rebuild_conflicts_;
   prometheus::Family<prometheus::Counter>* api_errors_;
+  prometheus::Family<prometheus::Counter>* bind_read_backs_;
   prometheus::Family<prometheus::Counter>* tracker_errors_;
   prometheus::Gauge* ready_;
   prometheus::Gauge* leader_;

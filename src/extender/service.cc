@@ -97,6 +97,8 @@ void ExtenderService::ForgetPod(const std::string& uid) {
 }
 
 void ExtenderService::ExpireReservations() {
+  // First: a pod whose Binding's outcome is unknown has its hold extended or settled here.
+  ResolveUnknownBinds();
   if (partitions_) {
     metrics_.SetPartitionRemovalsPending(static_cast<int>(partitions_->PendingRemovals()));
   }

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -33,6 +34,7 @@
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
 #include "kube/allocation_record.h"
+#include "kube/client.h"
 #include "kube/objects.h"
 #include "provision/service.h"
 #include "topology/catalog.h"
@@ -59,6 +61,20 @@ class ClusterWriter {
   virtual Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
                       const std::string& node,
                       const std::map<std::string, std::string>& annotations) = 0;
+  // Bind with its outcome classified (kube::WriteOutcome): what the extender calls. The default
+  // takes Bind's answer as definite (a writer whose failures are all "not applied").
+  virtual kube::WriteResult BindWithOutcome(const std::string& ns, const std::string& name,
+                                            const std::string& uid, const std::string& node,
+                                            const std::map<std::string, std::string>& annotations) {
+    Status s = Bind(ns, name, uid, node, annotations);
+    if (s.ok()) return {};
+    return {kube::WriteOutcome::kNotApplied, 0, s.error()};
+  }
+  // Reads the pod back after a write whose outcome is unknown: nullopt when it does not exist.
+  // An error when it cannot be read (the truth is still unknown).
+  virtual Result<std::optional<kube::Pod>> ReadPod(const std::string& ns, const std::string& name) {
+    return Error{"pod " + ns + "/" + name + " cannot be read back: this writer has no API server"};
+  }
   // The longest one Bind write can take (its client's connect and request timeouts): a bind's
   // reservation must outlive it, or a slow but successful write would leave the pod bound to ids
   // the tracker had already freed.
@@ -89,6 +105,14 @@ struct ExtenderOptions {
   // The size of an MPIJob's gang (its Worker replicas), read from the job when a member carries
   // no size of its own; null, or an error, falls back to toposched.io/gang-size.
   std::function<Result<int>(const std::string& ns, const std::string& job)> mpijob_workers;
+  // After a Binding whose outcome is unknown (a timeout, a 5xx), how long the write may still
+  // land at the API server: the pod read back unbound is taken as "not applied" only after this
+  // (kube-apiserver abandons a request after its --request-timeout, 60 s by default). Until then,
+  // and for as long as the pod cannot be read, the ids stay held (docs/reliability-bind.md).
+  std::chrono::milliseconds unknown_write_settle{60000};
+  // How often a read-back that found nothing definite is tried again (doubling up to 16 times
+  // this).
+  std::chrono::milliseconds read_back_retry{1000};
 };
 
 // The annotation the Binding carries: the partition made for the pod (claims/keys.h).
@@ -115,8 +139,13 @@ class ExtenderService {
   void StopBinds();
   bool WaitForBinds(std::chrono::milliseconds timeout);
 
-  // Releases reservations whose bind never finished; call about once a second.
+  // Releases reservations whose bind never finished; call about once a second. Also reads back
+  // the pods whose Binding's outcome is still unknown (ResolveUnknownBinds) first.
   void ExpireReservations();
+  // Reads back each pod whose Binding's outcome is unknown and whose next try is due, and
+  // commits, keeps or releases its ids from what the API server says. Returns how many are still
+  // unknown.
+  size_t ResolveUnknownBinds();
 
   // Cluster state, from the node and pod informers (or the offline file).
   void ReplaceNodes(const std::vector<kube::Node>& nodes);
@@ -162,6 +191,21 @@ class ExtenderService {
 
   // Bind, once StopBinds has not refused it (bind.cc).
   std::string RunBind(const BindingArgs& args);
+  // A Binding whose outcome is unknown: what was written, kept until the pod is read back.
+  struct UnknownBind {
+    BindAttempt attempt;
+    std::string ns;
+    std::string name;
+    std::map<std::string, std::string> annotations;  // as written: our record
+    tracker::PodAllocation allocation;               // the ids reserved and written
+    std::vector<std::string> resources;              // per container, for the allocation metric
+    int64_t settle_ns = 0;    // from here on, "not bound" means the write was not applied
+    int64_t next_try_ns = 0;  // the next read-back
+    int tries = 0;
+    bool resolving = false;  // a thread is reading it back
+  };
+  enum class Resolution { kCommitted, kReleased, kUnknown };
+
   // Requests of a pod seen by the watch or by filter (offline mode has only the latter).
   void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
   void ForgetPod(const std::string& uid) TS_EXCLUDES(mu_);
@@ -192,6 +236,12 @@ class ExtenderService {
   // ids written (the watch may have adopted them already), or reports who holds them instead.
   void EnsureHeldAsWritten(const Status& committed, const std::string& uid, const std::string& key,
                            const tracker::PodAllocation& written);
+  // Moves the pod's reservation deadline to at least `deadline_ns`: no step shortens one.
+  Status ExtendHold(const std::string& uid, int64_t deadline_ns);
+  // A Binding was written (or read back as written): commit the ids, note the pod bound.
+  std::string FinishBind(const UnknownBind& bind);
+  // Reads the pod of a Binding whose outcome is unknown back and acts on what it says.
+  Resolution ResolveUnknownBind(UnknownBind& bind, std::string* message);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
 
@@ -211,6 +261,8 @@ class ExtenderService {
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);
+  // Binds whose Binding's outcome is not yet known, by uid (their ids stay held).
+  std::unordered_map<std::string, UnknownBind> unknown_binds_ TS_GUARDED_BY(mu_);
   std::atomic<bool> nodes_synced_{false};
   std::atomic<bool> pods_synced_{false};
   std::atomic<bool> api_healthy_{true};

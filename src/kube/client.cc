@@ -55,6 +55,7 @@ struct ApiClient::Request {
   // Streaming (Watch) only.
   const std::function<bool(std::string_view)>* on_line = nullptr;
   const std::atomic<bool>* stop = nullptr;
+  bool* unsent = nullptr;  // see net::HttpClientRequest::unsent
 };
 
 namespace {
@@ -206,6 +207,7 @@ Result<HttpResponse> ApiClient::SendOnce(const Request& request, const std::stri
   }
   call.body = request.body;
   call.timeout = request.timeout;
+  call.unsent = request.unsent;
   LineSplitter lines;
   if (request.on_line != nullptr) {
     lines.on_line = request.on_line;
@@ -237,8 +239,9 @@ Result<HttpResponse> ApiClient::Get(std::string_view path) {
 
 Result<HttpResponse> ApiClient::Post(std::string_view path, std::string_view body,
                                      std::string_view content_type,
-                                     std::chrono::milliseconds timeout) {
+                                     std::chrono::milliseconds timeout, bool* unsent) {
   Request request;
+  request.unsent = unsent;
   request.method = "POST";
   request.path = path;
   request.body = body;

@@ -47,10 +47,13 @@ class ApiClient {
 
   // `path` starts with '/' and may carry a query ("/api/v1/pods?limit=500").
   Result<HttpResponse> Get(std::string_view path);
-  // `timeout` > 0 cuts this request sooner than the client's request timeout.
+  // `timeout` > 0 cuts this request sooner than the client's request timeout. `unsent`
+  // (optional): on a transport error, whether no byte of the request reached the server
+  // (net::HttpClientRequest::unsent); ClassifyWrite reads it.
   Result<HttpResponse> Post(std::string_view path, std::string_view body,
                             std::string_view content_type = "application/json",
-                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(0),
+                            bool* unsent = nullptr);
   // A whole-object update; metadata.resourceVersion in `body` makes it conditional (409 if stale).
   Result<HttpResponse> Put(std::string_view path, std::string_view body);
   Result<HttpResponse> Patch(std::string_view path, std::string_view body,
@@ -95,6 +98,44 @@ std::string StatusMessage(std::string_view body);
 // The fence of a write (docs/extender.md, "Leadership and fencing"): how long the write may take
 // if it is sent now, or an error when it must not be sent. Evaluated right before sending.
 using WriteFence = std::function<Result<std::chrono::milliseconds>()>;
+
+// What the answer to a write proves about whether the API server applied it. The one home of
+// this rule (issue 18): callers keep what the write was for until the outcome is known.
+enum class WriteOutcome {
+  kApplied,     // a 2xx answer
+  kNotApplied,  // refused with a 4xx (but 408), or never sent (DNS, connect, TLS handshake)
+  kUnknown,     // sent, then no definite answer: a timeout, a 5xx (500, 503, 504 from a proxy
+                // that may have applied it), a 408, a connection reset or TLS error mid-reply
+};
+
+struct WriteResult {
+  WriteOutcome outcome = WriteOutcome::kApplied;
+  long http_status = 0;  // NOLINT(google-runtime-int): 0 when no answer came
+  std::string error;     // what failed; empty when applied
+
+  bool ok() const { return outcome == WriteOutcome::kApplied; }
+  bool unknown() const { return outcome == WriteOutcome::kUnknown; }
+  // 409: the write conflicts with the object as it is now (for a Binding: the pod is bound
+  // already, perhaps by this very write retried or applied late, or its uid changed).
+  bool conflict() const { return http_status == 409; }
+  Status ToStatus() const { return ok() ? OkStatus() : Status(Error{error}); }
+};
+
+// Classifies a write's answer. `what` names the write in the error; `unsent` is what the client
+// reported for a transport error (ApiClient::Post).
+WriteResult ClassifyWrite(std::string_view what, const Result<HttpResponse>& response, bool unsent);
+
+// POST /api/v1/namespaces/NS/pods/NAME/binding, classified (see WriteOutcome). The Binding's
+// metadata carries the pod's uid as a precondition and `annotations` (see BindPod). A fence that
+// refuses means the Binding is not sent (kNotApplied).
+WriteResult WriteBinding(ApiClient& client, std::string_view ns, std::string_view name,
+                         std::string_view uid, std::string_view node,
+                         const std::map<std::string, std::string>& annotations,
+                         const WriteFence& fence = nullptr);
+
+// GET /api/v1/namespaces/NS/pods/NAME: the pod, or nullopt when it does not exist (404). Any
+// other answer, or no answer, is an error (the pod's state is not known).
+Result<std::optional<Pod>> GetPod(ApiClient& client, std::string_view ns, std::string_view name);
 
 // POST /api/v1/namespaces/NS/pods/NAME/binding. The Binding's metadata carries the pod's uid as a
 // precondition (a re-created pod of the same name is never bound) and `annotations`, which the

@@ -15,6 +15,7 @@
 #include "base/json_escape.h"
 #include "base/json_reader.h"
 #include "kube/client.h"
+#include "kube/decode.h"
 
 namespace toposched::kube {
 namespace {
@@ -95,9 +96,30 @@ std::string StatusMessage(std::string_view body) {
   return shown.empty() ? "(empty body)" : shown;
 }
 
-Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
-               std::string_view node, const std::map<std::string, std::string>& annotations,
-               const WriteFence& fence) {
+WriteResult ClassifyWrite(std::string_view what, const Result<HttpResponse>& response,
+                          bool unsent) {
+  WriteResult result;
+  if (!response.ok()) {
+    result.outcome = unsent ? WriteOutcome::kNotApplied : WriteOutcome::kUnknown;
+    result.error = fmt::format("{}: {}{}", what, response.error(),
+                               unsent ? " (not sent)" : " (its outcome is unknown)");
+    return result;
+  }
+  result.http_status = response->status;
+  if (response->status >= 200 && response->status < 300) return result;
+  // A 5xx may come from a proxy or an API server that applied the write and failed after (a 504
+  // after the write reached etcd); a 408 is the server giving up while it may still apply it.
+  const bool unknown = response->status >= 500 || response->status == 408;
+  result.outcome = unknown ? WriteOutcome::kUnknown : WriteOutcome::kNotApplied;
+  result.error = HttpFailure(what, *response).error();
+  if (unknown) result.error += " (its outcome is unknown)";
+  return result;
+}
+
+WriteResult WriteBinding(ApiClient& client, std::string_view ns, std::string_view name,
+                         std::string_view uid, std::string_view node,
+                         const std::map<std::string, std::string>& annotations,
+                         const WriteFence& fence) {
   std::string metadata = "{\"name\":" + JsonQuote(name) + ",\"namespace\":" + JsonQuote(ns);
   // The uid is a precondition: the server refuses the binding if the pod was re-created.
   if (!uid.empty()) metadata += ",\"uid\":" + JsonQuote(uid);
@@ -111,16 +133,39 @@ Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, st
   std::chrono::milliseconds budget{0};
   if (fence) {
     Result<std::chrono::milliseconds> allowed = fence();
-    if (!allowed.ok()) return Error{fmt::format("{}: not sent: {}", what, allowed.error())};
+    if (!allowed.ok()) {
+      WriteResult refused;
+      refused.outcome = WriteOutcome::kNotApplied;
+      refused.error = fmt::format("{}: not sent: {}", what, allowed.error());
+      return refused;
+    }
     // The API server gives up at the same time (kube-apiserver reads ?timeout= as the request's
     // deadline), so a write held up on its way does not land after the client gave up.
     budget = std::max(*allowed, std::chrono::milliseconds(1));
     path += fmt::format("?timeout={}ms", budget.count());
   }
-  Result<HttpResponse> response = client.Post(path, body, "application/json", budget);
+  bool unsent = false;
+  Result<HttpResponse> response = client.Post(path, body, "application/json", budget, &unsent);
+  return ClassifyWrite(what, response, unsent);
+}
+
+Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, std::string_view uid,
+               std::string_view node, const std::map<std::string, std::string>& annotations,
+               const WriteFence& fence) {
+  return WriteBinding(client, ns, name, uid, node, annotations, fence).ToStatus();
+}
+
+Result<std::optional<Pod>> GetPod(ApiClient& client, std::string_view ns, std::string_view name) {
+  const std::string what = fmt::format("reading pod {}/{}", ns, name);
+  Result<HttpResponse> response = client.Get(PodPath(ns, name));
   if (!response.ok()) return Error{what + ": " + response.error()};
-  if (response->status >= 200 && response->status < 300) return OkStatus();
-  return HttpFailure(what, *response);
+  if (response->status == 404) return std::optional<Pod>();
+  if (response->status < 200 || response->status >= 300) {
+    return Error{HttpFailure(what, *response).error()};
+  }
+  auto pod = DecodePod(response->body);
+  if (!pod.ok()) return Error{what + ": " + pod.error()};
+  return std::optional<Pod>(std::move(pod).value());
 }
 
 Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_view name,

@@ -28,6 +28,24 @@ struct Transfer {
   bool too_large = false;
 };
 
+// Failures that happen before a request is written to the connection: whatever it asked for was
+// not done. Every other failure (a timeout, a reset, a TLS error mid-transfer) may come after the
+// server got the request.
+bool FailedBeforeSending(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CACERT_BADFILE:
+      return true;
+    default:
+      return false;
+  }
+}
+
 size_t WriteCallback(char* data, size_t size, size_t count, void* user) {
   auto* transfer = static_cast<Transfer*>(user);
   const size_t bytes = size * count;
@@ -139,8 +157,12 @@ void HttpClient::Release(std::unique_ptr<Connection> connection) {
 }
 
 Result<HttpClientResponse> HttpClient::Send(const HttpClientRequest& request) {
+  if (request.unsent != nullptr) *request.unsent = false;
   std::unique_ptr<Connection> connection = Acquire();
-  if (connection == nullptr) return Error{"cannot create a curl handle"};
+  if (connection == nullptr) {
+    if (request.unsent != nullptr) *request.unsent = true;
+    return Error{"cannot create a curl handle"};
+  }
   CURL* easy = connection->easy;
   curl_easy_reset(easy);  // keeps the connection cache and TLS session
 
@@ -220,6 +242,8 @@ Result<HttpClientResponse> HttpClient::Send(const HttpClientRequest& request) {
   }
   if (multi_code != CURLM_OK) multi_error = curl_multi_strerror(multi_code);
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &transfer.response.status);
+  long request_bytes = 0;  // NOLINT(google-runtime-int): libcurl's type
+  curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_bytes);
   // The handle goes back to the pool: drop its pointers to this call's buffers and lists.
   curl_easy_reset(easy);
   curl_slist_free_all(connect_to);
@@ -244,6 +268,9 @@ Result<HttpClientResponse> HttpClient::Send(const HttpClientRequest& request) {
     return std::move(transfer.response);
   }
   if (result != CURLE_OK) {
+    if (request.unsent != nullptr) {
+      *request.unsent = request_bytes == 0 && FailedBeforeSending(result);
+    }
     return Error{error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(result)};
   }
   return std::move(transfer.response);

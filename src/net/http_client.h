@@ -55,6 +55,10 @@ struct HttpClientRequest {
   std::function<bool(std::string_view chunk)> on_body;
   // When set, polled every ~50 ms; once true the transfer ends (not an error).
   const std::atomic<bool>* stop = nullptr;
+  // When set and Send fails: true when no byte of the request reached the server (the name did
+  // not resolve, the connection or the TLS handshake failed), so a write cannot have been
+  // applied; false when it may have been (a timeout or a reset after sending).
+  bool* unsent = nullptr;
 };
 
 // How a transfer that is not an error ended.

@@ -130,6 +130,10 @@ FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_vie
     e.will_fail = std::uniform_real_distribution<double>(0, 1)(rng_) < options_.failure_rate;
     entries_[p.name] = e;
     ++creates_;
+    if (lost_create_answers_ > 0) {
+      --lost_create_answers_;
+      return Fail(504, "gateway timeout (the partition was created)");
+    }
     return {201, EncodePartition(e.partition)};
   }
   if (rest.front() != '/') return Fail(404, "no such path");
@@ -163,6 +167,11 @@ void FakePartitionService::SetGarbage(bool on) {
 void FakePartitionService::SetFailureRate(double rate) {
   std::lock_guard lock(mu_);
   options_.failure_rate = rate;
+}
+
+void FakePartitionService::SetLostCreateAnswers(int n) {
+  std::lock_guard lock(mu_);
+  lost_create_answers_ = n;
 }
 
 void FakePartitionService::SetRemoveRefusals(int n) {

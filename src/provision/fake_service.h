@@ -45,6 +45,7 @@ class FakePartitionService {
   void SetGarbage(bool on);          // every answer is malformed JSON
   void SetFailureRate(double rate);  // for creates from now on
   void SetRemoveRefusals(int n);     // the next n removals answer 503
+  void SetLostCreateAnswers(int n);  // the next n creates are made but answered 504
   void SetLatency(std::chrono::milliseconds latency);
   void SetRemoveLatency(std::chrono::milliseconds latency);
   // Every partition now (after advancing states), for assertions.
@@ -69,6 +70,7 @@ class FakePartitionService {
   std::mt19937_64 rng_;                   // guarded by mu_
   bool garbage_ = false;                  // guarded by mu_
   int remove_refusals_ = 0;               // guarded by mu_
+  int lost_create_answers_ = 0;           // guarded by mu_
   int creates_ = 0;                       // guarded by mu_
 };
 

@@ -15,9 +15,22 @@ Status Provisioner::CreateAndWait(const Partition& want, bool* left_behind) {
       clock_() +
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.create_timeout).count();
   std::string failure;
+  bool made = true;
   if (auto created = service_.Create(want); !created.ok()) {
-    failure = fmt::format("creating partition {}: {}", want.name, created.error());
-  } else {
+    // The answer may be lost while the create was done (a timeout, a 5xx): read the truth back
+    // before undoing anything. A partition being made or made as asked is ours; anything else
+    // (absent, unreadable) is undone below, and its devices stay held until it is seen gone.
+    auto got = service_.Get(want.name);
+    made = got.ok() && got->has_value() &&
+           ((*got)->state == PartitionState::kCreating || (*got)->state == PartitionState::kActive);
+    if (made) {
+      spdlog::warn("partition {}: the create was answered '{}' but the partition exists; using it",
+                   want.name, created.error());
+    } else {
+      failure = fmt::format("creating partition {}: {}", want.name, created.error());
+    }
+  }
+  if (made) {
     while (true) {
       auto got = service_.Get(want.name);
       if (!got.ok()) {

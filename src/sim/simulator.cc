@@ -84,8 +84,13 @@ class PolicyRun {
     nodes_.reserve(fleet.size());
     std::map<std::string, size_t> first_head;
     for (const auto& node : fleet) {
-      // The fleet's types were checked before; an error here would be a bug, and Fit names it.
-      (void)tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc, node.pool});
+      // The fleet's types were checked before, so an error here is a bug; the run reports it
+      // (setup()) instead of simulating a fleet without the node.
+      if (auto s =
+              tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc, node.pool});
+          !s.ok() && setup_.ok()) {
+        setup_ = Error{fmt::format("simulated node {}: {}", node.name, s.error())};
+      }
       names_.push_back(node.name);
       NodeView view;
       view.name = node.name;
@@ -162,6 +167,8 @@ class PolicyRun {
     }
     return maps;
   }
+  // Whether every node of the fleet was accepted by the tracker (the first refusal otherwise).
+  Status setup() const { return setup_; }
 
  private:
   // The scheduler's part: which node, as the tracker ranks them for the policy (the extender's
@@ -218,6 +225,7 @@ class PolicyRun {
   }
 
   tracker::Tracker tracker_;
+  Status setup_ = OkStatus();
   const Policy policy_;
   const bool keep_owners_;
   std::vector<std::string> names_;
@@ -300,6 +308,7 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
   out.policy = policy;
   const bool record = options.record_report_data;
   PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
+  TOPOSCHED_RETURN_IF_ERROR(run.setup());
   const int64_t start = events.empty() ? 0 : events.front().t;
   int64_t now = start;
   double device_seconds = 0;
@@ -367,6 +376,7 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
   out.policy = policy;
   const bool record = options.record_report_data;
   PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
+  TOPOSCHED_RETURN_IF_ERROR(run.setup());
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t j = order[k];
     const Job& job = jobs[j];

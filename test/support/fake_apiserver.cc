@@ -617,7 +617,19 @@ void FakeApiServer::Impl::OnRequest(const std::shared_ptr<Session>& session, Req
   }
   if (!failure.has_value()) return Route(session, request);
 
-  auto finish = [this, session, request = std::move(request), status = failure->status]() {
+  auto finish = [this, session, request = std::move(request), status = failure->status,
+                 apply = failure->apply_first]() {
+    if (status != 0 && apply) {
+      const std::string target(request.target());
+      const std::vector<std::string> path =
+          SplitPath(std::string_view(target).substr(0, target.find('?')));
+      const bool pod = path.size() >= 6 && path[2] == "namespaces" && path[4] == "pods";
+      if (pod && path.size() == 7 && path[6] == "binding" && request.method_string() == "POST") {
+        HandleBinding(request, path[3], path[5]);  // applied; its own answer is dropped
+      } else if (pod && path.size() == 6 && request.method_string() == "PATCH") {
+        HandlePatch(request, path[3], path[5]);
+      }
+    }
     if (status != 0) {
       session->Send(StatusResponse(request, status, "injected failure"));
     } else {

@@ -45,6 +45,10 @@ struct FailureRule {
   int status = 500;
   std::chrono::milliseconds delay{0};
   int times = 1;  // negative: forever
+  // A write the server applies but answers `status` anyway (a 504 from a proxy or a timeout
+  // after the write reached storage): a pod Binding or merge-patch is done, then the answer is
+  // replaced. Other requests are not applied.
+  bool apply_first = false;
 };
 
 struct KubeconfigOptions {
