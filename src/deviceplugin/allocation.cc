@@ -316,7 +316,7 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
   avail.insert(avail.end(), must_include.begin(), must_include.end());
   std::sort(avail.begin(), avail.end());
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto pods = pods_.PodsOnNode();
     // As in Allocate: the cached list may trail kubelet, which asks for a preference right after
     // the binding (seen with a real kubelet 1.20, test/e2e/kubelet.sh: 28 ms after the bind the
@@ -360,7 +360,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
   const bool one_or_all = count == 1 || count == units;
   Grant grant;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto pods = pods_.PodsOnNode();
     std::vector<std::string> skipped;
     std::vector<Candidate> candidates;

@@ -13,12 +13,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
@@ -131,18 +131,18 @@ class AllocationService {
   struct Candidate;
   std::vector<Candidate> Candidates(const std::vector<kube::Pod>& pods,
                                     const ResourceSpec& resource, int count,
-                                    std::vector<std::string>* skipped);
-  void ForgetGonePods(const std::vector<kube::Pod>& pods);
-  bool ServedInMemory(const std::string& uid, const std::string& key) const;
+                                    std::vector<std::string>* skipped) TS_REQUIRES(mutex_);
+  void ForgetGonePods(const std::vector<kube::Pod>& pods) TS_REQUIRES(mutex_);
+  bool ServedInMemory(const std::string& uid, const std::string& key) const TS_REQUIRES(mutex_);
 
   PodSource& pods_;
   const topology::NodeShape shape_;
   const AllocatorOptions options_;
   std::function<void()> on_unannotated_grant_;
 
-  std::mutex mutex_;
+  Mutex mutex_;
   // pod uid -> "container=resource" keys served by this process (the annotation may lag or fail).
-  std::map<std::string, std::set<std::string>> served_;
+  std::map<std::string, std::set<std::string>> served_ TS_GUARDED_BY(mutex_);
 };
 
 std::string ClaimKey(std::string_view container, std::string_view resource);
