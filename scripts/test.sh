@@ -6,8 +6,8 @@
 #   2. ASan+UBSan build: the same tests under the sanitizers
 #   3. ThreadSanitizer build (the tsan preset): only the test programs that start threads (marked
 #      THREADED in test/CMakeLists.txt: the threaded_tests target, ctest label "threaded"); any
-#      race report fails the test. test/tsan.supp silences frames of the uninstrumented gRPC/absl
-#      only
+#      race report fails the test. test/tsan.supp covers only what Debian's uninstrumented gRPC,
+#      protobuf, absl and spdlog do (each entry says why), never our code
 #   4. libFuzzer (clang): every parser of untrusted input, a few seconds each
 #   5. end to end (scripts/e2e.sh): a real Kubernetes 1.20.2 control plane, kubelet and containerd;
 #      only as root, and only while at least TOPOSCHED_E2E_BUDGET_MIN (default 25) minutes remain of
