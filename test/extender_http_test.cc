@@ -89,8 +89,11 @@ class HttpTest : public ::testing::Test {
   OfflineClusterWriter writer_;
   Metrics metrics_;
   std::unique_ptr<ExtenderService> service_;
-  std::unique_ptr<Router> router_;
   std::unique_ptr<net::HttpServer> server_;
+  // After server_, so destroyed first: its bind pool is joined while the server still exists (a
+  // bind's reply holds the connection, which must be closed before the server is freed; TSan
+  // found the use after free).
+  std::unique_ptr<Router> router_;
   std::string base_;
 };
 

@@ -1,13 +1,18 @@
 // Mutexes the compiler can check: thin wrappers over std::mutex and std::shared_mutex carrying
 // clang's thread-safety attributes, so that a member marked TS_GUARDED_BY(mu_) read without mu_,
 // or a function marked TS_EXCLUDES(mu_) called with it held, is a compile error under clang's
-// -Wthread-safety (the fuzz build, which uses clang, turns it on). Under gcc the attributes are
-// empty and these are the std types with other names.
+// -Wthread-safety. The lint tier (scripts/lint.sh, first in scripts/test.sh) compiles every unit
+// of src/ that way, and the clang builds (fuzz) turn it on too. Under gcc the attributes are
+// empty and these are the std types with other names. Every mutex of src/ is one of these; a
+// condition to wait for is a CondVar over a Mutex.
 #ifndef TOPOSCHED_BASE_MUTEX_H_
 #define TOPOSCHED_BASE_MUTEX_H_
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #if defined(__clang__)
 #define TS_ATTRIBUTE(x) __attribute__((x))
@@ -29,8 +34,13 @@
 #define TS_RELEASE(...) TS_ATTRIBUTE(release_capability(__VA_ARGS__))
 #define TS_RELEASE_SHARED(...) TS_ATTRIBUTE(release_shared_capability(__VA_ARGS__))
 #define TS_RELEASE_GENERIC(...) TS_ATTRIBUTE(release_generic_capability(__VA_ARGS__))
+// Turns the analysis off for one function; only for the few primitives below that hand a lock
+// to the standard library, never to silence a finding in our code.
+#define TS_NO_THREAD_SAFETY_ANALYSIS TS_ATTRIBUTE(no_thread_safety_analysis)
 
 namespace toposched {
+
+class CondVar;
 
 class TS_CAPABILITY("mutex") Mutex {
  public:
@@ -38,6 +48,7 @@ class TS_CAPABILITY("mutex") Mutex {
   void Unlock() TS_RELEASE() { mu_.unlock(); }
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -80,6 +91,53 @@ class TS_SCOPED_CAPABILITY ReaderLock {
 
  private:
   SharedMutex& mu_;
+};
+
+// A condition variable over a Mutex. Each wait takes the Mutex the caller holds (the analysis
+// checks that it is held, as by a MutexLock in scope), releases it while blocked and holds it
+// again when it returns; the predicate runs with it held, so a predicate that reads guarded
+// members says so: `cv_.Wait(mu_, [&]() TS_REQUIRES(mu_) { return done_; });`. Notify with or
+// without the Mutex held.
+class CondVar {
+ public:
+  // Until pred() is true.
+  template <typename Predicate>
+  void Wait(Mutex& mu, Predicate pred) TS_REQUIRES(mu) TS_NO_THREAD_SAFETY_ANALYSIS {
+    Adopted held(mu);
+    cv_.wait(held.lock, std::move(pred));
+  }
+
+  // Until pred() is true or `timeout` has passed; returns pred() at the end.
+  template <typename Rep, typename Period, typename Predicate>
+  bool WaitFor(Mutex& mu, std::chrono::duration<Rep, Period> timeout, Predicate pred)
+      TS_REQUIRES(mu) TS_NO_THREAD_SAFETY_ANALYSIS {
+    Adopted held(mu);
+    return cv_.wait_for(held.lock, timeout, std::move(pred));
+  }
+
+  // Until pred() is true or `deadline` has come; returns pred() at the end.
+  template <typename Clock, typename Duration, typename Predicate>
+  bool WaitUntil(Mutex& mu, std::chrono::time_point<Clock, Duration> deadline, Predicate pred)
+      TS_REQUIRES(mu) TS_NO_THREAD_SAFETY_ANALYSIS {
+    Adopted held(mu);
+    return cv_.wait_until(held.lock, deadline, std::move(pred));
+  }
+
+  void NotifyOne() { cv_.notify_one(); }
+  void NotifyAll() { cv_.notify_all(); }
+
+ private:
+  // The caller's lock, lent to std::condition_variable for one wait and handed back (still held)
+  // when the wait ends, however it ends: the caller's MutexLock stays its only owner.
+  struct Adopted {
+    explicit Adopted(Mutex& mu) : lock(mu.mu_, std::adopt_lock) {}
+    ~Adopted() { lock.release(); }
+    Adopted(const Adopted&) = delete;
+    Adopted& operator=(const Adopted&) = delete;
+    std::unique_lock<std::mutex> lock;
+  };
+
+  std::condition_variable cv_;
 };
 
 }  // namespace toposched

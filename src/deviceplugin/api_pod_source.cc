@@ -72,16 +72,16 @@ WatchedPodSource::WatchedPodSource(kube::ApiClient& client, const std::string& n
   options.field_selector = "spec.nodeName=" + node_name;
   kube::InformerHandlers<kube::Pod> handlers;
   handlers.on_replace = [this](const std::vector<kube::Pod>& all) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     pods_.clear();
     for (const kube::Pod& pod : all) pods_.emplace(pod.uid, pod);
   };
   handlers.on_upsert = [this](const kube::Pod& pod) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     pods_.insert_or_assign(pod.uid, pod);
   };
   handlers.on_delete = [this](const kube::Pod& pod) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     pods_.erase(pod.uid);
   };
   informer_ = std::make_unique<kube::PodInformer>(client, kube::kPodsPath, std::move(handlers),
@@ -94,7 +94,7 @@ WatchedPodSource::~WatchedPodSource() { informer_->Stop(); }
 Result<std::vector<kube::Pod>> WatchedPodSource::PodsOnNode() {
   if (!informer_->Synced()) return api_.PodsOnNode();
   std::vector<kube::Pod> out;
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   out.reserve(pods_.size());
   for (const auto& [uid, pod] : pods_) out.push_back(pod);
   return out;

@@ -5,9 +5,9 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "base/mutex.h"
 #include "deviceplugin/pod_source.h"
 #include "kube/client.h"
 #include "kube/informer.h"
@@ -60,8 +60,8 @@ class WatchedPodSource : public PodSource {
 
  private:
   ApiPodSource api_;
-  std::mutex mutex_;
-  std::map<std::string, kube::Pod> pods_;  // by uid; guarded by mutex_
+  Mutex mutex_;
+  std::map<std::string, kube::Pod> pods_ TS_GUARDED_BY(mutex_);  // by uid
   std::unique_ptr<kube::PodInformer> informer_;
 };
 

@@ -8,39 +8,40 @@ HealthBoard::HealthBoard(int devices)
     : devices_(devices), healthy_(static_cast<size_t>(devices), false) {}
 
 HealthBoard::Snapshot HealthBoard::Get() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return Snapshot{version_, healthy_};
 }
 
 bool HealthBoard::Set(int device, bool healthy) {
   if (device < 0 || device >= devices_) return false;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (healthy_[static_cast<size_t>(device)] == healthy) return false;
     healthy_[static_cast<size_t>(device)] = healthy;
     ++version_;
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
   return true;
 }
 
 HealthBoard::Snapshot HealthBoard::WaitForChange(uint64_t seen,
                                                  std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return version_ != seen || closed_; });
+  MutexLock lock(mutex_);
+  changed_.WaitFor(mutex_, timeout,
+                   [&]() TS_REQUIRES(mutex_) { return version_ != seen || closed_; });
   return Snapshot{version_, healthy_};
 }
 
 void HealthBoard::Close() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     closed_ = true;
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 bool HealthBoard::closed() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return closed_;
 }
 

@@ -4,12 +4,11 @@
 #define TOPOSCHED_DEVICEPLUGIN_HEALTH_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "deviceplugin/sysfs.h"
 
 namespace toposched::deviceplugin {
@@ -36,11 +35,11 @@ class HealthBoard {
 
  private:
   const int devices_;
-  mutable std::mutex mutex_;
-  mutable std::condition_variable changed_;
-  uint64_t version_ = 1;
-  std::vector<bool> healthy_;
-  bool closed_ = false;
+  mutable Mutex mutex_;
+  mutable CondVar changed_;
+  uint64_t version_ TS_GUARDED_BY(mutex_) = 1;
+  std::vector<bool> healthy_ TS_GUARDED_BY(mutex_);
+  bool closed_ TS_GUARDED_BY(mutex_) = false;
 };
 
 // Checks every device once and records the result; logs each transition with its reason.

@@ -137,10 +137,10 @@ void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
 
 void DevicePluginManager::KickReconcile() {
   {
-    std::lock_guard lock(reconcile_mutex_);
+    MutexLock lock(reconcile_mutex_);
     reconcile_kicked_ = true;
   }
-  reconcile_wake_.notify_all();
+  reconcile_wake_.NotifyAll();
 }
 
 void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
@@ -152,8 +152,9 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
   while (!stop) {
     bool run = false;
     {
-      std::unique_lock lock(reconcile_mutex_);
-      reconcile_wake_.wait_for(lock, kTick, [&] { return reconcile_kicked_; });
+      MutexLock lock(reconcile_mutex_);
+      reconcile_wake_.WaitFor(reconcile_mutex_, kTick,
+                              [&]() TS_REQUIRES(reconcile_mutex_) { return reconcile_kicked_; });
       if (reconcile_kicked_) {
         reconcile_kicked_ = false;
         run = true;

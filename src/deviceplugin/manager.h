@@ -8,12 +8,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/device_ids.h"
@@ -95,9 +94,9 @@ class DevicePluginManager {
   std::unique_ptr<KubeletView> kubelet_view_;
   std::atomic<bool> lnc_published_{false};
 
-  std::mutex reconcile_mutex_;
-  std::condition_variable reconcile_wake_;
-  bool reconcile_kicked_ = false;
+  Mutex reconcile_mutex_;
+  CondVar reconcile_wake_;
+  bool reconcile_kicked_ TS_GUARDED_BY(reconcile_mutex_) = false;
 
   std::atomic<bool> discovered_{false};
   std::atomic<int> registrations_{0};

@@ -89,7 +89,7 @@ Result<std::vector<kube::Node>> ParseNodeFile(std::string_view text, std::string
 Status OfflineClusterWriter::Bind(const std::string& ns, const std::string& name,
                                   const std::string& uid, const std::string& node,
                                   const std::map<std::string, std::string>& annotations) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = bindings_.find(uid); it != bindings_.end()) {
     return Error{
         fmt::format("pod {}/{} is already assigned to node {}", ns, name, it->second.node)};
@@ -105,7 +105,7 @@ void OfflineClusterWriter::Event(const std::string& ns, const std::string& name,
 }
 
 std::map<std::string, OfflineClusterWriter::Binding> OfflineClusterWriter::Bindings() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return bindings_;
 }
 

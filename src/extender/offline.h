@@ -4,10 +4,10 @@
 #define TOPOSCHED_EXTENDER_OFFLINE_H_
 
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "extender/service.h"
 #include "kube/objects.h"
@@ -39,8 +39,8 @@ class OfflineClusterWriter final : public ClusterWriter {
   std::map<std::string, Binding> Bindings() const;  // by uid
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, Binding> bindings_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Binding> bindings_ TS_GUARDED_BY(mu_);
 };
 
 }  // namespace toposched::extender

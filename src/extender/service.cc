@@ -27,7 +27,7 @@ ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptio
 
 std::string ExtenderService::Bind(const BindingArgs& args) {
   {
-    std::lock_guard<std::mutex> lock(binds_mu_);
+    MutexLock lock(binds_mu_);
     if (binds_stopped_) {
       spdlog::info("bind {}/{} refused: shutting down", args.pod_namespace, args.pod_name);
       return EncodeBindingResult(
@@ -37,21 +37,22 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
   }
   std::string answer = RunBind(args);
   {
-    std::lock_guard<std::mutex> lock(binds_mu_);
+    MutexLock lock(binds_mu_);
     --binds_in_flight_;
   }
-  binds_done_.notify_all();
+  binds_done_.NotifyAll();
   return answer;
 }
 
 void ExtenderService::StopBinds() {
-  std::lock_guard<std::mutex> lock(binds_mu_);
+  MutexLock lock(binds_mu_);
   binds_stopped_ = true;
 }
 
 bool ExtenderService::WaitForBinds(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(binds_mu_);
-  return binds_done_.wait_for(lock, timeout, [this] { return binds_in_flight_ == 0; });
+  MutexLock lock(binds_mu_);
+  return binds_done_.WaitFor(binds_mu_, timeout,
+                             [this]() TS_REQUIRES(binds_mu_) { return binds_in_flight_ == 0; });
 }
 
 void ExtenderService::RememberPod(PodRequests requests) {

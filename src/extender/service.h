@@ -13,11 +13,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -268,11 +266,11 @@ class ExtenderService {
   std::atomic<bool> api_healthy_{true};
   std::atomic<bool> partitions_synced_{true};
 
-  // Binds running, for the drain at shutdown. A std::mutex for the condition variable.
-  std::mutex binds_mu_;
-  std::condition_variable binds_done_;
-  int binds_in_flight_ = 0;     // guarded by binds_mu_
-  bool binds_stopped_ = false;  // guarded by binds_mu_
+  // Binds running, for the drain at shutdown.
+  Mutex binds_mu_;
+  CondVar binds_done_;
+  int binds_in_flight_ TS_GUARDED_BY(binds_mu_) = 0;
+  bool binds_stopped_ TS_GUARDED_BY(binds_mu_) = false;
 
   // The partition step of binds into shared pools; set when options_.provisioner is.
   std::unique_ptr<PartitionSteps> partitions_;

@@ -145,6 +145,7 @@ Result<std::unique_ptr<ApiClient>> ApiClient::Create(ClientConfig config) {
   client->http_ = std::make_unique<net::HttpClient>(TransportOptions(settings, connect_to));
   if (!settings.token_file.empty()) {
     TOPOSCHED_ASSIGN_OR_RETURN(auto token, ReadTokenFile(settings.token_file));
+    MutexLock lock(client->token_mutex_);  // not shared yet; the lock is for the analysis
     client->token_ = std::move(token);
     client->token_read_at_ = std::chrono::steady_clock::now();
   }
@@ -167,7 +168,7 @@ Result<std::unique_ptr<ApiClient>> ApiClient::FromEnvironment(const std::string&
 }
 
 std::string ApiClient::Token(bool force_reload) {
-  std::lock_guard<std::mutex> lock(token_mutex_);
+  MutexLock lock(token_mutex_);
   if (config_.token_file.empty()) return config_.token;
   const auto now = std::chrono::steady_clock::now();
   if (force_reload || now - token_read_at_ >= config_.token_reload_period) {

@@ -9,12 +9,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "kube/kubeconfig.h"
 #include "kube/objects.h"
@@ -78,15 +78,15 @@ class ApiClient {
   Result<HttpResponse> SendOnce(const Request& request, const std::string& token);
   // The bearer token to send; re-reads the token file when the reload period has passed or
   // `force_reload` (after a 401). Empty when there is none.
-  std::string Token(bool force_reload);
+  std::string Token(bool force_reload) TS_EXCLUDES(token_mutex_);
 
   const ClientConfig config_;
   std::string url_base_;  // scheme://host:port/prefix, with tls_server_name as the host if set
   std::unique_ptr<net::HttpClient> http_;
 
-  std::mutex token_mutex_;
-  std::string token_;
-  std::chrono::steady_clock::time_point token_read_at_;
+  Mutex token_mutex_;
+  std::string token_ TS_GUARDED_BY(token_mutex_);
+  std::chrono::steady_clock::time_point token_read_at_ TS_GUARDED_BY(token_mutex_);
 };
 
 // Percent-encodes one path segment or query value (names are DNS labels, but be safe).

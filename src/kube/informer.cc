@@ -86,11 +86,11 @@ void Informer<T>::Start() {
 template <typename T>
 void Informer<T>::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     stop_.store(true);
   }
   end_watch_.store(true);
-  wake_.notify_all();
+  wake_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -103,8 +103,8 @@ uint64_t Informer<T>::Relist() {
 
 template <typename T>
 bool Informer<T>::WaitForSync(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait_for(lock, timeout, [this] { return synced_.load() || stop_.load(); });
+  MutexLock lock(mutex_);
+  wake_.WaitFor(mutex_, timeout, [this] { return synced_.load() || stop_.load(); });
   return synced_.load();
 }
 
@@ -123,8 +123,8 @@ InformerCounters Informer<T>::counters() const {
 
 template <typename T>
 void Informer<T>::Sleep(std::chrono::milliseconds duration) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait_for(lock, duration, [this] { return stop_.load(); });
+  MutexLock lock(mutex_);
+  wake_.WaitFor(mutex_, duration, [this] { return stop_.load(); });
 }
 
 template <typename T>
@@ -241,10 +241,10 @@ Result<std::string> Informer<T>::ListAll() {
   lists_.fetch_add(1);
   if (!synced_.load()) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       synced_.store(true);
     }
-    wake_.notify_all();
+    wake_.NotifyAll();
   }
   return resource_version;
 }

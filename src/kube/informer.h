@@ -11,14 +11,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "kube/client.h"
 #include "kube/objects.h"
 
@@ -105,8 +104,8 @@ class Informer {
   std::atomic<uint64_t> relists_requested_{0};
   std::atomic<uint64_t> relists_delivered_{0};
   std::atomic<bool> synced_{false};
-  std::mutex mutex_;  // guards the waits below
-  std::condition_variable wake_;
+  Mutex mutex_;  // guards the waits below
+  CondVar wake_;
   std::chrono::milliseconds backoff_{0};
   uint64_t random_state_;
 

@@ -139,10 +139,11 @@ LeaderElector::LeaderElector(ApiClient& client, LeaderElectionConfig config, Clo
       callbacks_(std::move(callbacks)) {}
 
 LeaderElector::~LeaderElector() {
-  std::unique_lock<std::mutex> lock(wait_mu_);
-  stop_ = true;
-  lock.unlock();
-  wake_.notify_all();
+  {
+    MutexLock lock(wait_mu_);
+    stop_ = true;
+  }
+  wake_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -159,12 +160,12 @@ std::string LeaderElector::LeasePath() const {
 }
 
 bool LeaderElector::IsLeader() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return leader_ && steady_ns_() - renewed_at_ns_ < config_.renew_deadline.count();
 }
 
 Result<std::chrono::milliseconds> LeaderElector::WriteBudget() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!leader_) return Error{"this extender does not hold the leader lease"};
   const int64_t since = steady_ns_() - renewed_at_ns_;
   const auto left = std::chrono::nanoseconds(config_.renew_deadline.count() - since);
@@ -181,12 +182,12 @@ Result<std::chrono::milliseconds> LeaderElector::WriteBudget() const {
 }
 
 std::string LeaderElector::ObservedHolder() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return observed_.holder;
 }
 
 void LeaderElector::Observe(const LeaseRecord& record, int64_t now_ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   absent_since_ns_ = 0;
   if (record.holder != observed_.holder || record.renew_time != observed_.renew_time ||
       record.resource_version != observed_.resource_version || observed_at_ns_ == 0) {
@@ -199,7 +200,7 @@ bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
   bool started = false;
   bool stopped = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (renewed) {
       started = !leader_;  // published below, after the callback
       renewed_at_ns_ = started_ns;
@@ -214,7 +215,7 @@ bool LeaderElector::Finish(bool renewed, int64_t started_ns, bool other_holds) {
     spdlog::info("leader election: became the leader of lease {}/{} as {}", config_.lease_namespace,
                  config_.lease_name, config_.identity);
     if (callbacks_.started_leading) callbacks_.started_leading();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     leader_ = true;
   }
   if (stopped) {
@@ -257,7 +258,7 @@ bool LeaderElector::Step() {
     bool first_seen_gone = false;
     std::string last_holder;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       first_seen_gone = absent_since_ns_ == 0;
       if (first_seen_gone) absent_since_ns_ = read_at;
       last_holder = observed_.holder;
@@ -289,7 +290,7 @@ bool LeaderElector::Step() {
     Observe(*old, read_at);
     int64_t observed_at = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       observed_at = observed_at_ns_;
     }
     if (!old->holder.empty() && old->holder != config_.identity &&
@@ -323,7 +324,7 @@ bool LeaderElector::Step() {
 Status LeaderElector::Release() {
   LeaseRecord record;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!leader_) return OkStatus();
     record = observed_;
   }
@@ -334,7 +335,7 @@ Status LeaderElector::Release() {
       client_.Put(LeasePath(), EncodeLease(config_.lease_namespace, config_.lease_name, record));
   bool was = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     was = leader_;
     leader_ = false;
   }
@@ -355,22 +356,25 @@ Status LeaderElector::Release() {
 void LeaderElector::Start() {
   if (thread_.joinable()) return;
   thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(wait_mu_);
-    while (!stop_) {
-      lock.unlock();
+    const auto stopped = [this]() TS_REQUIRES(wait_mu_) { return stop_; };
+    while (true) {
+      {
+        MutexLock lock(wait_mu_);
+        if (stop_) return;
+      }
       Step();
-      lock.lock();
-      wake_.wait_for(lock, config_.retry_period, [this] { return stop_; });
+      MutexLock lock(wait_mu_);
+      if (wake_.WaitFor(wait_mu_, config_.retry_period, stopped)) return;
     }
   });
 }
 
 void LeaderElector::Stop() {
   {
-    std::lock_guard<std::mutex> lock(wait_mu_);
+    MutexLock lock(wait_mu_);
     stop_ = true;
   }
-  wake_.notify_all();
+  wake_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   if (Status s = Release(); !s.ok()) spdlog::warn("leader election: {}", s.error());
 }

@@ -19,14 +19,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "base/mutex.h"
 #include "base/result.h"
 #include "kube/client.h"
 
@@ -128,18 +127,19 @@ class LeaderElector {
   Clock wall_ns_;
   Callbacks callbacks_;
 
-  mutable std::mutex mu_;
-  LeaseRecord observed_;         // the last record read; guarded by mu_
-  int64_t observed_at_ns_ = 0;   // when a read first returned it; guarded by mu_
-  int64_t absent_since_ns_ = 0;  // when a read first found the Lease gone (0: it exists); mu_
-  bool leader_ = false;          // guarded by mu_
-  int64_t renewed_at_ns_ = 0;    // start of the last successful round; guarded by mu_
+  mutable Mutex mu_;
+  LeaseRecord observed_ TS_GUARDED_BY(mu_);       // the last record read
+  int64_t observed_at_ns_ TS_GUARDED_BY(mu_) = 0;  // when a read first returned it
+  // When a read first found the Lease gone (0: it exists).
+  int64_t absent_since_ns_ TS_GUARDED_BY(mu_) = 0;
+  bool leader_ TS_GUARDED_BY(mu_) = false;
+  int64_t renewed_at_ns_ TS_GUARDED_BY(mu_) = 0;  // start of the last successful round
   std::atomic<uint64_t> transitions_{0};
 
   std::thread thread_;
-  std::mutex wait_mu_;
-  std::condition_variable wake_;
-  bool stop_ = false;  // guarded by wait_mu_
+  Mutex wait_mu_;
+  CondVar wake_;
+  bool stop_ TS_GUARDED_BY(wait_mu_) = false;
 };
 
 }  // namespace toposched::kube

@@ -139,7 +139,7 @@ HttpClient::~HttpClient() = default;
 
 std::unique_ptr<HttpClient::Connection> HttpClient::Acquire() {
   {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
+    MutexLock lock(pool_mutex_);
     if (!idle_.empty()) {
       std::unique_ptr<Connection> connection = std::move(idle_.back());
       idle_.pop_back();
@@ -152,7 +152,7 @@ std::unique_ptr<HttpClient::Connection> HttpClient::Acquire() {
 }
 
 void HttpClient::Release(std::unique_ptr<Connection> connection) {
-  std::lock_guard<std::mutex> lock(pool_mutex_);
+  MutexLock lock(pool_mutex_);
   if (idle_.size() < options_.max_idle_connections) idle_.push_back(std::move(connection));
 }
 

@@ -11,11 +11,11 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "base/mutex.h"
 #include "base/result.h"
 
 namespace toposched::net {
@@ -97,8 +97,8 @@ class HttpClient {
   void Release(std::unique_ptr<Connection> connection);
 
   const HttpClientOptions options_;
-  std::mutex pool_mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+  Mutex pool_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_ TS_GUARDED_BY(pool_mutex_);
 };
 
 // A URL split into its parts (libcurl's parser); the port is filled in from the scheme when the

@@ -83,7 +83,7 @@ void FakePartitionService::AdvanceLocked(int64_t now) {
 
 FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_view target,
                                         std::string_view body, std::string_view authorization) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (garbage_) return {200, "{\"partitions\": [ {\"name\": oops"};
   if (!options_.token.empty() && authorization != "Bearer " + options_.token) {
     return Fail(401, "missing or wrong bearer token");
@@ -160,37 +160,37 @@ FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_vie
 }
 
 void FakePartitionService::SetGarbage(bool on) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   garbage_ = on;
 }
 
 void FakePartitionService::SetFailureRate(double rate) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   options_.failure_rate = rate;
 }
 
 void FakePartitionService::SetLostCreateAnswers(int n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   lost_create_answers_ = n;
 }
 
 void FakePartitionService::SetRemoveRefusals(int n) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   remove_refusals_ = n;
 }
 
 void FakePartitionService::SetLatency(std::chrono::milliseconds latency) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   options_.latency = latency;
 }
 
 void FakePartitionService::SetRemoveLatency(std::chrono::milliseconds latency) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   options_.remove_latency = latency;
 }
 
 std::vector<Partition> FakePartitionService::Snapshot() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   AdvanceLocked(clock_());
   std::vector<Partition> out;
   for (const auto& [name, e] : entries_) out.push_back(e.partition);
@@ -198,7 +198,7 @@ std::vector<Partition> FakePartitionService::Snapshot() {
 }
 
 int FakePartitionService::creates() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return creates_;
 }
 

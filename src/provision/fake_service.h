@@ -10,11 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
 #include <string_view>
 
+#include "base/mutex.h"
 #include "provision/partition.h"
 
 namespace toposched::provision {
@@ -58,20 +58,20 @@ class FakePartitionService {
     int64_t change_at = 0;  // when creating/removing ends
     bool will_fail = false;
   };
-  void AdvanceLocked(int64_t now);
+  void AdvanceLocked(int64_t now) TS_REQUIRES(mu_);
   int64_t Ns(std::chrono::milliseconds ms) const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count();
   }
 
   FakeServiceOptions options_;
   Clock clock_;
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;  // guarded by mu_
-  std::mt19937_64 rng_;                   // guarded by mu_
-  bool garbage_ = false;                  // guarded by mu_
-  int remove_refusals_ = 0;               // guarded by mu_
-  int lost_create_answers_ = 0;           // guarded by mu_
-  int creates_ = 0;                       // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, Entry> entries_ TS_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ TS_GUARDED_BY(mu_);
+  bool garbage_ TS_GUARDED_BY(mu_) = false;
+  int remove_refusals_ TS_GUARDED_BY(mu_) = 0;
+  int lost_create_answers_ TS_GUARDED_BY(mu_) = 0;
+  int creates_ TS_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace toposched::provision

@@ -6,14 +6,14 @@
 #define TOPOSCHED_PROVISION_REAPER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/mutex.h"
 #include "provision/service.h"
 
 namespace toposched::provision {
@@ -35,15 +35,18 @@ class Reaper {
     std::vector<std::function<void()>> on_gone;
     std::chrono::steady_clock::time_point not_before;
   };
-  void Run();
+  void Run() TS_EXCLUDES(mu_);
+  // Waits for the first item whose time has come and takes it (counted in busy_); nullopt once
+  // stopped.
+  std::optional<Item> NextDue() TS_EXCLUDES(mu_);
 
   Provisioner& provisioner_;
   const std::chrono::milliseconds retry_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;  // guarded by mu_
-  size_t busy_ = 0;         // guarded by mu_
-  bool stop_ = false;       // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<Item> queue_ TS_GUARDED_BY(mu_);
+  size_t busy_ TS_GUARDED_BY(mu_) = 0;
+  bool stop_ TS_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 
