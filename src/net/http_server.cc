@@ -539,7 +539,8 @@ class BeastServer final : public HttpServer {
 
  private:
   // On the accept strand. `backoff` is the pause after the next EMFILE/ENFILE.
-  static void Accept(Core& core, std::weak_ptr<Core> weak, std::chrono::milliseconds backoff) {
+  static void Accept(Core& core, const std::weak_ptr<Core>& weak,
+                     std::chrono::milliseconds backoff) {
     if (!core.accepting) return;
     core.acceptor.async_accept(
         asio::make_strand(core.ioc), [&core, weak, backoff](beast::error_code ec, tcp::socket s) {
