@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Renders deploy/'s plain manifests from the Helm chart deploy/helm/toposched, the one source:
-#   deploy/*.yaml                 helm template --set scheduler.enabled=true   (second scheduler)
+#   deploy/*.yaml                 helm template --set scheduler.enabled=true   (second scheduler;
+#                                 TLS Secrets named, made by scripts/extender-certs.sh)
 #   deploy/default-scheduler/*    the default-scheduler mode (AWS's second install command); the
 #                                 KubeSchedulerConfiguration is taken out of its ConfigMap
 # With --check it renders into a temporary directory and fails, showing the diff, when deploy/
@@ -19,7 +20,10 @@ helm="${HELM:-}"
 [ -x "$helm" ] || { echo "render-deploy: no helm (run scripts/install-deps.sh, or set HELM)" >&2; exit 1; }
 
 chart=deploy/helm/toposched
-second=(--set scheduler.enabled=true)
+# deploy/ names the TLS Secrets instead of generating them (generated keys would differ at every
+# render, and must not be committed): scripts/extender-certs.sh makes them.
+second=(--set scheduler.enabled=true --set extender.tls.secretName=k8s-neuron-scheduler-tls
+        --set extender.tls.clientSecretName=my-scheduler-extender-client)
 default=(--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false
          --set scheduler.defaultScheduler.enabled=true)
 work=$(mktemp -d)

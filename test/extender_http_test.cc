@@ -1,16 +1,26 @@
 // The extender over real loopback HTTP(S): routing, status codes, body limits, TLS, metrics and
 // concurrent filter+bind from many threads.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "extender/offline.h"
 #include "extender/router.h"
@@ -20,6 +30,8 @@
 #include "net/http_server.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_certs.h"
+#include "support/wait.h"
 
 namespace toposched::extender {
 namespace {
@@ -36,7 +48,8 @@ size_t Collect(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
-Reply Request(const std::string& url, const std::string* post_body, const std::string& ca = "") {
+Reply Request(const std::string& url, const std::string* post_body, const std::string& ca = "",
+              const std::string& cert = "", const std::string& key = "") {
   Reply reply;
   CURL* curl = curl_easy_init();
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
@@ -50,6 +63,10 @@ Reply Request(const std::string& url, const std::string* post_body, const std::s
     curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(post_body->size()));
   }
   if (!ca.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, ca.c_str());
+  if (!cert.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, cert.c_str());
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, key.c_str());
+  }
   if (curl_easy_perform(curl) == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &reply.status);
   }
@@ -58,9 +75,95 @@ Reply Request(const std::string& url, const std::string* post_body, const std::s
   return reply;
 }
 
+// A plain TCP connection to 127.0.0.1:port, or -1.
+int RawConnect(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads one HTTP response (header and Content-Length body) from fd; empty on EOF or error.
+std::string ReadResponse(int fd) {
+  std::string in;
+  char chunk[4096];
+  size_t need = std::string::npos;
+  while (need == std::string::npos || in.size() < need) {
+    const ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+    if (n <= 0) return {};
+    in.append(chunk, static_cast<size_t>(n));
+    const size_t end = in.find("\r\n\r\n");
+    if (need == std::string::npos && end != std::string::npos) {
+      const size_t cl = in.find("Content-Length: ");
+      need = end + 4 + (cl == std::string::npos || cl > end ? 0 : std::stoul(in.substr(cl + 16)));
+    }
+  }
+  return in;
+}
+
+long RssKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+// A writer whose binds wait until released: a bind "in flight" for as long as a test needs.
+class BlockingWriter final : public ClusterWriter {
+ public:
+  Status Bind(const std::string&, const std::string&, const std::string&, const std::string&,
+              const std::map<std::string, std::string>&) override {
+    entered_.fetch_add(1);
+    while (!released_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return OkStatus();
+  }
+  void Event(const std::string&, const std::string&, const std::string&, std::string_view,
+             std::string_view, std::string_view) override {}
+  int entered() const { return entered_.load(); }
+  void Release() { released_ = true; }
+
+ private:
+  std::atomic<int> entered_{0};
+  std::atomic<bool> released_{false};
+};
+
+std::string BindBody(const std::string& name, const std::string& node) {
+  return R"({"PodName":")" + name + R"(","PodNamespace":"default","PodUID":"uid-)" + name +
+         R"(","Node":")" + node + R"("})";
+}
+
 class HttpTest : public ::testing::Test {
  protected:
-  void Start(net::HttpServerOptions options = {}) {
+  // A filter for pod `name` (uid-NAME, one device) on every node: what makes its bind go to the
+  // writer.
+  void Filter(const std::string& name) {
+    const std::string filter =
+        testing::NamesArgs(testing::PodJson(name, "uid-" + name, "aws.amazon.com/neuron", 1),
+                           {"trn-0", "trn-1", "trn-2", "trn-3"});
+    ASSERT_EQ(Request(base_ + "/filter", &filter).status, 200);
+  }
+
+  void Start(net::HttpServerOptions options = {}, ClusterWriter* writer = nullptr,
+             int bind_threads = 4, int bind_queue = Router::kDefaultBindQueue) {
     std::vector<kube::Node> nodes;
     for (int i = 0; i < 4; ++i) {
       auto node = kube::DecodeNode(
@@ -69,16 +172,17 @@ class HttpTest : public ::testing::Test {
       nodes.push_back(*node);
     }
     service_ = std::make_unique<ExtenderService>(
-        topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
-        [] { return int64_t{0}; }, [] { return int64_t{1}; });
+        topology::Catalog::Embedded(), ExtenderOptions{}, writer != nullptr ? *writer : writer_,
+        metrics_, [] { return int64_t{0}; }, [] { return int64_t{1}; });
     service_->ReplaceNodes(nodes);
     service_->ReplacePods({});
-    router_ = std::make_unique<Router>(*service_, metrics_, 4);
+    router_ = std::make_unique<Router>(*service_, metrics_, bind_threads, bind_queue);
     options.address = "127.0.0.1";
     options.port = 0;
     auto server = net::HttpServer::Start(options, router_->AsHandler());
     ASSERT_TRUE(server.ok()) << server.error();
     server_ = std::move(server).value();
+    router_->SetServerStats([s = server_.get()] { return s->stats(); });
     base_ = (options.tls_cert_file.empty() ? "http://127.0.0.1:" : "https://localhost:") +
             std::to_string(server_->port());
   }
@@ -251,6 +355,298 @@ TEST_F(HttpTest, AStandbyRefusesEveryVerbAndIsNotReady) {
   EXPECT_THAT(
       Request(base_ + "/metrics", nullptr).body,
       ::testing::HasSubstr("toposched_extender_requests_total{code=\"503\",verb=\"bind\"} 1"));
+}
+
+TEST_F(HttpTest, UnknownPathsAreCountedAsOneVerbOther) {
+  Start();
+  EXPECT_EQ(Request(base_ + "/no-such-thing", nullptr).status, 404);
+  EXPECT_EQ(Request(base_ + "/another/unknown", nullptr).status, 404);
+  const std::string body = "{}";
+  EXPECT_EQ(Request(base_ + "/x/frobnicate", &body).status, 404);
+  const std::string text = Request(base_ + "/metrics", nullptr).body;
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("no-such-thing")));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("frobnicate")));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "toposched_extender_requests_total{code=\"404\",verb=\"other\"} 3"));
+}
+
+// A client declaring a huge body and sending a few bytes costs what it sent, not what it declared
+// (before: the declared Content-Length was allocated and zero-filled at once).
+TEST_F(HttpTest, ADeclaredBodyIsNotReservedBeforeItArrives) {
+  Start();
+  const long before = RssKiB();
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = RawConnect(server_->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                std::to_string(200 << 20) + "\r\n\r\n{\"Pod\":"));
+    fds.push_back(fd);
+  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().bodies_in_flight == 4; },
+                                 std::chrono::seconds(10)));
+  // 64 KiB each at first: the buffer grows only as bytes arrive.
+  EXPECT_LE(server_->stats().body_bytes, 4 * 64 * 1024);
+  EXPECT_LT(RssKiB() - before, 64 * 1024)
+      << "RSS grew by " << (RssKiB() - before) / 1024 << " MiB for 4 bodies of 7 bytes received";
+  // 200 KiB more on one: its buffer doubles to 256 KiB, not to 200 MiB.
+  ASSERT_TRUE(SendAll(fds[0], std::string(200 * 1024, ' ')));
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return server_->stats().body_bytes == (3 * 64 + 256) * 1024; },
+                         std::chrono::seconds(10)))
+      << server_->stats().body_bytes;
+  for (int fd : fds) close(fd);
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().body_bytes == 0; },
+                                 std::chrono::seconds(10)));
+  EXPECT_EQ(server_->stats().bodies_in_flight, 0);
+}
+
+TEST_F(HttpTest, BodiesOverTheMemoryLimitOrTheCountAre503) {
+  net::HttpServerOptions options;
+  options.body_memory_limit = 1 << 20;
+  options.max_bodies_in_flight = 2;
+  Start(options);
+  const std::string header =
+      "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(900 * 1024) +
+      "\r\n\r\n";
+  const int a = RawConnect(server_->port());
+  ASSERT_TRUE(SendAll(a, header + std::string(800 * 1024, ' ')));
+  // a's buffer: 64, 128, 256, 512, then 900 KiB (its declared length, reached by doubling).
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().body_bytes == 900 * 1024; },
+                                 std::chrono::seconds(10)));
+  const int b = RawConnect(server_->port());
+  ASSERT_TRUE(SendAll(b, header + std::string(100 * 1024, ' ')));  // 64 KiB fit, 128 do not
+  const std::string refused = ReadResponse(b);
+  EXPECT_THAT(refused, ::testing::HasSubstr("503"));
+  EXPECT_THAT(refused, ::testing::HasSubstr("--body-memory-limit"));
+  // The count: a holds one slot; two more bodies are one too many.
+  const int c = RawConnect(server_->port());
+  ASSERT_TRUE(SendAll(c, "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{"));
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().bodies_in_flight == 2; },
+                                 std::chrono::seconds(10)));
+  const int d = RawConnect(server_->port());
+  ASSERT_TRUE(SendAll(d, "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{"));
+  EXPECT_THAT(ReadResponse(d), ::testing::HasSubstr("--max-bodies-in-flight"));
+  EXPECT_EQ(server_->stats().bodies_refused, 2u);
+  // Health answers all along (no body, no slot).
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);
+  for (int fd : {a, b, c, d}) close(fd);
+}
+
+TEST_F(HttpTest, ConnectionsOverTheCapAreClosed) {
+  net::HttpServerOptions options;
+  options.max_connections = 2;
+  Start(options);
+  const int a = RawConnect(server_->port());
+  const int b = RawConnect(server_->port());
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().connections == 2; },
+                                 std::chrono::seconds(10)));
+  const int c = RawConnect(server_->port());
+  ASSERT_GE(c, 0);
+  char byte = 0;
+  EXPECT_EQ(recv(c, &byte, 1, 0), 0) << "the third connection is closed at once";
+  EXPECT_EQ(server_->stats().connections_refused, 1u);
+  close(a);
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().connections == 1; },
+                                 std::chrono::seconds(10)));
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);  // room again
+  close(b);
+  close(c);
+}
+
+// A body that does not arrive within --body-timeout is cut (the timeout is an option set short
+// here; the test waits for the server to close, it measures no time).
+TEST_F(HttpTest, ATricklingBodyIsCutAtTheBodyTimeout) {
+  net::HttpServerOptions options;
+  options.body_timeout = std::chrono::milliseconds(200);
+  Start(options);
+  const int fd = RawConnect(server_->port());
+  ASSERT_TRUE(SendAll(fd, "POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
+  char byte = 0;
+  EXPECT_LE(recv(fd, &byte, 1, 0), 0);
+  close(fd);
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().connections == 0; },
+                                 std::chrono::seconds(10)));
+  EXPECT_EQ(server_->stats().read_timeouts, 1u);
+  EXPECT_EQ(server_->stats().body_bytes, 0);
+}
+
+TEST_F(HttpTest, ABindBeyondTheQueueIsAnsweredBusy) {
+  BlockingWriter writer;
+  Start({}, &writer, /*bind_threads=*/1, /*bind_queue=*/2);
+  for (const char* name : {"p0", "p1", "p2"}) Filter(name);
+  std::vector<std::thread> binds;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 2; ++i) {
+    binds.emplace_back([&, i] {
+      const std::string bind = BindBody("p" + std::to_string(i), "trn-" + std::to_string(i));
+      if (Request(base_ + "/bind", &bind).status == 200) ++ok;
+    });
+  }
+  // One bind holds the thread, one waits for it: the queue is full.
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return router_->BindsPending() == 2; }, std::chrono::seconds(10)));
+  const std::string third = BindBody("p2", "trn-2");
+  const Reply busy = Request(base_ + "/bind", &third);
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_THAT(json::parse(busy.body)["Error"].get<std::string>(),
+              ::testing::HasSubstr("busy: 2 binds are already waiting"));
+  EXPECT_THAT(Request(base_ + "/metrics", nullptr).body,
+              ::testing::HasSubstr("toposched_extender_binds_pending 2"));
+  writer.Release();
+  for (auto& t : binds) t.join();
+  EXPECT_EQ(ok.load(), 2);
+  // A bind counts until its task ends, just after its answer is handed back.
+  EXPECT_TRUE(router_->DrainBinds(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  EXPECT_EQ(router_->BindsPending(), 0);
+}
+
+// Shutdown in the order the extender takes: stop accepting, drain, stop. The bind in flight is
+// answered; a new connection is refused meanwhile.
+TEST_F(HttpTest, StopAcceptingThenDrainAnswersTheBindInFlight) {
+  BlockingWriter writer;
+  Start({}, &writer);
+  Filter("p");
+  Reply reply;
+  std::thread bind([&] {
+    const std::string body = BindBody("p", "trn-0");
+    reply = Request(base_ + "/bind", &body);
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return writer.entered() == 1; }, std::chrono::seconds(10)));
+  server_->StopAccepting();
+  EXPECT_LT(RawConnect(server_->port()), 0) << "a new connection after StopAccepting";
+  // The bind (the filter's answer may still be finishing its write).
+  EXPECT_TRUE(testing::WaitUntil([&] { return server_->stats().requests_in_flight == 1; },
+                                 std::chrono::seconds(10)));
+  EXPECT_FALSE(server_->Drain(std::chrono::steady_clock::now()));
+  writer.Release();
+  EXPECT_TRUE(server_->Drain(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  bind.join();
+  EXPECT_EQ(reply.status, 200);
+  server_->Stop();
+}
+
+// The server destroyed while a bind worker still holds its Responder (the extender's shutdown
+// before: ~HttpServer, then ~Router joins the bind pool). Under ASan (the asan preset) this was a
+// heap-use-after-free: the answer was posted into the freed io_context.
+TEST_F(HttpTest, DestroyingTheServerWithABindInFlightIsSafe) {
+  BlockingWriter writer;
+  Start({}, &writer);
+  Filter("p");
+  Reply reply;
+  std::thread bind([&] {
+    const std::string body = BindBody("p", "trn-0");
+    reply = Request(base_ + "/bind", &body);
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return writer.entered() == 1; }, std::chrono::seconds(10)));
+  router_->SetServerStats(nullptr);
+  server_.reset();  // a bind is in flight
+  writer.Release();
+  router_.reset();  // joins the bind pool: the bind answers into the stopped server
+  bind.join();
+  EXPECT_EQ(reply.status, 0) << "the answer was dropped with the server";
+}
+
+// With a client CA the verbs need a client certificate from it; probes do not.
+TEST_F(HttpTest, ClientCertificatesAreVerified) {
+  const testing::TestPki pki = testing::GenerateTestPki();
+  const testing::TestPki other = testing::GenerateTestPki();
+  const testing::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& pem) {
+    std::ofstream(dir / name) << pem;
+    return dir / name;
+  };
+  net::HttpServerOptions options;
+  options.tls_cert_file = write("server.pem", pki.server_cert_pem);
+  options.tls_key_file = write("server-key.pem", pki.server_key_pem);
+  options.tls_client_ca_file = write("ca.pem", pki.ca_cert_pem);
+  options.anonymous_paths = {"/healthz", "/readyz", "/metrics"};
+  Start(options);
+  const std::string ca = dir / "ca.pem";
+  const std::string cert = write("client.pem", pki.client_cert_pem);
+  const std::string key = write("client-key.pem", pki.client_key_pem);
+  const std::string foreign_cert = write("other.pem", other.client_cert_pem);
+  const std::string foreign_key = write("other-key.pem", other.client_key_pem);
+  const std::string filter =
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), {"trn-0"});
+
+  const Reply anonymous = Request(base_ + "/filter", &filter, ca);
+  EXPECT_EQ(anonymous.status, 403);
+  EXPECT_THAT(anonymous.body, ::testing::HasSubstr("client certificate"));
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr, ca).status, 200);
+  EXPECT_EQ(Request(base_ + "/metrics", nullptr, ca).status, 200);
+  EXPECT_EQ(Request(base_ + "/filter", &filter, ca, cert, key).status, 200);
+  // A certificate from another CA fails the handshake: no HTTP status at all.
+  EXPECT_EQ(Request(base_ + "/filter", &filter, ca, foreign_cert, foreign_key).status, 0);
+  EXPECT_EQ(server_->stats().uncertified_refused, 1u);
+}
+
+// accept() failing with EMFILE must not be retried in a loop. In a child process (its own
+// RLIMIT_NOFILE): every descriptor is used, a connection waits in the backlog, and a client does
+// 20 requests on a connection opened before; accept may fail once per pause, not thousands of
+// times.
+TEST(HttpAccept, BacksOffWhenOutOfDescriptors) {
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(out[0]);
+    struct CountingSink : spdlog::sinks::base_sink<std::mutex> {
+      std::atomic<int> accept_warnings{0};
+      void sink_it_(const spdlog::details::log_msg& m) override {
+        if (std::string_view(m.payload.data(), m.payload.size()).rfind("accept:", 0) == 0)
+          ++accept_warnings;
+      }
+      void flush_() override {}
+    };
+    auto sink = std::make_shared<CountingSink>();
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("count", sink));
+    net::HttpServerOptions options;
+    options.address = "127.0.0.1";
+    options.port = 0;
+    // Long: within this test accept may be retried only when a connection closes.
+    options.accept_backoff = std::chrono::hours(1);
+    auto server = net::HttpServer::Start(options, [](net::HttpRequest&&, net::Responder r) {
+      r({200, "text/plain", "ok\n"});
+    });
+    if (!server.ok()) _exit(10);
+    const uint16_t port = (*server)->port();
+    const int kept = RawConnect(port);  // served before descriptors run out
+    const std::string get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    if (kept < 0 || !SendAll(kept, get) || ReadResponse(kept).empty()) _exit(11);
+    const rlimit low{64, 64};
+    if (setrlimit(RLIMIT_NOFILE, &low) != 0) _exit(12);
+    std::vector<int> filler;
+    for (int fd = dup(0); fd >= 0; fd = dup(0)) filler.push_back(fd);
+    close(filler.back());  // one free: for the client's end of the next connection
+    filler.pop_back();
+    const int waiting = RawConnect(port);  // in the backlog; accept() has no descriptor for it
+    if (waiting < 0 || !SendAll(waiting, get)) _exit(13);
+    for (int i = 0; i < 20; ++i) {
+      if (!SendAll(kept, get) || ReadResponse(kept).empty()) _exit(14);
+    }
+    const net::HttpServerStats stats = (*server)->stats();
+    // A connection closing frees a descriptor: accepting resumes, the waiting one is served.
+    close(kept);
+    if (ReadResponse(waiting).find("200 OK") == std::string::npos) _exit(16);
+    const std::string line = std::to_string(sink->accept_warnings.load()) + " " +
+                             std::to_string(stats.accept_fd_exhausted) + " " +
+                             std::to_string(stats.accept_pauses) + "\n";
+    if (write(out[1], line.data(), line.size()) < 0) _exit(15);
+    _exit(0);
+  }
+  close(out[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  char buf[64] = {};
+  const ssize_t n = read(out[0], buf, sizeof buf - 1);
+  close(out[0]);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child failed at step " << WEXITSTATUS(status);
+  ASSERT_GT(n, 0);
+  // "warnings fd_exhausted pauses": one failure, one pause, logged once (before: thousands).
+  EXPECT_EQ(std::string(buf), "1 1 1\n");
 }
 
 TEST(LeaderMetrics, RoleAndTransitions) {

@@ -161,6 +161,8 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
   EXPECT_THAT(
       command,
       ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "0.0.0.0:12345",
+                  "--tls-cert-file", "/etc/toposched/tls/tls.crt", "--tls-key-file",
+                  "/etc/toposched/tls/tls.key", "--tls-client-ca-file", "/etc/toposched/tls/ca.crt",
                   "--leader-elect=true", "--leader-elect-lease-duration", "15s",
                   "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period", "2s",
                   "--leader-elect-resource-name", "k8s-neuron-scheduler",
@@ -192,7 +194,7 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
   EXPECT_EQ(config["profiles"][0]["schedulerName"].as<std::string>(), "my-scheduler");
   const YAML::Node entry = config["extenders"][0];
   EXPECT_EQ(entry["urlPrefix"].as<std::string>(),
-            "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345");
+            "https://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345");
   EXPECT_EQ(entry["weight"].as<int>(), 100);
   EXPECT_TRUE(entry["nodeCacheCapable"].as<bool>());
   EXPECT_FALSE(entry["ignorable"].as<bool>());
@@ -242,9 +244,93 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
   const Rendered second(kSecondScheduler);
   YAML::Node other = ConfigIn(second.Get("ConfigMap", "my-scheduler-config"),
                               "my-scheduler-config.yaml")["extenders"][0];
+  // The default-scheduler mode is plain HTTP on loopback: no TLS settings.
+  EXPECT_FALSE(entry["enableHTTPS"].as<bool>());
+  EXPECT_FALSE(entry["tlsConfig"].IsDefined());
   entry["urlPrefix"] = "x";
   other["urlPrefix"] = "x";
+  other["enableHTTPS"] = false;
+  other.remove("tlsConfig");
   EXPECT_EQ(YAML::Dump(entry), YAML::Dump(other));
+}
+
+// The default: TLS both ways. The chart's CA signs the extender's serving certificate (valid for
+// the Service's names) and my-scheduler's client certificate; the extender requires a client
+// certificate from that CA, my-scheduler's configuration presents its own and trusts the CA; a
+// NetworkPolicy lets only my-scheduler's pods reach the port.
+TEST(HelmChart, DefaultIsTlsWithClientCertificates) {
+  const Rendered r(kSecondScheduler);
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  const YAML::Node server = r.Get("Secret", "k8s-neuron-scheduler-tls");
+  const YAML::Node client = r.Get("Secret", "my-scheduler-extender-client");
+  ASSERT_TRUE(server.IsMap());
+  ASSERT_TRUE(client.IsMap());
+  const toposched::testing::TempDir dir;
+  auto write = [&](const YAML::Node& secret, const std::string& key, const std::string& file) {
+    std::ofstream(dir / (file + ".b64")) << secret["data"][key].as<std::string>();
+    const Outcome o = toposched::testing::RunCommand("(base64 -d '" + dir / (file + ".b64") +
+                                                     "' > '" + dir / file + "')");
+    ASSERT_EQ(o.exit_code, 0) << o.err;
+  };
+  write(server, "ca.crt", "ca.pem");
+  write(server, "tls.crt", "server.pem");
+  write(client, "tls.crt", "client.pem");
+  write(client, "ca.crt", "client-ca.pem");
+  const Outcome verify = toposched::testing::RunCommand(
+      "(openssl verify -CAfile '" + dir / "ca.pem" + "' '" + dir / "server.pem" + "' '" +
+      dir / "client.pem" + "' && cmp '" + dir / "ca.pem" + "' '" + dir / "client-ca.pem" +
+      "' && openssl x509 -noout -ext subjectAltName -in '" + dir / "server.pem" + "')");
+  ASSERT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_THAT(verify.out, HasSubstr("DNS:k8s-neuron-scheduler.kube-system.svc.cluster.local"));
+
+  const YAML::Node extender = r.Get("Deployment", "k8s-neuron-scheduler");
+  const YAML::Node c = Container(extender);
+  EXPECT_THAT(Strings(c["command"]), Contains("--tls-client-ca-file"));
+  EXPECT_THAT(Strings(c["command"]), Not(Contains("--allow-insecure-http")));
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["scheme"].as<std::string>(), "HTTPS");
+  EXPECT_EQ(
+      extender["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"].as<std::string>(),
+      "k8s-neuron-scheduler-tls");
+
+  const YAML::Node entry = ConfigIn(r.Get("ConfigMap", "my-scheduler-config"),
+                                    "my-scheduler-config.yaml")["extenders"][0];
+  EXPECT_TRUE(entry["enableHTTPS"].as<bool>());
+  EXPECT_FALSE(entry["tlsConfig"]["insecure"].as<bool>());
+  const std::string dir_in_pod = "/etc/kubernetes/my-scheduler/extender-tls";
+  EXPECT_EQ(entry["tlsConfig"]["certFile"].as<std::string>(), dir_in_pod + "/tls.crt");
+  EXPECT_EQ(entry["tlsConfig"]["keyFile"].as<std::string>(), dir_in_pod + "/tls.key");
+  EXPECT_EQ(entry["tlsConfig"]["caFile"].as<std::string>(), dir_in_pod + "/ca.crt");
+  const YAML::Node pod = r.Get("Deployment", "my-scheduler")["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["volumes"][1]["secret"]["secretName"].as<std::string>(),
+            "my-scheduler-extender-client");
+  EXPECT_EQ(pod["containers"][0]["volumeMounts"][1]["mountPath"].as<std::string>(), dir_in_pod);
+
+  const YAML::Node policy = r.Get("NetworkPolicy", "k8s-neuron-scheduler");
+  ASSERT_TRUE(policy.IsMap());
+  EXPECT_EQ(policy["spec"]["podSelector"]["matchLabels"]["component"].as<std::string>(),
+            "k8s-neuron-scheduler");
+  const YAML::Node from = policy["spec"]["ingress"][0]["from"];
+  ASSERT_EQ(from.size(), 1u);
+  // my-scheduler's pod labels.
+  EXPECT_EQ(from[0]["podSelector"]["matchLabels"]["component"].as<std::string>(), "scheduler");
+  EXPECT_EQ(pod["containers"][0]["name"].as<std::string>(), "kube-scheduler");
+  EXPECT_EQ(
+      r.Get("Deployment", "my-scheduler")["spec"]["template"]["metadata"]["labels"]["component"]
+          .as<std::string>(),
+      "scheduler");
+  EXPECT_EQ(policy["spec"]["ingress"][0]["ports"][0]["port"].as<int>(), 12345);
+
+  // Plain HTTP on the Pod network only when asked for in so many words.
+  const Rendered plain(std::string(kSecondScheduler) +
+                       " --set extender.tls.enabled=false --set extender.allowInsecureHttp=true");
+  ASSERT_EQ(plain.outcome().exit_code, 0) << plain.outcome().err;
+  EXPECT_THAT(Strings(Container(plain.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
+              Contains("--allow-insecure-http"));
+  EXPECT_EQ(ConfigIn(plain.Get("ConfigMap", "my-scheduler-config"),
+                     "my-scheduler-config.yaml")["extenders"][0]["urlPrefix"]
+                .as<std::string>(),
+            "http://k8s-neuron-scheduler.kube-system.svc.cluster.local:12345");
+  EXPECT_FALSE(plain.Get("Secret", "k8s-neuron-scheduler-tls").IsMap());
 }
 
 TEST(HelmChart, AnAwsValuesFileMostlyWorks) {
@@ -311,7 +397,7 @@ TEST(HelmChart, ToposchedsOwnValues) {
       "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "
       "--set extender.scoringPolicy=first-fit "
       "--set extender.port=8443 --set extender.tls.enabled=true --set "
-      "extender.tls.secretName=ext-tls "
+      "extender.tls.secretName=ext-tls --set extender.tls.clientSecretName=sched-tls "
       "--set extender.tls.caBundle=Q0E= --set scheduler.namespaceOverride=neuron "
       "--set scheduler.customScheduler.namespaceOverride=neuron "
       "--set devicePlugin.namespaceOverride=neuron --set devicePlugin.image.repository=reg/t "
@@ -349,6 +435,15 @@ TEST(HelmChart, ToposchedsOwnValues) {
             "https://k8s-neuron-scheduler.neuron.svc.cluster.local:8443");
   EXPECT_TRUE(entry["enableHTTPS"].as<bool>());
   EXPECT_EQ(entry["tlsConfig"]["caData"].as<std::string>(), "Q0E=");
+  EXPECT_FALSE(entry["tlsConfig"]["caFile"].IsDefined());
+  EXPECT_EQ(entry["tlsConfig"]["certFile"].as<std::string>(),
+            "/etc/kubernetes/my-scheduler/extender-tls/tls.crt");
+  EXPECT_EQ(r.Get("Deployment",
+                  "my-scheduler")["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"]
+                .as<std::string>(),
+            "sched-tls");
+  // Your own certificates: the chart generates none.
+  EXPECT_FALSE(r.Get("Secret", "k8s-neuron-scheduler-tls").IsMap());
   EXPECT_EQ(r.Get("ClusterRoleBinding", "k8s-neuron-scheduler")["subjects"][0]["namespace"]
                 .as<std::string>(),
             "neuron");
@@ -380,8 +475,12 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
                 "mutually exclusive"},
            Case{"--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false",
                 "needs one of scheduler.customScheduler.enabled"},
-           Case{"--set scheduler.enabled=true --set extender.tls.enabled=true",
+           Case{"--set scheduler.enabled=true --set extender.tls.secretName=mine",
+                "needs extender.tls.clientSecretName"},
+           Case{"--set scheduler.enabled=true --set extender.tls.clientSecretName=mine",
                 "needs extender.tls.secretName"},
+           Case{"--set scheduler.enabled=true --set extender.tls.enabled=false",
+                "set extender.allowInsecureHttp=true"},
            Case{"--set extender.replicas=0", "/extender/replicas"},
            Case{"--set scheduler.enabled=true --set extender.leaderElection.enabled=false",
                 "extender.replicas > 1 needs extender.leaderElection.enabled=true"},

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -32,7 +33,7 @@
 namespace toposched::cli {
 
 struct ExtenderOptions {
-  std::string listen = "0.0.0.0:12345";
+  std::string listen = "127.0.0.1:12345";
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
@@ -46,6 +47,14 @@ struct ExtenderOptions {
   size_t body_limit_mib = 256;
   int threads = 1;
   int bind_threads = 8;
+  // The HTTP surface's bounds (net::HttpServerOptions) and who may call it.
+  int max_connections = 256;
+  int max_bodies_in_flight = 16;
+  size_t body_memory_limit_mib = 512;
+  double header_timeout_s = 30;
+  double body_timeout_s = 30;
+  int bind_queue = extender::Router::kDefaultBindQueue;
+  bool allow_insecure_http = false;
   std::string log_level = "info";
   std::string pools_file;
   std::string partition_service;
@@ -70,12 +79,47 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
       "Serve kube-scheduler's extender API: POST /filter, /prioritize, /bind, /preempt; GET "
       "/healthz, /readyz, /metrics.\nOnline it lists and watches nodes and pods through the API "
       "server; with --offline-nodes it serves nodes from a file and binds in memory.");
-  cmd->add_option("--listen", o->listen, "Address and port to serve on (HOST:PORT)")
+  cmd->add_option("--listen", o->listen,
+                  "Address and port to serve on (HOST:PORT). Plain HTTP only on a loopback "
+                  "address, unless --allow-insecure-http")
       ->capture_default_str();
   cmd->add_option("--tls-cert-file", o->tls_cert_file, "Serve HTTPS with this certificate (PEM)");
   cmd->add_option("--tls-key-file", o->tls_key_file, "Private key for --tls-cert-file (PEM)");
   cmd->add_option("--tls-client-ca-file", o->tls_client_ca_file,
-                  "Require client certificates signed by this CA (PEM)");
+                  "Answer filter, prioritize, preempt and bind only to callers presenting a client "
+                  "certificate signed by this CA (PEM; kube-scheduler's extender tlsConfig "
+                  "certFile/keyFile); /healthz, /readyz and /metrics need none")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--allow-insecure-http", o->allow_insecure_http,
+                "Serve plain HTTP on a non-loopback --listen address: anything that reaches the "
+                "port could filter and bind. Without it, plain HTTP is refused there");
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Open connections at most; more are closed as they are accepted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--max-bodies-in-flight", o->max_bodies_in_flight,
+                  "Requests with a body being received or handled at once; more are answered 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--body-memory-limit", o->body_memory_limit_mib,
+                  "MiB of request bodies held at once, across connections (bodies grow as their "
+                  "bytes arrive, never to the declared length up front); a body that would pass "
+                  "it is answered 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--header-timeout", o->header_timeout_s,
+                  "Seconds a connection may wait for a request's header (idle keep-alive included)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", o->body_timeout_s,
+                  "Seconds a request's whole body may take to arrive; a trickling client is cut")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--bind-queue", o->bind_queue,
+                  "Binds waiting for or holding a bind thread at most; more are answered 503 "
+                  "(kube-scheduler retries the pod)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--kubeconfig", o->kubeconfig,
                   "kubeconfig to reach the API server (default: $KUBECONFIG, in-cluster, "
                   "~/.kube/config)");
@@ -229,6 +273,21 @@ Result<kube::LeaderElectionConfig> LeaderElectionFromFlags(const ExtenderOptions
   return config;
 }
 
+// Plain HTTP (no --tls-cert-file) is served on a loopback address only, unless
+// --allow-insecure-http: anything that reaches the port could filter and bind.
+Status CheckPlainHttp(const std::string& host, const ExtenderOptions& o) {
+  if (!o.tls_cert_file.empty() || o.allow_insecure_http) return OkStatus();
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  if (ec) return Error{fmt::format("--listen: '{}' is not an IP address", host)};
+  if (address.is_loopback()) return OkStatus();
+  return Error{fmt::format(
+      "--listen {}: plain HTTP on a non-loopback address would let anything that reaches the port "
+      "filter and bind pods; serve TLS with client certificates (--tls-cert-file, --tls-key-file, "
+      "--tls-client-ca-file), listen on 127.0.0.1, or pass --allow-insecure-http to accept that",
+      o.listen)};
+}
+
 // Blocks until SIGINT or SIGTERM.
 int WaitForSignal(const sigset_t& signals) {
   int signal = 0;
@@ -255,6 +314,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   auto listen = SplitListen(o.listen);
   if (!listen.ok()) {
     spdlog::error("{}", listen.error());
+    return kExitUsage;
+  }
+  if (auto s = CheckPlainHttp(listen->first, o); !s.ok()) {
+    spdlog::error("{}", s.error());
     return kExitUsage;
   }
 
@@ -455,7 +518,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     pod_informer->Start();
   }
 
-  auto router = std::make_unique<extender::Router>(service, metrics, o.bind_threads);
+  auto router = std::make_unique<extender::Router>(service, metrics, o.bind_threads, o.bind_queue);
   if (elector) {
     // The leader serves once the pods are listed afresh, and not once shutdown began.
     router->SetLeaderGate([&elector, &pod_informer, &fresh_list_ticket, &shutting_down] {
@@ -471,6 +534,18 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   http.tls_cert_file = o.tls_cert_file;
   http.tls_key_file = o.tls_key_file;
   http.tls_client_ca_file = o.tls_client_ca_file;
+  http.anonymous_paths = {"/healthz", "/readyz", "/metrics"};
+  http.max_connections = o.max_connections;
+  http.max_bodies_in_flight = o.max_bodies_in_flight;
+  http.body_memory_limit = o.body_memory_limit_mib << 20;
+  http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.header_timeout_s * 1000));
+  http.body_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.body_timeout_s * 1000));
+  // /metrics reads the server's counters; set before serving, so no request races the setting.
+  std::atomic<net::HttpServer*> serving{nullptr};
+  router->SetServerStats([&serving] {
+    net::HttpServer* s = serving.load();
+    return s != nullptr ? s->stats() : net::HttpServerStats{};
+  });
   auto server = net::HttpServer::Start(http, router->AsHandler());
   if (!server.ok()) {
     spdlog::error("{}", server.error());
@@ -479,9 +554,13 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     if (pod_informer) pod_informer->Stop();
     return kExitUsage;
   }
+  serving = server->get();
   spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
-               http.tls_cert_file.empty() ? "HTTP" : "HTTPS", http.address, (*server)->port(),
-               o.policy, fmt::join(o.device_resources, ","), fmt::join(o.core_resources, ","));
+               http.tls_cert_file.empty()        ? "HTTP"
+               : http.tls_client_ca_file.empty() ? "HTTPS"
+                                                 : "HTTPS with client certificates",
+               http.address, (*server)->port(), o.policy, fmt::join(o.device_resources, ","),
+               fmt::join(o.core_resources, ","));
 
   std::atomic<bool> stop{false};
   uint64_t last_errors = 0;

@@ -1,5 +1,6 @@
 #include "extender/metrics.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <prometheus/text_serializer.h>
@@ -11,6 +12,15 @@ namespace {
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
     0.025,   0.05,   0.1,     0.25,   0.5,   1.0,    2.5,   5.0};
+
+// The verbs with a label of their own; any other path is "other".
+std::string_view VerbLabel(std::string_view verb) {
+  for (std::string_view known :
+       {"filter", "prioritize", "bind", "preempt", "healthz", "readyz", "metrics"}) {
+    if (verb == known) return known;
+  }
+  return "other";
+}
 }  // namespace
 
 Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
@@ -84,10 +94,68 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                              .Name("toposched_leader_transitions_total")
                              .Help("Changes of this extender's role, by the role it took")
                              .Register(*registry_);
+  http_connections_ = &prometheus::BuildGauge()
+                           .Name("toposched_http_connections")
+                           .Help("Open connections to the extender (--max-connections)")
+                           .Register(*registry_)
+                           .Add({});
+  http_bodies_in_flight_ =
+      &prometheus::BuildGauge()
+           .Name("toposched_http_bodies_in_flight")
+           .Help("Request bodies being received or handled (--max-bodies-in-flight)")
+           .Register(*registry_)
+           .Add({});
+  http_requests_in_flight_ = &prometheus::BuildGauge()
+                                  .Name("toposched_http_requests_in_flight")
+                                  .Help("Requests handed to a verb whose answer is not written yet")
+                                  .Register(*registry_)
+                                  .Add({});
+  http_refused_ = &prometheus::BuildCounter()
+                       .Name("toposched_http_refused_total")
+                       .Help(
+                           "Connections and requests the HTTP server refused or cut, by reason: "
+                           "connections (--max-connections), bodies (--max-bodies-in-flight, "
+                           "--body-memory-limit), too_large (--body-limit), read_timeout "
+                           "(--header-timeout, --body-timeout)")
+                       .Register(*registry_);
+  http_accept_fd_exhausted_ =
+      &prometheus::BuildCounter()
+           .Name("toposched_http_accept_fd_exhausted_total")
+           .Help(
+               "accept() failures for want of file descriptors (EMFILE, ENFILE); accepting "
+               "pauses after each")
+           .Register(*registry_)
+           .Add({});
+  binds_pending_ = &prometheus::BuildGauge()
+                        .Name("toposched_extender_binds_pending")
+                        .Help("Binds waiting for or holding a bind thread (--bind-queue)")
+                        .Register(*registry_)
+                        .Add({});
 }
 
+void Metrics::SetHttpServerStats(const net::HttpServerStats& stats) {
+  http_connections_->Set(static_cast<double>(stats.connections));
+  http_bodies_in_flight_->Set(static_cast<double>(stats.bodies_in_flight));
+  http_requests_in_flight_->Set(static_cast<double>(stats.requests_in_flight));
+  MutexLock lock(http_mu_);
+  auto add = [](prometheus::Counter& counter, uint64_t now, uint64_t& last) {
+    if (now > last) counter.Increment(static_cast<double>(now - last));
+    last = std::max(last, now);
+  };
+  add(http_refused_->Add({{"reason", "connections"}}), stats.connections_refused,
+      http_last_.connections_refused);
+  add(http_refused_->Add({{"reason", "bodies"}}), stats.bodies_refused, http_last_.bodies_refused);
+  add(http_refused_->Add({{"reason", "too_large"}}), stats.bodies_too_large,
+      http_last_.bodies_too_large);
+  add(http_refused_->Add({{"reason", "read_timeout"}}), stats.read_timeouts,
+      http_last_.read_timeouts);
+  add(*http_accept_fd_exhausted_, stats.accept_fd_exhausted, http_last_.accept_fd_exhausted);
+}
+
+void Metrics::SetBindsPending(int count) { binds_pending_->Set(count); }
+
 void Metrics::ObserveRequest(std::string_view verb, int http_status, double seconds) {
-  const std::string v(verb);
+  const std::string v(VerbLabel(verb));
   requests_->Add({{"verb", v}, {"code", std::to_string(http_status)}}).Increment();
   latency_->Add({{"verb", v}}, kLatencyBuckets).Observe(seconds);
 }

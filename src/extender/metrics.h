@@ -13,6 +13,9 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "base/mutex.h"
+#include "net/http_server.h"
+
 namespace toposched::extender {
 
 class Metrics {
@@ -21,8 +24,13 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // One served request: verb is filter, prioritize, bind, preempt (or another path).
+  // One served request: verb is filter, prioritize, bind, preempt, healthz, readyz or metrics;
+  // any other path is counted as verb="other" (a label per path would grow without bound).
   void ObserveRequest(std::string_view verb, int http_status, double seconds);
+  // The HTTP server's limits at work (net::HttpServerStats), read when /metrics is served.
+  void SetHttpServerStats(const net::HttpServerStats& stats);
+  // Binds waiting for or holding a bind thread (--bind-queue bounds them).
+  void SetBindsPending(int count);
   void CountAllocation(std::string_view resource);
   void SetOutstandingReservations(int count);
   void CountRebuildConflicts(int count);
@@ -65,6 +73,14 @@ class Metrics {
   prometheus::Gauge* removals_pending_;
   prometheus::Gauge* gangs_held_;
   prometheus::Family<prometheus::Counter>* gang_outcomes_;
+  prometheus::Gauge* http_connections_;
+  prometheus::Gauge* http_bodies_in_flight_;
+  prometheus::Gauge* http_requests_in_flight_;
+  prometheus::Family<prometheus::Counter>* http_refused_;
+  prometheus::Counter* http_accept_fd_exhausted_;
+  prometheus::Gauge* binds_pending_;
+  Mutex http_mu_;
+  net::HttpServerStats http_last_ TS_GUARDED_BY(http_mu_);  // counters already added
 };
 
 }  // namespace toposched::extender

@@ -1,6 +1,7 @@
 #include "extender/router.h"
 
 #include <chrono>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -18,10 +19,22 @@ struct Router::BindPool {
   boost::asio::thread_pool pool;
 };
 
-Router::Router(ExtenderService& service, Metrics& metrics, int bind_threads)
-    : service_(service), metrics_(metrics), bind_pool_(std::make_unique<BindPool>(bind_threads)) {}
+Router::Router(ExtenderService& service, Metrics& metrics, int bind_threads, int bind_queue)
+    : service_(service),
+      metrics_(metrics),
+      bind_pool_(std::make_unique<BindPool>(bind_threads)),
+      bind_queue_(std::max(1, bind_queue)) {}
 
 Router::~Router() = default;
+
+bool Router::DrainBinds(std::chrono::steady_clock::time_point deadline) const {
+  // Polled: this runs once, at shutdown.
+  while (binds_pending_.load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 namespace {
 
@@ -74,7 +87,11 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
       }
       return finish({200, "text/plain", "ok\n"});
     }
-    if (verb == "metrics") return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
+    if (verb == "metrics") {
+      if (server_stats_) metrics_.SetHttpServerStats(server_stats_());
+      metrics_.SetBindsPending(binds_pending_.load());
+      return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
+    }
     return finish({404, "text/plain", "not found\n"});
   }
   if (request.method != "POST") {
@@ -104,7 +121,23 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   if (verb == "bind") {
     auto args = DecodeBindingArgs(body);
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
+    if (binds_pending_.fetch_add(1) >= bind_queue_) {
+      binds_pending_.fetch_sub(1);
+      spdlog::warn("bind {}/{}: refused, {} binds already waiting (--bind-queue)",
+                   args->pod_namespace, args->pod_name, bind_queue_);
+      return finish(
+          {503, "application/json",
+           fmt::format("{{\"Error\":{}}}",
+                       JsonQuote(fmt::format("busy: {} binds are already waiting for the API "
+                                             "server (--bind-queue); retry",
+                                             bind_queue_)))});
+    }
     boost::asio::post(bind_pool_->pool, [this, args = std::move(args).value(), finish]() {
+      // Counted until the answer is handed back, so DrainBinds waits for it.
+      struct Done {
+        std::atomic<int>& pending;
+        ~Done() { pending.fetch_sub(1); }
+      } done{binds_pending_};
       // Leadership may have gone while the bind waited for a thread.
       if (is_leader_ && !is_leader_()) return finish(NotLeader("bind"));
       finish({200, "application/json", service_.Bind(args)});

@@ -1,10 +1,15 @@
 // Maps HTTP requests to the extender's verbs: POST .../filter, .../prioritize, .../bind,
 // .../preempt (the last path segment names the verb, so any urlPrefix path works), GET /healthz,
 // /readyz and /metrics. Binds run on their own thread pool so that a slow API server never holds
-// up filter and prioritize.
+// up filter and prioritize; at most `bind_queue` binds wait for or hold a bind thread, and one
+// more is answered 503 with an ExtenderBindingResult error ("busy"), which kube-scheduler treats
+// as a failed bind: the pod goes back to its queue and is retried, instead of the queue growing
+// without bound behind a slow API server.
 #ifndef TOPOSCHED_EXTENDER_ROUTER_H_
 #define TOPOSCHED_EXTENDER_ROUTER_H_
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -16,7 +21,9 @@ namespace toposched::extender {
 
 class Router {
  public:
-  Router(ExtenderService& service, Metrics& metrics, int bind_threads);
+  static constexpr int kDefaultBindQueue = 512;
+  Router(ExtenderService& service, Metrics& metrics, int bind_threads,
+         int bind_queue = kDefaultBindQueue);
   ~Router();
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -25,6 +32,18 @@ class Router {
   // standby answers 503, so kube-scheduler retries the pod and the Service routes to the leader.
   // Set before serving; null (the default) serves always.
   void SetLeaderGate(std::function<bool()> is_leader) { is_leader_ = std::move(is_leader); }
+
+  // /metrics also reports the HTTP server's counters (connections, refusals) read from here.
+  // Set before serving; null (the default) reports none.
+  void SetServerStats(std::function<net::HttpServerStats()> stats) {
+    server_stats_ = std::move(stats);
+  }
+
+  // Binds accepted and not yet answered (waiting for a bind thread or running).
+  int BindsPending() const { return binds_pending_.load(); }
+  // Shutdown: waits until no bind is pending, or until `deadline`; true when none is left. Stop
+  // the server accepting first (net::HttpServer::StopAccepting), or new binds keep arriving.
+  bool DrainBinds(std::chrono::steady_clock::time_point deadline) const;
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
   net::HttpHandler AsHandler() {
@@ -38,7 +57,10 @@ class Router {
   ExtenderService& service_;
   Metrics& metrics_;
   std::unique_ptr<BindPool> bind_pool_;
+  const int bind_queue_;
+  std::atomic<int> binds_pending_{0};
   std::function<bool()> is_leader_;
+  std::function<net::HttpServerStats()> server_stats_;
 };
 
 }  // namespace toposched::extender

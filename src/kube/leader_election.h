@@ -128,7 +128,7 @@ class LeaderElector {
   Callbacks callbacks_;
 
   mutable Mutex mu_;
-  LeaseRecord observed_ TS_GUARDED_BY(mu_);       // the last record read
+  LeaseRecord observed_ TS_GUARDED_BY(mu_);        // the last record read
   int64_t observed_at_ns_ TS_GUARDED_BY(mu_) = 0;  // when a read first returned it
   // When a read first found the Lease gone (0: it exists).
   int64_t absent_since_ns_ TS_GUARDED_BY(mu_) = 0;

@@ -1,16 +1,34 @@
 // The one HTTP/1.1 server (Boost.Beast) in toposched: it serves a handler, and knows nothing of
 // what the handler does (the extender's routes live in extender/router.*, the fake partition
 // service's in provision/fake_service.*). Tuned for kube-scheduler's extender calls: the header
-// is read with Beast, then the body in one read of Content-Length bytes into a buffer padded for
-// simdjson; each response goes out in one write with TCP_NODELAY. Optional TLS, optionally
-// requiring client certificates signed by a given CA.
+// is read with Beast, then the body into a buffer padded for simdjson that grows as bytes arrive
+// (never reserved from the declared Content-Length, so a client that declares 256 MiB and trickles
+// costs what it sent); each response goes out in one write with TCP_NODELAY. Optional TLS,
+// optionally requiring client certificates signed by a given CA.
+//
+// Bounded: at most max_connections open connections (more are closed at once), at most
+// max_bodies_in_flight requests with a body being read or handled and body_memory_limit bytes of
+// bodies held at once (more get 503), a body over body_limit gets 413, a header must arrive within
+// header_timeout and a body within body_timeout.
+//
+// With tls_client_ca_file, a client certificate signed by that CA is required for every request
+// but GETs of anonymous_paths (health probes, metrics): without one the answer is 403; a
+// certificate that does not verify fails the handshake.
+// accept() failing for want of file descriptors (EMFILE, ENFILE) pauses accepting, doubling from
+// accept_backoff to 1 s, or until a connection closes; logged once per burst and counted.
+//
+// Lifetime: a Responder keeps what it needs alive by itself, so it may be called (or dropped)
+// from any thread at any time, even after Stop() or the server's destruction: then the answer is
+// dropped. Shutdown without losing answers: StopAccepting(), Drain(deadline), then Stop().
 #ifndef TOPOSCHED_NET_HTTP_SERVER_H_
 #define TOPOSCHED_NET_HTTP_SERVER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/result.h"
 
@@ -41,7 +59,29 @@ struct HttpServerOptions {
   size_t body_limit = 256 << 20;  // bytes; larger bodies get 413
   std::string tls_cert_file;      // PEM; TLS is on when both cert and key are set
   std::string tls_key_file;
-  std::string tls_client_ca_file;  // when set, clients must present a cert signed by it
+  std::string tls_client_ca_file;            // when set, clients must present a cert signed by it
+  std::vector<std::string> anonymous_paths;  // GET paths served without a client certificate
+  size_t body_memory_limit = size_t{512} << 20;  // bytes of bodies held at once, all connections
+  int max_connections = 256;      // open connections; more are closed as they are accepted
+  int max_bodies_in_flight = 16;  // requests with a body being read or handled; more get 503
+  std::chrono::milliseconds header_timeout{30000};  // idle keep-alive, TLS handshake, header
+  std::chrono::milliseconds body_timeout{30000};    // the whole body, from the end of the header
+  std::chrono::milliseconds accept_backoff{100};    // first pause after EMFILE/ENFILE
+};
+
+// What the server refused or cut, and what it holds now.
+struct HttpServerStats {
+  uint64_t connections_refused = 0;  // over max_connections
+  uint64_t bodies_refused = 0;       // 503: over max_bodies_in_flight or body_memory_limit
+  uint64_t uncertified_refused = 0;  // 403: no client certificate
+  uint64_t bodies_too_large = 0;     // 413: over body_limit
+  uint64_t read_timeouts = 0;        // a header or body not received in time
+  uint64_t accept_fd_exhausted = 0;  // accept() failed with EMFILE or ENFILE
+  uint64_t accept_pauses = 0;        // pauses of accepting after such a failure
+  int64_t connections = 0;           // open now
+  int64_t bodies_in_flight = 0;      // now
+  int64_t body_bytes = 0;            // bytes of body buffers held now
+  int64_t requests_in_flight = 0;    // handed to the handler, answer not yet written
 };
 
 class HttpServer {
@@ -51,7 +91,15 @@ class HttpServer {
                                                    HttpHandler handler);
   virtual ~HttpServer() = default;
   virtual uint16_t port() const = 0;
-  // Stops accepting, closes connections and joins the threads.
+  virtual HttpServerStats stats() const = 0;
+  // Closes the listening socket: no new connection is accepted; open ones are still served, so
+  // answers to requests already handed to the handler are written. Idempotent.
+  virtual void StopAccepting() = 0;
+  // Waits until no request is waiting for its answer to be written (each Responder called or
+  // dropped, and its write done or failed), or until `deadline`. True when none is left.
+  virtual bool Drain(std::chrono::steady_clock::time_point deadline) = 0;
+  // Stops accepting, stops serving and joins the threads. A Responder called afterwards drops its
+  // answer (its memory stays valid). Idempotent; the destructor calls it.
   virtual void Stop() = 0;
 };
 

@@ -39,9 +39,35 @@ app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
 {{- if and (gt (int .Values.extender.replicas) 1) (not .Values.extender.leaderElection.enabled) -}}
 {{- fail "extender.replicas > 1 needs extender.leaderElection.enabled=true: replicas without a leader would each give out the same devices" -}}
 {{- end -}}
-{{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
-{{- fail "extender.tls.enabled=true needs extender.tls.secretName (a kubernetes.io/tls Secret in the extender's namespace)" -}}
+{{- $t := .Values.extender.tls -}}
+{{- if and $s.enabled (not $s.defaultScheduler.enabled) $t.enabled $t.secretName $t.clientAuth (not $t.clientSecretName) -}}
+{{- fail "extender.tls.secretName (your own certificates) with extender.tls.clientAuth=true needs extender.tls.clientSecretName: a Secret in my-scheduler's namespace with the client certificate it presents (tls.crt, tls.key, ca.crt); or leave both empty and the chart generates them" -}}
 {{- end -}}
+{{- if and $t.enabled $t.clientSecretName (not $t.secretName) -}}
+{{- fail "extender.tls.clientSecretName needs extender.tls.secretName: give both of your own certificates, or neither and the chart generates them" -}}
+{{- end -}}
+{{- if and $s.enabled (not $s.defaultScheduler.enabled) (not $t.enabled) (not .Values.extender.allowInsecureHttp) -}}
+{{- fail "extender.tls.enabled=false would serve filter and bind in plain HTTP to anything that reaches the Pod network: keep TLS (the default), or set extender.allowInsecureHttp=true to accept that" -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the extender serves TLS: the second-scheduler mode with extender.tls.enabled
+     (the default-scheduler mode serves plain HTTP on 127.0.0.1 only). */}}
+{{- define "toposched.extenderTls" -}}
+{{- if and .Values.extender.tls.enabled (not .Values.scheduler.defaultScheduler.enabled) -}}true{{- end -}}
+{{- end }}
+
+{{/* The Secret holding my-scheduler's client certificate for the extender; empty when none. */}}
+{{- define "toposched.clientTlsSecret" -}}
+{{- $t := .Values.extender.tls -}}
+{{- if include "toposched.extenderTls" . -}}
+{{- if not $t.secretName -}}my-scheduler-extender-client{{- else if $t.clientSecretName -}}{{ $t.clientSecretName }}{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* Where my-scheduler mounts that Secret. */}}
+{{- define "toposched.clientTlsDir" -}}
+/etc/kubernetes/my-scheduler/extender-tls
 {{- end }}
 
 {{/* The extender's URL as kube-scheduler reaches it in each mode. */}}
@@ -62,10 +88,20 @@ extenders:
     preemptVerb: preempt
     bindVerb: bind
     weight: {{ .Values.extender.weight }}
-    enableHTTPS: {{ and .Values.extender.tls.enabled (not .Values.scheduler.defaultScheduler.enabled) }}
-    {{- if and .Values.extender.tls.enabled (not .Values.scheduler.defaultScheduler.enabled) .Values.extender.tls.caBundle }}
+    enableHTTPS: {{ include "toposched.extenderTls" . | eq "true" }}
+    {{- $client := include "toposched.clientTlsSecret" . }}
+    {{- if and (include "toposched.extenderTls" .) (or $client .Values.extender.tls.caBundle) }}
     tlsConfig:
+      insecure: false
+      {{- if $client }}
+      certFile: {{ include "toposched.clientTlsDir" . }}/tls.crt
+      keyFile: {{ include "toposched.clientTlsDir" . }}/tls.key
+      {{- end }}
+      {{- if .Values.extender.tls.caBundle }}
       caData: {{ .Values.extender.tls.caBundle }}
+      {{- else }}
+      caFile: {{ include "toposched.clientTlsDir" . }}/ca.crt
+      {{- end }}
     {{- end }}
     nodeCacheCapable: true
     httpTimeout: {{ .Values.extender.httpTimeout }}
@@ -87,6 +123,11 @@ extenders:
 {{- $args = append $args (printf "0.0.0.0:%v" $e.port) -}}
 {{- if $e.tls.enabled -}}
 {{- $args = concat $args (list "--tls-cert-file" "/etc/toposched/tls/tls.crt" "--tls-key-file" "/etc/toposched/tls/tls.key") -}}
+{{- if $e.tls.clientAuth -}}
+{{- $args = concat $args (list "--tls-client-ca-file" "/etc/toposched/tls/ca.crt") -}}
+{{- end -}}
+{{- else -}}
+{{- $args = append $args "--allow-insecure-http" -}}
 {{- end -}}
 {{- end -}}
 {{- if and (not .Values.scheduler.defaultScheduler.enabled) $e.leaderElection.enabled -}}

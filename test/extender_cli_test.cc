@@ -1,0 +1,38 @@
+// `toposched extender`'s HTTP flags, on the real binary: plain HTTP only on loopback, TLS flags
+// that cannot work refused with the reason, the bounds listed in --help.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "support/run_command.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ExtenderCli, PlainHttpOnANonLoopbackAddressIsRefused) {
+  const toposched::testing::Outcome o = toposched::testing::RunToposched(
+      "extender --offline-nodes examples/offline-nodes.yaml --listen 0.0.0.0:0");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_THAT(o.out + o.err, HasSubstr("plain HTTP on a non-loopback address"));
+  EXPECT_THAT(o.out + o.err, HasSubstr("--allow-insecure-http"));
+}
+
+TEST(ExtenderCli, AClientCaWithoutTlsIsRefused) {
+  const toposched::testing::Outcome o = toposched::testing::RunToposched(
+      "extender --offline-nodes examples/offline-nodes.yaml --listen 127.0.0.1:0 "
+      "--tls-client-ca-file examples/offline-nodes.yaml");
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_THAT(o.out + o.err, HasSubstr("--tls-client-ca-file needs TLS"));
+}
+
+TEST(ExtenderCli, HelpListsTheBounds) {
+  const toposched::testing::Outcome o = toposched::testing::RunToposched("extender --help");
+  EXPECT_EQ(o.exit_code, 0);
+  for (const char* flag :
+       {"--max-connections", "--max-bodies-in-flight", "--body-memory-limit", "--header-timeout",
+        "--body-timeout", "--bind-queue", "--allow-insecure-http", "--tls-client-ca-file"}) {
+    EXPECT_THAT(o.out, HasSubstr(flag));
+  }
+}
+
+}  // namespace
