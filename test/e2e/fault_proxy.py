@@ -320,13 +320,15 @@ class Handler(BaseHTTPRequestHandler):
         done = threading.Event()
 
         def reader():
+            # JSON watches are one event a line; others (the kubelet's protobuf) are passed on as
+            # the bytes arrive: a binary frame need not contain a newline.
             try:
                 while not done.is_set():
-                    line = r.readline()
-                    if not line:
+                    data = r.readline() if is_json else r.read1(65536)
+                    if not data:
                         break
-                    frames.put((time.time(), line))
-            except (OSError, ValueError, http.client.HTTPException):
+                    frames.put((time.time(), data))
+            except Exception:  # noqa: BLE001 - the stream was shut down under the read
                 pass
             frames.put(None)
 

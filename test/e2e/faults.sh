@@ -5,7 +5,8 @@
 # fault-injecting proxy (fault_proxy.py), and a real kubelet with `toposched device-plugin` on node
 # kn, whose own API traffic goes through a second instance of the proxy. Phases, each on nodes of
 # its own (label toposched.io/e2e-phase):
-#   a  a third of the Bindings applied by the API server but answered 504 (seeded)
+#   a  a third of the Bindings applied by the API server but answered 504 (seeded); watch events
+#      1.5 s late
 #   b  pod watch events delivered 1.5 s late
 #   c  pod watches ended with 410 every few events, the relist's LIST answered from a snapshot
 #      3 s old (with its old resourceVersion), the new watch's events 1 s late
@@ -13,8 +14,10 @@
 #   f  on the kubelet node: y bound before x though x was created first; the kubelet sees both at
 #      once (its pod watch refused with 410 and its relist held until both are bound), so it admits
 #      them in creation order; then y is deleted and z takes y's recorded devices
-#   t  the leader SIGTERMed while its Bindings are held 5 s by the proxy; more pods meanwhile
-#   k  the leader SIGKILLed while its Bindings are held 5 s by the proxy; more pods meanwhile
+#   t  the leader SIGTERMed while its Bindings are held 8 s by the proxy; more pods once the
+#      Service routes to the new leader
+#   k  the leader SIGKILLed while its Bindings are held 8 s by the proxy; more pods once the
+#      Service routes to the new leader
 # At the end, over EVERY pod (fault_check.py): no device in the records of two live pods, none in
 # the kubelet's checkpoint (its PodResources state) for two live pods nor in the device nodes its
 # Allocate responses gave two live containers, and every pod that fits somewhere is bound. Prints
@@ -70,12 +73,14 @@ phase_nodes() {
   for ((i = 0; i < $2; i++)); do label_node "$1-$i" toposched.io/e2e-phase "$1"; done
 }
 label_node() {
-  api PATCH "/api/v1/nodes/$1" "{\"metadata\":{\"labels\":{\"$2\":\"$3\"}}}" application/merge-patch+json |
-    grep -q '"kind": *"Node"' || die "label node $1 $2=$3"
+  local out
+  out=$(api PATCH "/api/v1/nodes/$1" "{\"metadata\":{\"labels\":{\"$2\":\"$3\"}}}" application/merge-patch+json) ||
+    die "label node $1 $2=$3"
+  grep -q '"kind": *"Node"' <<<"$out" || die "label node $1 $2=$3: $out"
 }
-phase_nodes a 2 trn1.32xlarge
-phase_nodes b 1 trn1.32xlarge
-phase_nodes c 2 trn1.32xlarge
+phase_nodes a 3 inf2.48xlarge
+phase_nodes b 1 inf2.48xlarge
+phase_nodes c 3 inf2.48xlarge
 phase_nodes e 1 trn1.32xlarge
 phase_nodes t 1 trn1.32xlarge
 phase_nodes k 1 trn1.32xlarge
@@ -142,20 +147,20 @@ FAULTS_LINES=()
 checkpoint=/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
 
 # --- a: Bindings applied but answered 504 ------------------------------------------------------------
-faults fproxy "{\"bind_504\": 0.34, \"seed\": $SEED}"
+faults fproxy "{\"bind_504\": 0.34, \"seed\": $SEED, \"watch_delay_ms\": 1500}"
 pods=()
 for i in $(seq 0 11); do mk "a$i" 2 toposched.io/e2e-phase=a; pods+=("a$i"); done
 settle 90 "${pods[@]}"
 faults fproxy '{}'
-phase_report a "12 pods of 2 devices on 2 trn1.32xlarge, $(pstat fproxy bindings_applied_answered_504) Bindings applied and answered 504"
+phase_report a "12 pods of 2 devices on 3 inf2.48xlarge, $(pstat fproxy bindings_applied_answered_504) Bindings applied and answered 504, watch events 1.5 s late"
 
 # --- b: late watch events ----------------------------------------------------------------------------
 faults fproxy '{"watch_delay_ms": 1500}'
 pods=()
-for i in $(seq 0 5); do mk "b$i" 2 toposched.io/e2e-phase=b; pods+=("b$i"); done
+for i in $(seq 0 4); do mk "b$i" 2 toposched.io/e2e-phase=b; pods+=("b$i"); done
 settle 90 "${pods[@]}"
 faults fproxy '{}'
-phase_report b "6 pods of 2 devices on a trn1.32xlarge, $(pstat fproxy pod_watch_frames_delayed) watch frames delivered 1.5 s late"
+phase_report b "5 pods of 2 devices on an inf2.48xlarge, $(pstat fproxy pod_watch_frames_delayed) watch frames delivered 1.5 s late"
 
 # --- c: 410 Gone and stale relists --------------------------------------------------------------------
 faults fproxy '{"watch_410_every": 4, "stale_list_ms": 3000, "watch_delay_ms": 1000}'
@@ -165,7 +170,7 @@ pods=()
 for i in $(seq 0 11); do mk "c$i" 2 toposched.io/e2e-phase=c; pods+=("c$i"); sleep 0.4; done
 settle 120 "${pods[@]}"
 faults fproxy '{}'
-phase_report c "12 pods of 2 devices on 2 trn1.32xlarge, $(pstat fproxy pod_watches_ended_410) watches ended with 410, $(pstat fproxy stale_lists) stale LISTs missing $(pstat fproxy binds_missing_from_stale_lists) Bindings in all"
+phase_report c "12 pods of 2 devices on 3 inf2.48xlarge, $(pstat fproxy pod_watches_ended_410) watches ended with 410, $(pstat fproxy stale_lists) stale LISTs missing $(pstat fproxy binds_missing_from_stale_lists) Bindings in all"
 
 # --- e: a node deleted and created again while its pods run ---------------------------------------------
 mk e0 4 toposched.io/e2e-phase=e
@@ -186,13 +191,19 @@ admitted() { in_checkpoint "$1" || events_of "$1" | grep -q UnexpectedAdmissionE
 # The kubelet's pod watch ends and its next one is refused (410): it relists, and its LIST is held.
 faults kproxy '{"refuse_pod_watches": true, "hold_pod_lists": true, "expire": 1}'
 wait_for 60 "the kubelet's pod LIST held by kproxy" pstat_at_least kproxy pod_lists_held 1
-# x first (it waits for a label on kn), then y one second later (creationTimestamp has seconds).
-mk fx 2 toposched.io/e2e-gate=open
+# x first (kept off kn by a NoSchedule taint that y tolerates; the kubelet does not check taints),
+# then y one second later (creationTimestamp has seconds): y is bound first, then the taint goes.
+taint_kn() { api PATCH /api/v1/nodes/kn "{\"spec\":{\"taints\":$1}}" application/merge-patch+json >/dev/null || die "taints of kn"; }
+taint_kn '[{"key":"toposched.io/e2e-gate","effect":"NoSchedule"}]'
+mk fx 2 kubernetes.io/hostname=kn
 xs=$(date -d "$(pod_field fx '{.metadata.creationTimestamp}')" +%s)
 wait_for 5 "the next second" bash -c "[ \$(date +%s) -gt $xs ]"
-mk fy 2 kubernetes.io/hostname=kn
+out=$(api POST /api/v1/namespaces/default/pods "$(pod_json fy aws.amazon.com/neuron 2 kubernetes.io/hostname=kn |
+  sed 's/"spec":{/"spec":{"tolerations":[{"key":"toposched.io\/e2e-gate","operator":"Exists"}],/')") || die "create pod fy"
+grep -q '"kind": *"Pod"' <<<"$out" || die "create pod fy: $out"
+ALL_PODS+=(fy)
 settle 60 fy
-label_node kn toposched.io/e2e-gate open
+taint_kn null
 settle 60 fx
 log "on kn: fx (created first) bound second with $(pod_ids fx); fy (created second) bound first with $(pod_ids fy)"
 faults kproxy '{"expire": 1}'
@@ -206,18 +217,25 @@ wait_for 60 "the kubelet's admission of fz" admitted fz
 phase_report f "fx, fy, fz of 2 devices on the kubelet node (fz bound with $(pod_ids fz) after fy went)"
 
 # --- t: the leader SIGTERMed while its Bindings are slow ----------------------------------------------------
-faults fproxy '{"bind_delay_ms": 5000}'
+# svc_on PORT: the Service stand-in routes to PORT alone (its last endpoints line).
+svc_on() { grep endpoints "$W/svc.log" | tail -1 | grep -q "endpoints \[$1\]"; }
+# The new pods are created once the Service routes to the new leader (pods the scheduler found no
+# extender for would wait in its unschedulable queue for a minute), while the old leader's two
+# Bindings are still held: 8 s, under the scheduler's 10 s httpTimeout for the extender.
+faults fproxy '{"bind_delay_ms": 8000}'
 mk t0 4 toposched.io/e2e-phase=t
 mk t1 4 toposched.io/e2e-phase=t
 wait_for 60 "2 Bindings held by the proxy" held_at_least fproxy 2
 kill -TERM "$(pid_of ext-a)"
 log "SIGTERM to the leader ext-a with $(pheld fproxy) Bindings held"
+wait_for 60 "ext-b to lead" ready "$PORT_B"
+wait_for 30 "the Service on ext-b" svc_on "$PORT_B"
+log "ext-b leads and the Service routes to it; the proxy holds $(pheld fproxy) Bindings"
 mk t2 4 toposched.io/e2e-phase=t
 mk t3 4 toposched.io/e2e-phase=t
-wait_for 60 "ext-b to lead" ready "$PORT_B"
 settle 90 t0 t1 t2 t3
 stop ext-a
-phase_report t "4 pods of 4 devices on a trn1.32xlarge (16), Bindings held 5 s, the leader SIGTERMed with 2 held"
+phase_report t "4 pods of 4 devices on a trn1.32xlarge (16), Bindings held 8 s, the leader SIGTERMed with 2 held"
 
 # --- k: the leader SIGKILLed while its Bindings are slow ----------------------------------------------------
 ext_up ext-c "$PORT_A"
@@ -227,12 +245,14 @@ mk k1 4 toposched.io/e2e-phase=k
 wait_for 60 "2 Bindings held by the proxy" held_at_least fproxy 2
 kill -KILL "$(pid_of ext-b)"
 log "SIGKILL to the leader ext-b with $(pheld fproxy) Bindings held"
+wait_for 60 "ext-c to lead" ready "$PORT_A"
+wait_for 30 "the Service on ext-c" svc_on "$PORT_A"
+log "ext-c leads and the Service routes to it; the proxy holds $(pheld fproxy) Bindings"
 mk k2 4 toposched.io/e2e-phase=k
 mk k3 4 toposched.io/e2e-phase=k
-wait_for 60 "ext-c to lead" ready "$PORT_A"
 settle 90 k0 k1 k2 k3
 faults fproxy '{}'
-phase_report k "4 pods of 4 devices on a trn1.32xlarge (16), Bindings held 5 s, the leader SIGKILLed with 2 held"
+phase_report k "4 pods of 4 devices on a trn1.32xlarge (16), Bindings held 8 s, the leader SIGKILLed with 2 held"
 
 # --- the invariant, over every pod and the kubelet -----------------------------------------------------------
 k get pods -A -o json >"$W/pods.json"
