@@ -18,6 +18,7 @@
 # TOPOSCHED_E2E_K8S_BIN (use these Kubernetes binaries instead of k8s-build.sh's), TOPOSCHED_E2E_KUBECTL,
 # TOPOSCHED_E2E_KEEP=1 keeps the work dir, TOPOSCHED_E2E_PORT_BASE (default 23000),
 # TOPOSCHED_E2E_EXTENDER_ARGS (more flags for the extender, e.g. "--log-level debug").
+# E2E_KUBELET_KUBECONFIG: the kubelet's kubeconfig (faults.sh points it at a fault proxy).
 
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -758,7 +759,7 @@ e2e_import_images() {
 }
 
 kubelet_args() {
-  echo --kubeconfig "$W/admin.kubeconfig" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
+  echo --kubeconfig "${E2E_KUBELET_KUBECONFIG:-$W/admin.kubeconfig}" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
     --container-runtime=remote --container-runtime-endpoint="unix://$W/ctd/c.sock" \
     --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
     --fail-swap-on=false --hostname-override="$KUBELET_NODE" --node-ip=127.0.0.1 --address=127.0.0.1 \
