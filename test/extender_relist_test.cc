@@ -3,6 +3,11 @@
 // appears, and a node deleted and re-added keeps its running pods' holds. Offline writer, fake
 // clock; every scenario ends with the question that matters: does the next pod get ids a running
 // pod holds?
+#include <cstddef>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +20,7 @@
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
+#include "kube/allocation_record.h"
 #include "kube/decode.h"
 #include "support/pods.h"
 
@@ -174,6 +180,120 @@ TEST_F(RelistTest, ANodeMissingFromOneNodeListKeepsItsPodsHoldsUntilItReturns) {
   service_.ReplaceNodes({TrnNode("trn-a"), TrnNode("trn-b")});
   EXPECT_EQ(FilterAndBind("y", "uid-y", 4, "trn-a"), "4,5,6,7") << "y was given x's ids";
   EXPECT_TRUE(service_.tracker().Find("uid-x").has_value());
+}
+
+// Seeded interleavings of the faults above against the real service: binds, deletions, pod
+// relists whose snapshot is taken after BeginPodList but delivered after more binds and deletions
+// (the events in between replayed after it, as the informer does from the list's
+// resourceVersion), and nodes deleted and re-added. After every step no id is recorded for two
+// live pods; after every relist's replay, every live bound pod's ids are held in the tracker.
+TEST_F(RelistTest, SeededRelistsAndNodeChurnNeverGiveAnIdTwice) {
+  constexpr int kSeeds = 300;
+  constexpr int kSteps = 120;
+  int binds = 0;
+  int relists = 0;
+  for (int seed = 1; seed <= kSeeds; ++seed) {
+    OfflineClusterWriter writer;
+    Metrics metrics;
+    ExtenderService service(
+        topology::Catalog::Embedded(), ExtenderOptions{}, writer, metrics, [] { return 1; },
+        [] { return int64_t{1}; });
+    const std::vector<std::string> nodes = {"trn-a", "trn-b"};
+    service.ReplaceNodes({TrnNode("trn-a"), TrnNode("trn-b")});
+    service.ReplacePods({});
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    std::map<std::string, kube::Pod> live;  // the cluster's truth, by uid
+    struct Event {
+      bool deleted;
+      kube::Pod pod;
+    };
+    std::vector<Event> since_list;  // events the service has not seen yet (the watch is down)
+    std::vector<kube::Pod> snapshot;
+    bool listing = false;
+    int next = 0;
+    auto deliver = [&](const Event& e) {
+      if (e.deleted) {
+        service.DeletePod(e.pod);
+      } else {
+        service.UpsertPod(e.pod);
+      }
+    };
+    for (int step = 0; step < kSteps; ++step) {
+      const int op = static_cast<int>(rng() % 10);
+      if (op <= 3) {  // a pod is created and bound
+        const int sizes[] = {1, 2, 4, 8};
+        const std::string name = "p" + std::to_string(next++);
+        kube::Pod pod = PendingPod(name, "uid-" + name, sizes[rng() % 4]);
+        service.UpsertPod(pod);
+        const std::string& node = nodes[rng() % 2];
+        const auto padded = simdjson::padded_string(testing::NamesArgs(
+            testing::PodJson(name, pod.uid, "aws.amazon.com/neuron",
+                             static_cast<int>(pod.containers[0].requests.begin()->second)),
+            {node}));
+        auto args = DecodeExtenderArgs(padded);
+        ASSERT_TRUE(args.ok());
+        EXPECT_FALSE(service.Filter(*args).empty());  // kube-scheduler filters before it binds
+        const json r = json::parse(service.Bind({name, "default", pod.uid, node}));
+        if (r["Error"] == "") {
+          ++binds;
+          const auto binding = writer.Bindings().at(pod.uid);
+          pod.node_name = binding.node;
+          pod.phase = "Running";
+          for (const auto& [k, v] : binding.annotations) pod.annotations[k] = v;
+          live[pod.uid] = pod;
+          if (listing) since_list.push_back({false, pod});
+        }
+      } else if (op <= 5 && !live.empty()) {  // a pod is deleted
+        auto it = live.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(rng() % live.size()));
+        const kube::Pod pod = it->second;
+        live.erase(it);
+        if (listing) {
+          since_list.push_back({true, pod});
+        } else {
+          service.DeletePod(pod);
+        }
+      } else if (op == 6 && !listing) {  // the watch ends with 410: a list is requested
+        service.BeginPodList();
+        snapshot.clear();
+        for (const auto& [uid, pod] : live) snapshot.push_back(pod);
+        listing = true;
+      } else if (op == 7 && listing) {  // the (now stale) list arrives, then the watch replays
+        ++relists;
+        service.ReplacePods(snapshot);
+        for (const auto& e : since_list) deliver(e);
+        since_list.clear();
+        listing = false;
+        for (const auto& [uid, pod] : live) {
+          auto hold = service.tracker().Find(uid);
+          ASSERT_TRUE(hold.has_value())
+              << "seed " << seed << " step " << step << ": " << uid << " runs without its hold";
+          EXPECT_EQ(hold->allocation.node, pod.node_name);
+        }
+      } else if (op == 8) {  // a node is deleted and re-added
+        const std::string& node = nodes[rng() % 2];
+        service.DeleteNode(TrnNode(node));
+        service.UpsertNode(TrnNode(node));
+      }
+      // No id recorded for two live pods.
+      std::map<std::string, std::set<int>> used;
+      for (const auto& [uid, pod] : live) {
+        auto record =
+            kube::ParseAllocationRecord(pod.annotations.at(std::string(claims::kAnnotationRecord)));
+        ASSERT_TRUE(record.ok());
+        for (const auto& c : record->containers) {
+          for (int id : c.ids) {
+            ASSERT_TRUE(used[pod.node_name].insert(id).second)
+                << "seed " << seed << " step " << step << ": " << pod.node_name << " id " << id
+                << " given twice";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(binds, kSeeds * 10);
+  EXPECT_GT(relists, kSeeds);
+  std::printf("%d seeds, %d binds, %d stale relists, 0 ids given twice\n", kSeeds, binds, relists);
 }
 
 }  // namespace
