@@ -209,7 +209,8 @@ TEST_F(RelistTest, SeededRelistsAndNodeChurnNeverGiveAnIdTwice) {
     };
     std::vector<Event> since_list;  // events the service has not seen yet (the watch is down)
     std::vector<kube::Pod> snapshot;
-    bool listing = false;
+    bool listing = false;  // from the list's request until the watch has replayed what followed
+    bool listed = false;   // the list is delivered; the replay is not
     int next = 0;
     auto deliver = [&](const Event& e) {
       if (e.deleted) {
@@ -258,12 +259,15 @@ TEST_F(RelistTest, SeededRelistsAndNodeChurnNeverGiveAnIdTwice) {
         snapshot.clear();
         for (const auto& [uid, pod] : live) snapshot.push_back(pod);
         listing = true;
-      } else if (op == 7 && listing) {  // the (now stale) list arrives, then the watch replays
+      } else if (op == 7 && listing && !listed) {  // the (now stale) list arrives
         ++relists;
         service.ReplacePods(snapshot);
+        listed = true;
+      } else if (op == 9 && listed) {  // the new watch replays what followed the snapshot
         for (const auto& e : since_list) deliver(e);
         since_list.clear();
         listing = false;
+        listed = false;
         for (const auto& [uid, pod] : live) {
           auto hold = service.tracker().Find(uid);
           ASSERT_TRUE(hold.has_value())
