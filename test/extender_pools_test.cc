@@ -370,6 +370,34 @@ TEST_F(ExtenderPoolsTest, RestartRemovesOrphansAndReportsMissingPartitions) {
   EXPECT_EQ(ext_->tracker().Find("uid-live")->state, tracker::HoldState::kCommitted);
 }
 
+// A partition is an orphan only when its owner pod is gone. Here the owner is listed alive but
+// its hold cannot be rebuilt (its record names an IPU the pool does not have); before the fix the
+// restart took "no hold" for "no pod" and destroyed the running pod's partition.
+TEST_F(ExtenderPoolsTest, RestartKeepsALivePodsPartitionWhenItsHoldFailsToRebuild) {
+  ASSERT_EQ(Bind("live", "uid-live", 4, "head-1"), "");
+  auto pod = testing::IpuPod("live", "uid-live", 4);
+  pod.phase = "Running";
+  const auto& b = writer_.bindings.at("uid-live");
+  pod.node_name = b.node;
+  for (const auto& [k, v] : b.annotations) pod.annotations[k] = v;
+  pod.annotations["AWS_NEURON_IDS"] = "0,1,2,99";  // not restorable
+  pod.annotations.erase("toposched.io/allocation");
+  Start({pod});
+  EXPECT_TRUE(ext_->Ready());
+  WaitForRemovals();
+  auto parts = fake_.Snapshot();
+  ASSERT_EQ(parts.size(), 1u) << "the live pod's partition was removed as an orphan";
+  EXPECT_EQ(parts[0].name, "ts-uid-live");
+  // Its IPUs stay held while the partition exists, so no other pod is given them.
+  EXPECT_EQ(PoolBusy() & 0xFu, 0xFu);
+  // When the pod is deleted the partition goes, then its IPUs are free.
+  ext_->DeletePod(pod);
+  WaitForRemovals();
+  testing::WaitUntil([&] { return PoolBusy() == 0; }, 3s);
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
 TEST_F(ExtenderPoolsTest, NotReadyUntilThePartitionServiceWasListed) {
   fake_.SetGarbage(true);
   Start();

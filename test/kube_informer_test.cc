@@ -261,6 +261,72 @@ TEST(KubeInformerTest, BadEventsAreCountedAndSkipped) {
   EXPECT_EQ(server.open_watches(Kind::kPod), 1);  // the same watch kept going
 }
 
+// One pod the decoder refuses must not fail the whole list: before the fix every list and relist
+// failed on it forever (the informer never synced, or kept serving its last list while the
+// extender stayed Ready). Now it is skipped, counted and named; the rest is delivered.
+TEST(KubeInformerTest, OneUndecodablePodInAListIsSkippedAndCounted) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  server.UpsertPod(
+      R"({"metadata":{"name":"bad","namespace":"ml","uid":"uid-bad"},"spec":{"containers":"x"}})");
+  server.UpsertPod(PodJson("c"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerHandlers<Pod> handlers = recorder.Handlers();
+  std::mutex mutex;
+  std::vector<std::string> skipped;
+  std::atomic<int> list_starts{0};
+  handlers.on_skip = [&](const std::string& key, const std::string& error) {
+    std::lock_guard<std::mutex> lock(mutex);
+    skipped.push_back(key + ": " + error);
+  };
+  handlers.on_list_start = [&] { ++list_starts; };
+  PodInformer informer(*client, kPodsPath, handlers, FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5))) << "one bad pod failed the list";
+  EXPECT_THAT(recorder.Names(), ElementsAre("a", "c"));
+  EXPECT_EQ(informer.counters().skipped, 1u);
+  EXPECT_EQ(list_starts.load(), 1);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_THAT(skipped[0], HasSubstr("ml/bad: spec.containers: expected an array"));
+  }
+
+  // A relist (410) skips it again and still delivers everything else.
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.set_too_old_mode(TooOldMode::kHttp410);
+  server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
+  server.UpsertPod(PodJson("d"));
+  server.EndWatches(Kind::kPod);
+  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 2; }, 5s));
+  EXPECT_THAT(recorder.Names(), ElementsAre("a", "c", "d"));
+  EXPECT_EQ(informer.counters().skipped, 2u);
+  EXPECT_EQ(informer.counters().relists, 1u);
+  EXPECT_EQ(list_starts.load(), 2);  // before each list, the relist too
+}
+
+// A DELETED event whose object does not decode still deletes it (by name and uid): skipping it
+// would keep a deleted pod, and its devices, until the next relist.
+TEST(KubeInformerTest, AnUndecodableDeletionStillDeletes) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.SendRawWatchLine(
+      Kind::kPod,
+      R"({"type":"DELETED","object":{"metadata":{"name":"a","namespace":"ml","uid":"uid-a"},)"
+      R"("spec":{"containers":"x"}}})");
+  ASSERT_TRUE(WaitUntil([&] { return !recorder.Has("a"); }, 5s));
+  EXPECT_EQ(informer.counters().skipped, 1u);
+}
+
 TEST(KubeInformerTest, FieldSelectorLimitsListAndWatch) {
   FakeApiServer server;
   server.UpsertPod(PodJson("mine", "node-a"));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -485,23 +486,107 @@ TEST_F(VictimsTest, MultiContainerPodsGetEnoughVictims) {
 
 // --- Rebuild ----------------------------------------------------------------------------------
 
-TEST_F(TrackerTest, RebuildReplacesCommittedHolds) {
-  Place(DevPod("old", 4), "trn");
+// Issue 18, row 3. A relist whose snapshot predates a bind must not take the bind's ids back:
+// before the fix Rebuild replaced every committed hold with the list, so "old" (committed after
+// the list was requested) lost its ids and the next pod was given them.
+TEST_F(TrackerTest, RebuildKeepsCommittedHoldsTheListCannotProveGone) {
+  const std::vector<int> gone_ids = Place(DevPod("gone", 1), "trn");  // deleted while unwatched
+  const std::vector<int> pending_ids = Place(DevPod("pending", 1), "trn");
+  const uint64_t listed_at = tracker_.Generation();  // the list is requested here
+  const std::vector<int> old_ids = Place(DevPod("old", 4), "trn");
+  // p's record: four devices none of the three holds has.
+  auto held = [&](int d) {
+    for (const auto* ids : {&gone_ids, &pending_ids, &old_ids}) {
+      if (std::find(ids->begin(), ids->end(), d) != ids->end()) return true;
+    }
+    return false;
+  };
+  std::vector<int> p_ids;
+  for (int d = 0; d < 16 && p_ids.size() < 4; ++d) {
+    if (!held(d)) p_ids.push_back(d);
+  }
   const std::vector<RecordedPod> pods = {
-      Record("p", "trn", {DevicePlacement(Range(4, 7))}),
+      Record("p", "trn", {DevicePlacement(p_ids)}),
       Record("q", "inf", {CorePlacement(2, {2, 3, 4})}),
   };
-  const RebuildReport report = tracker_.Rebuild(pods, true);
+  // "pending" is listed, but without its record (the list predates its bind).
+  const std::unordered_set<std::string> alive = {"p", "q", "pending"};
+  RebuildScope scope;
+  scope.keep_reservations = true;
+  scope.listed_at = listed_at;
+  scope.alive = &alive;
+  const RebuildReport report = tracker_.Rebuild(pods, scope);
   EXPECT_EQ(report.applied, 2);
-  EXPECT_EQ(report.reservations_kept, 0);
+  EXPECT_EQ(report.newer_kept, 2);
+  EXPECT_EQ(report.dropped, 1);
   EXPECT_THAT(report.problems, IsEmpty());
-  EXPECT_FALSE(tracker_.Find("old").has_value());
+  EXPECT_FALSE(tracker_.Find("gone").has_value());  // older than the list and absent: gone
+  ASSERT_TRUE(tracker_.Find("old").has_value());
+  EXPECT_EQ(tracker_.Find("old")->state, HoldState::kCommitted);
+  EXPECT_EQ(tracker_.Find("old")->allocation.containers[0].placement.ids, old_ids);
+  EXPECT_TRUE(tracker_.Find("pending").has_value());
   EXPECT_EQ(tracker_.Find("p")->state, HoldState::kCommitted);
-  EXPECT_EQ(tracker_.Find("q")->state, HoldState::kCommitted);
-  EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(Range(4, 7)));
+  std::vector<int> busy = p_ids;
+  busy.insert(busy.end(), old_ids.begin(), old_ids.end());
+  busy.insert(busy.end(), pending_ids.begin(), pending_ids.end());
+  std::sort(busy.begin(), busy.end());
+  EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(busy));
   EXPECT_THAT(UsedCores("inf"), ElementsAre(2, 3, 4));
-  EXPECT_THAT(BusyDevices("inf"), ElementsAre(1, 2));
-  EXPECT_THAT(PodsOn("trn"), ElementsAre("p"));
+  EXPECT_THAT(PodsOn("trn"), ElementsAre("old", "p", "pending"));
+  // The next pod gets none of them.
+  auto next = tracker_.Reserve(DevPod("next", 4), "trn", 1'000);
+  ASSERT_TRUE(next.ok()) << next.error();
+  for (int id : next->containers[0].placement.ids) {
+    EXPECT_TRUE(std::find(busy.begin(), busy.end(), id) == busy.end()) << id;
+  }
+}
+
+// A pod bound after the list's snapshot keeps its ids against a record the stale list still shows
+// for a pod deleted meanwhile (the newer knowledge wins; the stale record is reported).
+TEST_F(TrackerTest, RebuildGivesContestedIdsToTheHoldNewerThanTheList) {
+  const uint64_t listed_at = tracker_.Generation();
+  const std::vector<int> ids = Place(DevPod("new", 4), "trn");
+  const std::vector<RecordedPod> pods = {Record("deleted", "trn", {DevicePlacement(ids)})};
+  RebuildScope scope;
+  scope.listed_at = listed_at;
+  const RebuildReport report = tracker_.Rebuild(pods, scope);
+  EXPECT_EQ(report.newer_kept, 1);
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_EQ(report.problems[0].uid, "deleted");
+  EXPECT_THAT(report.problems[0].conflicting_uids, ElementsAre("new"));
+  EXPECT_TRUE(tracker_.Find("new").has_value());
+}
+
+// Without a scope the list is the whole truth (a start): what it does not record is dropped.
+TEST_F(TrackerTest, RebuildWithoutAScopeReplacesCommittedHolds) {
+  Place(DevPod("old", 4), "trn");
+  const std::vector<RecordedPod> pods = {Record("p", "trn", {DevicePlacement(Range(4, 7))})};
+  const RebuildReport report = tracker_.Rebuild(pods, true);
+  EXPECT_EQ(report.applied, 1);
+  EXPECT_EQ(report.dropped, 1);
+  EXPECT_FALSE(tracker_.Find("old").has_value());
+  EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(Range(4, 7)));
+}
+
+// Issue 18, row 6. Records on a node not known yet are parked, and taken with the node when it is
+// added, in the same step: no query sees the node free.
+TEST_F(TrackerTest, RecordsOnANodeNotKnownYetAreTakenWithTheNode) {
+  const std::vector<RecordedPod> pods = {Record("x", "late", {DevicePlacement(Range(0, 15))})};
+  const RebuildReport report = tracker_.Rebuild(pods, true);
+  EXPECT_EQ(report.parked, 1);
+  EXPECT_THAT(report.problems, IsEmpty());
+  ASSERT_TRUE(tracker_.Find("x").has_value());
+  EXPECT_TRUE(tracker_.Find("x")->parked);
+  ASSERT_TRUE(tracker_.Adopt(Record("y", "late", {DevicePlacement({3})})).ok());  // parks too
+  EXPECT_EQ(tracker_.Stats().parked, 2);
+  // y's record overlaps x's (the earlier): the node comes with x, and y is named.
+  auto s = tracker_.UpsertNode({"late", "trn1.32xlarge", 0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error(), HasSubstr("ns/y"));
+  EXPECT_THAT(BusyDevices("late"), ElementsAreArray(Range(0, 15)));
+  EXPECT_FALSE(tracker_.Find("x")->parked);
+  EXPECT_FALSE(tracker_.Find("y").has_value());
+  EXPECT_FALSE(tracker_.Fit(DevPod("z", 16), "late").fits);
 }
 
 TEST_F(TrackerTest, RebuildKeepsTheEarlierPodOnAConflict) {
@@ -557,18 +642,18 @@ TEST_F(TrackerTest, RebuildReportsInvalidRecordsAndAppliesNoneOfThem) {
       Record("good", "trn", {DevicePlacement({1})}),
   };
   const RebuildReport report = tracker_.Rebuild(pods, false);
-  EXPECT_EQ(report.applied, 1);
-  ASSERT_EQ(report.problems.size(), 5u);
+  EXPECT_EQ(report.applied, 2);  // good, and nowhere parked until its node is known
+  EXPECT_EQ(report.parked, 1);
+  ASSERT_EQ(report.problems.size(), 4u);
   EXPECT_EQ(report.problems[0].uid, "out-of-range");
   EXPECT_THAT(report.problems[0].message, HasSubstr("out of range"));
   EXPECT_THAT(report.problems[0].message, HasSubstr("16"));
   EXPECT_EQ(report.problems[1].uid, "core-out-of-range");
   EXPECT_THAT(report.problems[1].message, HasSubstr("core id 32 is out of range"));
   EXPECT_EQ(report.problems[2].uid, "negative");
-  EXPECT_EQ(report.problems[3].uid, "nowhere");
-  EXPECT_THAT(report.problems[3].message, HasSubstr("no-such-node is not known"));
-  EXPECT_EQ(report.problems[4].uid, "good");
-  EXPECT_THAT(report.problems[4].message, HasSubstr("listed twice"));
+  EXPECT_EQ(report.problems[3].uid, "good");
+  EXPECT_THAT(report.problems[3].message, HasSubstr("listed twice"));
+  EXPECT_TRUE(tracker_.Find("nowhere")->parked);
   for (const auto& p : report.problems) EXPECT_THAT(p.conflicting_uids, IsEmpty()) << p.uid;
   EXPECT_THAT(BusyDevices("trn"), ElementsAre(0));
   EXPECT_THAT(UsedCores("trn"), ElementsAre(0, 1));
@@ -620,8 +705,11 @@ TEST_F(TrackerTest, AdoptRecordsCommittedAllocationsAndRefusesConflicts) {
   ASSERT_FALSE(clash.ok());
   EXPECT_THAT(clash.error(), HasSubstr("held by a"));
   EXPECT_FALSE(tracker_.Find("b").has_value());
-  EXPECT_FALSE(tracker_.Adopt(Record("c", "nowhere", {DevicePlacement({0})})).ok());
   EXPECT_FALSE(tracker_.Adopt(Record("c", "trn", {DevicePlacement({99})})).ok());
+  // On a node not known yet it is parked until the node comes (issue 18, row 6).
+  ASSERT_TRUE(tracker_.Adopt(Record("c", "nowhere", {DevicePlacement({0})})).ok());
+  EXPECT_TRUE(tracker_.Find("c")->parked);
+  EXPECT_TRUE(tracker_.Forget("c"));
   // Our own reservation, seen again through the watch, becomes committed.
   auto r = tracker_.Reserve(DevPod("mine", 1), "inf", 10);
   ASSERT_TRUE(r.ok());
@@ -824,21 +912,32 @@ TEST_F(TrackerTest, UnsupportedLncIsAnError) {
   EXPECT_THAT(r->containers[0].placement.ids, ElementsAreArray(Range(0, 7)));
 }
 
-TEST_F(TrackerTest, RemoveNodeDropsItsHolds) {
-  Place(DevPod("a", 4), "trn");
+// Issue 18, row 6: a Node object deleted and re-created (a kubelet re-registering) does not stop
+// its pods. Before the fix their holds were dropped and the node came back empty.
+TEST_F(TrackerTest, RemoveNodeParksItsHoldsUntilItComesBack) {
+  const std::vector<int> a_ids = Place(DevPod("a", 4), "trn");
   ASSERT_TRUE(tracker_.Reserve(DevPod("b", 1), "trn", 5).ok());
   Place(DevPod("c", 1), "inf");
   tracker_.RemoveNode("trn");
-  EXPECT_FALSE(tracker_.Find("a").has_value());
-  EXPECT_FALSE(tracker_.Find("b").has_value());
+  ASSERT_TRUE(tracker_.Find("a").has_value());
+  EXPECT_TRUE(tracker_.Find("a")->parked);
   EXPECT_TRUE(tracker_.Find("c").has_value());
   EXPECT_EQ(tracker_.Stats().nodes, 2);
-  EXPECT_EQ(tracker_.Stats().committed, 1);
-  EXPECT_EQ(tracker_.Stats().reserved, 0);
-  EXPECT_FALSE(tracker_.Forget("a"));
-  EXPECT_THAT(tracker_.ExpireReservations(100), IsEmpty());
+  EXPECT_EQ(tracker_.Stats().parked, 2);
+  EXPECT_THAT(tracker_.ExpireReservations(100), ElementsAre("b"));  // reservations still expire
+  EXPECT_EQ(tracker_.Stats().parked, 1);
   EXPECT_THAT(tracker_.Fit(DevPod("q", 1), "trn").reason, HasSubstr("not known"));
   tracker_.RemoveNode("never-there");  // no-op
+  ASSERT_TRUE(tracker_.UpsertNode({"trn", "trn1.32xlarge", 0}).ok());
+  EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(a_ids));
+  EXPECT_THAT(PodsOn("trn"), ElementsAre("a"));
+  EXPECT_FALSE(tracker_.Find("a")->parked);
+  EXPECT_EQ(tracker_.Stats().parked, 0);
+  EXPECT_EQ(tracker_.Stats().committed, 2);
+  // A pod forgotten while its node is away is not brought back with it.
+  tracker_.RemoveNode("trn");
+  EXPECT_TRUE(tracker_.Forget("a"));
+  EXPECT_EQ(tracker_.Stats().parked, 0);
   ASSERT_TRUE(tracker_.UpsertNode({"trn", "trn1.32xlarge", 0}).ok());
   EXPECT_THAT(BusyDevices("trn"), IsEmpty());
   EXPECT_THAT(PodsOn("trn"), IsEmpty());

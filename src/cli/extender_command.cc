@@ -503,7 +503,8 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
         kube::InformerHandlers<kube::Node>{
             [&](const std::vector<kube::Node>& all) { service.ReplaceNodes(all); },
             [&](const kube::Node& n) { service.UpsertNode(n); },
-            [&](const kube::Node& n) { service.DeleteNode(n); }});
+            [&](const kube::Node& n) { service.DeleteNode(n); }, nullptr,
+            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("nodes"); }});
     node_informer->Start();
     // Pods are placed on nodes: the first rebuild waits until the nodes are known.
     if (!node_informer->WaitForSync(std::chrono::seconds(60))) {
@@ -514,7 +515,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
         kube::InformerHandlers<kube::Pod>{
             [&](const std::vector<kube::Pod>& all) { service.ReplacePods(all); },
             [&](const kube::Pod& p) { service.UpsertPod(p); },
-            [&](const kube::Pod& p) { service.DeletePod(p); }});
+            [&](const kube::Pod& p) { service.DeletePod(p); },
+            // A relist merges: holds taken after this point are newer than the list.
+            [&] { service.BeginPodList(); },
+            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("pods"); }});
     pod_informer->Start();
   }
 

@@ -20,6 +20,58 @@ namespace toposched::extender {
 
 using topology::Unit;
 
+namespace {
+// NEURON_ALLOC_TIME, or 0: the earliest allocation keeps contested ids.
+int64_t AllocTimeOf(const kube::Pod& pod) {
+  if (auto t = pod.annotations.find(claims::kAnnotationAllocTime); t != pod.annotations.end()) {
+    auto parsed = kube::ParseAllocTime(t->second);
+    if (parsed.ok()) return *parsed;
+  }
+  return 0;
+}
+}  // namespace
+
+bool ExtenderService::KnowsNode(const std::string& node) const {
+  ReaderLock lock(mu_);
+  return nodes_.count(node) != 0;
+}
+
+void ExtenderService::AdoptUnplaced(const std::string& node) {
+  std::vector<kube::Pod> pods;
+  {
+    MutexLock lock(mu_);
+    auto it = unplaced_.find(node);
+    if (it == unplaced_.end()) return;
+    for (auto& entry : it->second) pods.push_back(std::move(entry.second));
+    unplaced_.erase(it);
+  }
+  std::stable_sort(pods.begin(), pods.end(), [](const kube::Pod& a, const kube::Pod& b) {
+    return AllocTimeOf(a) < AllocTimeOf(b);
+  });
+  int adopted = 0;
+  for (const auto& pod : pods) {
+    auto rec = RecordedFromPod(pod);
+    if (!rec.ok()) {
+      ReportProblem(pod.uid, pod.Key(), "AllocationRecordInvalid", rec.error());
+      continue;
+    }
+    if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+      MutexLock lock(mu_);
+      annotated_[pod.uid] = {pod.Key(), p->second};
+    }
+    // The tracker does not know the node yet: the hold is parked and taken with the node.
+    if (auto s = tracker_.Adopt(*rec); !s.ok()) {
+      metrics_.CountRebuildConflicts(1);
+      ReportProblem(pod.uid, pod.Key(), "AllocationConflict",
+                    fmt::format("toposched could not restore this pod's devices: {}", s.error()));
+      continue;
+    }
+    ++adopted;
+  }
+  spdlog::info("node {} is known: {} of the {} pods seen bound to it before are adopted", node,
+               adopted, pods.size());
+}
+
 void ExtenderService::LearnNode(const kube::Node& node) {
   if (!HasFacts(node)) return;
   std::optional<NodeFacts> previous;  // the last known LNC is kept without new evidence
@@ -34,6 +86,9 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
                   node.name);
   }
+  // Pods seen bound to it before it was known go in first, so that the node and their holds
+  // reach the tracker in one step (Tracker::UpsertNode takes parked holds back).
+  AdoptUnplaced(node.name);
   if (auto s = tracker_.UpsertNode(
           {node.name, node.instance_type, facts.lnc, facts.pool, facts.Groups()});
       !s.ok()) {
@@ -77,7 +132,14 @@ void ExtenderService::DeleteNode(const kube::Node& node) {
     MutexLock lock(mu_);
     nodes_.erase(node.name);
   }
+  // Its pods' holds are parked, not dropped: a Node object deleted and re-created does not stop
+  // them (the pods' own deletions, or a relist, end their holds).
   tracker_.RemoveNode(node.name);
+}
+
+void ExtenderService::BeginPodList() {
+  pod_list_mark_ = tracker_.Generation();
+  pod_list_marked_ = true;
 }
 
 Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& pod) const {
@@ -123,16 +185,32 @@ Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& p
 }
 
 void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
+  // Holds taken after the list was requested are newer than it (without BeginPodList: after
+  // now, i.e. none).
+  const uint64_t listed_at =
+      pod_list_marked_.exchange(false) ? pod_list_mark_.load() : tracker_.Generation();
   std::vector<std::pair<int64_t, tracker::RecordedPod>> recorded;
   std::unordered_map<std::string, PodRequests> cache;
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
+  std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced;
+  std::unordered_set<std::string> alive;
   int invalid = 0;
+  size_t unplaced_count = 0;
   for (const auto& pod : pods) {
     if (pod.Terminated()) continue;
+    alive.insert(pod.uid);
     auto requests = RequestsOf(pod, options_.resources);
     if (!requests.ok() || !requests->spec.AsksForAnything()) continue;
     cache[pod.uid] = std::move(requests).value();
     if (pod.node_name.empty()) continue;
+    if (!KnowsNode(pod.node_name)) {
+      // Adopted when its node is learned; until then the node is unknown to filter and bind.
+      if (claims::HasAllocation(pod)) {
+        unplaced[pod.node_name][pod.uid] = pod;
+        ++unplaced_count;
+      }
+      continue;
+    }
     auto rec = RecordedFromPod(pod);
     if (!rec.ok()) {
       if (claims::HasAllocation(pod)) {
@@ -141,11 +219,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
       }
       continue;
     }
-    int64_t at = 0;
-    if (auto t = pod.annotations.find(claims::kAnnotationAllocTime); t != pod.annotations.end()) {
-      auto parsed = kube::ParseAllocTime(t->second);
-      if (parsed.ok()) at = *parsed;
-    }
+    const int64_t at = AllocTimeOf(pod);
     if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
       annotated[pod.uid] = {pod.Key(), p->second};
     }
@@ -157,25 +231,38 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   std::vector<tracker::RecordedPod> ordered;
   ordered.reserve(recorded.size());
   for (auto& r : recorded) ordered.push_back(std::move(r.second));
+  std::vector<std::string> unplaced_nodes;
   {
     MutexLock lock(mu_);
     pods_ = std::move(cache);
     annotated_ = std::move(annotated);
+    unplaced_ = std::move(unplaced);
+    for (const auto& entry : unplaced_) unplaced_nodes.push_back(entry.first);
     gang_members_.clear();
     for (const auto& [uid, requests] : pods_) {
       if (requests.gang) gang_members_[requests.gang->id].insert(uid);
     }
   }
-  const tracker::RebuildReport report = tracker_.Rebuild(ordered, /*keep_reservations=*/true);
+  tracker::RebuildScope scope;
+  scope.keep_reservations = true;
+  scope.listed_at = listed_at;
+  scope.alive = &alive;
+  const tracker::RebuildReport report = tracker_.Rebuild(ordered, scope);
   for (const auto& problem : report.problems) {
     ReportProblem(
         problem.uid, problem.name, "AllocationConflict",
         fmt::format("toposched could not restore this pod's devices: {}", problem.message));
   }
   metrics_.CountRebuildConflicts(static_cast<int>(report.problems.size()) + invalid);
-  spdlog::info("rebuilt from {} pods: {} allocations restored, {} reservations kept, {} problems",
-               pods.size(), report.applied, report.reservations_kept,
-               report.problems.size() + invalid);
+  spdlog::info(
+      "rebuilt from {} pods: {} allocations restored, {} reservations kept, {} newer holds kept, "
+      "{} holds of pods gone dropped, {} pods waiting for their node, {} problems",
+      pods.size(), report.applied, report.reservations_kept, report.newer_kept, report.dropped,
+      unplaced_count, report.problems.size() + invalid);
+  // A node learned while the list was being read missed these pods: adopt them now.
+  for (const auto& node : unplaced_nodes) {
+    if (KnowsNode(node)) AdoptUnplaced(node);
+  }
   RestoreGangs();
   pods_synced_ = true;
   if (!partitions_synced_) {
@@ -194,6 +281,14 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
       requests->gang && requests->gang_record ? requests->gang_record->gang : std::string();
   RememberPod(std::move(requests).value());
   if (pod.node_name.empty()) return;
+  {
+    // Checked and kept under one lock, so a node learned meanwhile adopts it (AdoptUnplaced).
+    MutexLock lock(mu_);
+    if (nodes_.count(pod.node_name) == 0) {
+      if (claims::HasAllocation(pod)) unplaced_[pod.node_name][pod.uid] = pod;
+      return;
+    }
+  }
   auto rec = RecordedFromPod(pod);
   if (!rec.ok()) {
     if (claims::HasAllocation(pod)) {
@@ -222,6 +317,10 @@ void ExtenderService::DeletePod(const kube::Pod& pod) {
   {
     MutexLock lock(mu_);
     annotated_.erase(pod.uid);
+    if (auto it = unplaced_.find(pod.node_name); it != unplaced_.end()) {
+      it->second.erase(pod.uid);
+      if (it->second.empty()) unplaced_.erase(it);
+    }
   }
   // A pod in a shared pool keeps its ids until its partition is gone.
   if (partitions_ && partitions_->PodDeleted(pod.uid)) return;
@@ -243,6 +342,7 @@ Status ExtenderService::ReconcilePartitions() {
   }
   std::unordered_set<std::string> present;
   int orphans = 0;
+  int kept_for_live = 0;
   for (const auto& p : *listed) {
     present.insert(p.name);
     const std::string owner = provision::OwnerOf(p.name);
@@ -250,6 +350,27 @@ Status ExtenderService::ReconcilePartitions() {
     auto hold = tracker_.Find(owner);
     if (hold && hold->state != tracker::HoldState::kReleasing) continue;  // a live pod owns it
     if (hold) continue;                                                   // already being removed
+    // An orphan is a partition whose owner pod is gone, not one whose owner holds nothing: a
+    // live pod whose hold failed to rebuild (a conflict, a record we cannot read) still runs on
+    // it. Its devices are held until the pod is deleted and the partition removed.
+    std::string owner_key;
+    {
+      ReaderLock lock(mu_);
+      if (auto it = pods_.find(owner); it != pods_.end()) owner_key = it->second.spec.name;
+    }
+    if (!owner_key.empty()) {
+      ++kept_for_live;
+      if (auto s = tracker_.HoldReleasing(owner, owner_key, p.pool, p.ipus); !s.ok()) {
+        metrics_.CountTrackerError("hold_live_partition");
+        spdlog::warn("partition {} of live pod {}: {}", p.name, owner_key, s.error());
+      }
+      ReportProblem(owner, owner_key, "PartitionKept",
+                    fmt::format("partition {} is kept for this running pod although its devices "
+                                "could not be restored from its record; they stay held until "
+                                "the pod is deleted",
+                                p.name));
+      continue;
+    }
     ++orphans;
     spdlog::info("partition {} (pool {}) has no live pod; removing it", p.name, p.pool);
     partitions_->RemoveOrphan(p);
@@ -262,7 +383,8 @@ Status ExtenderService::ReconcilePartitions() {
                               "recreated",
                               named.second));
   }
-  spdlog::info("reconciled {} partitions: {} orphans being removed", listed->size(), orphans);
+  spdlog::info("reconciled {} partitions: {} orphans being removed, {} kept for live pods",
+               listed->size(), orphans, kept_for_live);
   partitions_synced_ = true;
   return OkStatus();
 }

@@ -78,6 +78,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                              "Tracker calls that failed where they should not have, by operation "
                              "(commit: a reservation lost during a slow Binding write)")
                          .Register(*registry_);
+  objects_skipped_ = &prometheus::BuildCounter()
+                          .Name("toposched_informer_objects_skipped_total")
+                          .Help(
+                              "Objects from the API server skipped because they do not decode, by "
+                              "kind (pods, nodes); each is logged with its namespace/name")
+                          .Register(*registry_);
   ready_ = &prometheus::BuildGauge()
                 .Name("toposched_ready")
                 .Help("1 once the first full sync and rebuild are done")
@@ -186,6 +192,10 @@ void Metrics::CountBindReadBack(std::string_view outcome) {
 
 void Metrics::CountTrackerError(std::string_view operation) {
   tracker_errors_->Add({{"operation", std::string(operation)}}).Increment();
+}
+
+void Metrics::CountSkippedObject(std::string_view kind) {
+  objects_skipped_->Add({{"kind", std::string(kind)}}).Increment();
 }
 
 void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }

@@ -42,6 +42,8 @@ class Metrics {
   // A tracker call that failed where it should not have (e.g. a commit after the reservation
   // expired); each is logged and reconciled where it happens.
   void CountTrackerError(std::string_view operation);
+  // An object an informer skipped because it does not decode (kind: pods, nodes).
+  void CountSkippedObject(std::string_view kind);
   void SetReady(bool ready);
   // Leader election: 1 while this process holds the lease; each change of role, by the new role.
   void SetLeader(bool leader);
@@ -67,6 +69,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* api_errors_;
   prometheus::Family<prometheus::Counter>* bind_read_backs_;
   prometheus::Family<prometheus::Counter>* tracker_errors_;
+  prometheus::Family<prometheus::Counter>* objects_skipped_;
   prometheus::Gauge* ready_;
   prometheus::Gauge* leader_;
   prometheus::Family<prometheus::Counter>* leader_transitions_;

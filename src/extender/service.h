@@ -149,7 +149,12 @@ class ExtenderService {
   void ReplaceNodes(const std::vector<kube::Node>& nodes);
   void UpsertNode(const kube::Node& node);
   void DeleteNode(const kube::Node& node);
-  // A full pod list: rebuilds the tracker from the pods' recorded allocations.
+  // A pod list is about to be requested (the informer's on_list_start): what the tracker holds
+  // from now on is newer than the list, which therefore cannot prove it gone.
+  void BeginPodList();
+  // A full pod list: merges the pods' recorded allocations into the tracker (a relist removes
+  // only the holds it proves gone: tracker::RebuildScope). Bound pods whose node is not known
+  // yet are kept and adopted when it is (LearnNode).
   void ReplacePods(const std::vector<kube::Pod>& pods);
   void UpsertPod(const kube::Pod& pod);
   void DeletePod(const kube::Pod& pod);
@@ -226,6 +231,10 @@ class ExtenderService {
                                                         kube::AllocationRecord* record) const
       TS_EXCLUDES(mu_);
   void LearnNode(const kube::Node& node) TS_EXCLUDES(mu_);
+  // Adopts the pods bound to `node` that were seen before it (unplaced_); call after its facts
+  // are in nodes_ and before the tracker learns the node, which then takes their ids with it.
+  void AdoptUnplaced(const std::string& node) TS_EXCLUDES(mu_);
+  bool KnowsNode(const std::string& node) const TS_EXCLUDES(mu_);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
   // The one way out of a bind that failed after its first checks: gives back what it held (the
   // reservation, the partition) and answers kube-scheduler with the reason.
@@ -256,6 +265,10 @@ class ExtenderService {
   std::unordered_map<std::string, PodRequests> pods_ TS_GUARDED_BY(mu_);  // by uid
   // Gang id -> the uids of its members in pods_.
   std::unordered_map<std::string, std::unordered_set<std::string>> gang_members_ TS_GUARDED_BY(mu_);
+  // Bound pods whose node is not known (not yet listed, or deleted while they run): node ->
+  // uid -> pod. Adopted into the tracker when the node is learned, before it can be used.
+  std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced_
+      TS_GUARDED_BY(mu_);
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);
@@ -265,6 +278,9 @@ class ExtenderService {
   std::atomic<bool> pods_synced_{false};
   std::atomic<bool> api_healthy_{true};
   std::atomic<bool> partitions_synced_{true};
+  // tracker_.Generation() when the pending pod list was requested (BeginPodList), else 0.
+  std::atomic<uint64_t> pod_list_mark_{0};
+  std::atomic<bool> pod_list_marked_{false};
 
   // Binds running, for the drain at shutdown.
   Mutex binds_mu_;

@@ -39,6 +39,44 @@ Result<WatchEvent<Node>> DecodeEvent(const simdjson::padded_string& json, const 
   return DecodeNodeWatchEvent(json);
 }
 
+Result<Pod> DecodeObject(const simdjson::padded_string& json, const Pod*) {
+  return DecodePod(json);
+}
+Result<Node> DecodeObject(const simdjson::padded_string& json, const Node*) {
+  return DecodeNode(json);
+}
+
+// What an object that does not decode can still tell: its namespace/name (or name) and uid.
+struct Identity {
+  std::string ns;
+  std::string name;
+  std::string uid;
+  std::string Key() const { return ns.empty() ? name : ns + "/" + name; }
+};
+Identity IdentityOf(simdjson::dom::element object) {
+  Identity id;
+  simdjson::dom::element meta;
+  if (object["metadata"].get(meta) != simdjson::SUCCESS) return id;
+  std::string_view text;
+  if (meta["name"].get(text) == simdjson::SUCCESS) id.name = std::string(text);
+  if (meta["namespace"].get(text) == simdjson::SUCCESS) id.ns = std::string(text);
+  if (meta["uid"].get(text) == simdjson::SUCCESS) id.uid = std::string(text);
+  return id;
+}
+// The object a DELETED event means, when only its identity could be read.
+Pod FromIdentity(const Identity& id, const Pod*) {
+  Pod pod;
+  pod.ns = id.ns;
+  pod.name = id.name;
+  pod.uid = id.uid;
+  return pod;
+}
+Node FromIdentity(const Identity& id, const Node*) {
+  Node node;
+  node.name = id.name;
+  return node;
+}
+
 std::string_view KindName(const Pod*) { return "pods"; }
 std::string_view KindName(const Node*) { return "nodes"; }
 
@@ -117,6 +155,7 @@ InformerCounters Informer<T>::counters() const {
   counters.watch_restarts = counters.watches > 0 ? counters.watches - 1 : 0;
   counters.events = events_.load();
   counters.decode_errors = decode_errors_.load();
+  counters.skipped = skipped_.load();
   counters.request_errors = request_errors_.load();
   return counters;
 }
@@ -195,12 +234,58 @@ void Informer<T>::Run() {
 }
 
 template <typename T>
+void Informer<T>::Skip(const std::string& key, const std::string& error, std::string_view where) {
+  skipped_.fetch_add(1);
+  spdlog::warn("informer {}: skipping {} in a {}: it does not decode: {}",
+               KindName(static_cast<const T*>(nullptr)), key.empty() ? "an object" : key, where,
+               error);
+  if (handlers_.on_skip) handlers_.on_skip(key, error);
+}
+
+template <typename T>
+Result<ObjectList<T>> Informer<T>::DecodePageByItem(const std::string& body,
+                                                    const std::string& why) {
+  const T* tag = nullptr;
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  simdjson::dom::array items;
+  if (parser.parse(body).get(root) != simdjson::SUCCESS ||
+      root["items"].get(items) != simdjson::SUCCESS) {
+    return Error{why};  // not a list at all: the page fails
+  }
+  ObjectList<T> list;
+  simdjson::dom::element meta;
+  if (root["metadata"].get(meta) == simdjson::SUCCESS) {
+    std::string_view text;
+    if (meta["resourceVersion"].get(text) == simdjson::SUCCESS) {
+      list.resource_version = std::string(text);
+    }
+    if (meta["continue"].get(text) == simdjson::SUCCESS) list.continue_token = std::string(text);
+  }
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (simdjson::dom::element item : items) {
+    Result<T> decoded = DecodeObject(simdjson::padded_string(simdjson::minify(item)), tag);
+    if (decoded.ok()) {
+      list.items.push_back(std::move(decoded).value());
+    } else {
+      bad.emplace_back(IdentityOf(item).Key(), decoded.error());
+    }
+  }
+  // Every item decodes: the page's own fields are what failed, and a list without them (its
+  // resourceVersion) cannot be watched from.
+  if (bad.empty()) return Error{why};
+  for (const auto& [key, error] : bad) Skip(key, error, "list");
+  return list;
+}
+
+template <typename T>
 Result<std::string> Informer<T>::ListAll() {
   const T* tag = nullptr;
   std::vector<T> all;
   std::string continue_token;
   std::string resource_version;
   int restarts = 0;
+  if (handlers_.on_list_start) handlers_.on_list_start();
   while (!stop_.load()) {
     std::string path =
         fmt::format("{}?limit={}{}", collection_path_, options_.page_size, Selectors());
@@ -224,8 +309,10 @@ Result<std::string> Informer<T>::ListAll() {
     }
     Result<ObjectList<T>> page = DecodeList(simdjson::padded_string(response->body), tag);
     if (!page.ok()) {
+      // One object the decoder refuses must not fail every list: decode item by item.
       decode_errors_.fetch_add(1);
-      return Error{fmt::format("GET {}: {}", path, page.error())};
+      page = DecodePageByItem(response->body, fmt::format("GET {}: {}", path, page.error()));
+      if (!page.ok()) return Error{page.error()};
     }
     if (all.empty()) {
       all = std::move(page->items);
@@ -271,8 +358,22 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
     Result<WatchEvent<T>> event = DecodeEvent(padded, tag);
     if (!event.ok()) {
       decode_errors_.fetch_add(1);
-      spdlog::warn("informer {}: skipping an event that does not decode: {} (event: {})", kind,
-                   event.error(), Excerpt(line));
+      // Name what is skipped when the line is JSON at all; a deletion is still a deletion.
+      simdjson::dom::parser parser;
+      simdjson::dom::element root;
+      simdjson::dom::element object;
+      std::string_view type;
+      if (parser.parse(padded).get(root) == simdjson::SUCCESS &&
+          root["object"].get(object) == simdjson::SUCCESS) {
+        const Identity id = IdentityOf(object);
+        Skip(id.Key(), fmt::format("{} (event: {})", event.error(), Excerpt(line)), "watch");
+        if (root["type"].get(type) == simdjson::SUCCESS && type == "DELETED" && !id.name.empty() &&
+            handlers_.on_delete) {
+          handlers_.on_delete(FromIdentity(id, tag));
+        }
+      } else {
+        Skip({}, fmt::format("{} (event: {})", event.error(), Excerpt(line)), "watch");
+      }
       return true;
     }
     events_.fetch_add(1);

@@ -4,8 +4,11 @@
 // from the list's resourceVersion with bookmarks, calling on_upsert / on_delete per event. When
 // the server ends a watch it resumes from the last resourceVersion seen; when history is gone
 // (410, as an HTTP status or an ERROR event) it lists again and calls on_replace; other failures
-// reconnect after a capped exponential backoff. Events that fail to decode are logged, counted
-// and skipped. Handlers run on the informer's thread, one at a time.
+// reconnect after a capped exponential backoff. Objects that fail to decode are logged (with their
+// namespace/name when it can be read), counted and skipped, in a list as in a watch: one bad
+// object never fails a list (a relist that failed on it forever would freeze the informer on its
+// last list). A DELETED event whose object does not decode still deletes it by name and uid.
+// Handlers run on the informer's thread, one at a time.
 #ifndef TOPOSCHED_KUBE_INFORMER_H_
 #define TOPOSCHED_KUBE_INFORMER_H_
 
@@ -39,6 +42,12 @@ struct InformerHandlers {
   std::function<void(const std::vector<T>& all)> on_replace;  // after every (re)list
   std::function<void(const T& object)> on_upsert;             // ADDED, MODIFIED
   std::function<void(const T& object)> on_delete;             // DELETED
+  // Just before each list's first page is requested: what the consumer learns after this point
+  // is newer than the list (the extender's relist merge, tracker::RebuildScope).
+  std::function<void()> on_list_start{};
+  // An object skipped because it does not decode: its "namespace/name" (or name; empty when not
+  // even that can be read) and why. For a metric; the informer logs it already.
+  std::function<void(const std::string& key, const std::string& error)> on_skip{};
 };
 
 // A snapshot of the informer's counters, for metrics.
@@ -49,6 +58,7 @@ struct InformerCounters {
   uint64_t watch_restarts = 0;  // watch requests after the first
   uint64_t events = 0;          // watch events handled (bookmarks included)
   uint64_t decode_errors = 0;   // list pages or events that failed to decode
+  uint64_t skipped = 0;         // objects skipped in lists and watches: they did not decode
   uint64_t request_errors = 0;  // transport failures and unexpected HTTP statuses
 };
 
@@ -87,6 +97,11 @@ class Informer {
   void Run();
   // Lists every page and calls on_replace; returns the list's resourceVersion.
   Result<std::string> ListAll();
+  // A page that failed to decode as a whole, item by item: the items that decode, the list's
+  // metadata, and each one that does not skipped (counted, logged, on_skip). An error only when
+  // the page is not a list at all.
+  Result<ObjectList<T>> DecodePageByItem(const std::string& body, const std::string& why);
+  void Skip(const std::string& key, const std::string& error, std::string_view where);
   WatchEnd WatchFrom(std::string& resource_version);
   std::string Selectors() const;
   // Sleeps unless Stop() is called first.
@@ -113,6 +128,7 @@ class Informer {
   std::atomic<uint64_t> watches_{0};
   std::atomic<uint64_t> events_{0};
   std::atomic<uint64_t> decode_errors_{0};
+  std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> request_errors_{0};
 };
 

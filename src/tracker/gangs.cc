@@ -379,6 +379,7 @@ Result<PodAllocation> Tracker::CommitGangMember(const std::string& id, const std
   moved.pod_name = pod_name;
   moved.state = HoldState::kCommitted;
   moved.deadline_ns = 0;
+  moved.generation = ++generation_;  // committed now: newer than any list requested before
   holds_[uid] = std::move(moved);
   gang.bound[rank] = true;
   gang.slots[rank] = {};

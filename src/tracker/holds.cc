@@ -16,6 +16,7 @@ namespace toposched::tracker {
 using topology::NodeShape;
 
 Tracker::PoolState* Tracker::PoolOfHold(const Hold& hold) {
+  if (hold.parked) return nullptr;
   if (!hold.pool.empty()) {
     auto it = shared_.find(hold.pool);
     return it == shared_.end() ? nullptr : &it->second;
@@ -29,20 +30,69 @@ bool Tracker::InsertHoldLocked(PoolState& pool, const std::string& uid, Hold hol
   pool.pods.push_back(uid);
   if (hold.state == HoldState::kReserved) reserved_uids_.insert(uid);
   if (hold.state == HoldState::kReleasing) releasing_uids_.insert(uid);
+  hold.parked = false;
+  hold.generation = ++generation_;
   holds_[uid] = std::move(hold);
   return true;
+}
+
+void Tracker::ParkLocked(const std::string& uid, Hold hold) {
+  if (auto it = holds_.find(uid); it != holds_.end()) EraseHoldLocked(it);
+  hold.parked = true;
+  hold.generation = ++generation_;
+  if (hold.state == HoldState::kReserved) reserved_uids_.insert(uid);
+  if (hold.state == HoldState::kReleasing) releasing_uids_.insert(uid);
+  parked_[hold.allocation.node].push_back(uid);
+  holds_[uid] = std::move(hold);
+}
+
+std::vector<std::string> Tracker::UnparkLocked(NodeEntry& node) {
+  std::vector<std::string> dropped;
+  auto pit = parked_.find(node.info.name);
+  if (pit == parked_.end() || !node.pool().shape) return dropped;
+  const std::vector<std::string> uids = std::move(pit->second);
+  parked_.erase(pit);
+  for (const auto& uid : uids) {
+    auto it = holds_.find(uid);
+    if (it == holds_.end() || !it->second.parked) continue;
+    Hold hold = it->second;
+    hold.pool = node.HoldPool();
+    Status valid = ValidateAllocation(node.pool(), hold.allocation);
+    if (valid.ok() && TakeLocked(node.pool(), hold.allocation)) {
+      node.pool().pods.push_back(uid);
+      it->second.pool = hold.pool;
+      it->second.parked = false;
+      continue;
+    }
+    const std::string why =
+        valid.ok() ? fmt::format("its ids are held by {}",
+                                 fmt::join(HoldersOverlapping(node.pool(), hold.allocation), ", "))
+                   : valid.error();
+    dropped.push_back(
+        fmt::format("pod {} parked on {} no longer fits: {}", hold.pod_name, node.info.name, why));
+    reserved_uids_.erase(uid);
+    releasing_uids_.erase(uid);
+    holds_.erase(it);
+  }
+  return dropped;
 }
 
 void Tracker::SetStateLocked(const std::string& uid, Hold& hold, HoldState state) {
   hold.state = state;
   hold.deadline_ns = 0;
+  hold.generation = ++generation_;
   reserved_uids_.erase(uid);
   releasing_uids_.erase(uid);
   if (state == HoldState::kReleasing) releasing_uids_.insert(uid);
 }
 
 void Tracker::EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it) {
-  if (PoolState* pool = PoolOfHold(it->second)) {
+  if (it->second.parked) {
+    if (auto pit = parked_.find(it->second.allocation.node); pit != parked_.end()) {
+      std::erase(pit->second, it->first);
+      if (pit->second.empty()) parked_.erase(pit);
+    }
+  } else if (PoolState* pool = PoolOfHold(it->second)) {
     ReleaseLocked(*pool, it->first, it->second.allocation);
   }
   reserved_uids_.erase(it->first);

@@ -1,6 +1,8 @@
 // Rebuild and adopt: holds taken from the allocations recorded on pods (at start, on every
 // resync, and for binds seen through the watch), with conflicts reported instead of applied.
+// A relist merges into what is held (RebuildScope): it drops only what it proves gone.
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,13 @@ Status Tracker::Adopt(const RecordedPod& pod) {
     if (it->second.state == HoldState::kReleasing) {
       return Error{fmt::format("pod {} is being released", pod.name)};
     }
+    if (it->second.allocation.node == pod.allocation.node && it->second.parked) {
+      // Its node is not known: the record replaces what is parked, checked when the node comes.
+      it->second.pod_name = pod.name;
+      it->second.allocation = pod.allocation;
+      SetStateLocked(pod.uid, it->second, HoldState::kCommitted);
+      return OkStatus();
+    }
     if (it->second.allocation.node == pod.allocation.node) {
       if (!SameIds(it->second.allocation, pod.allocation)) {
         // The pod's record is what the device plugin will serve: hold exactly that, or refuse
@@ -60,7 +69,10 @@ Status Tracker::Adopt(const RecordedPod& pod) {
                              pod.allocation.node, it->second.allocation.node)};
   }
   auto nit = nodes_.find(pod.allocation.node);
-  if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", pod.allocation.node)};
+  if (nit == nodes_.end()) {
+    ParkLocked(pod.uid, Hold{pod.name, pod.allocation, HoldState::kCommitted, 0, {}});
+    return OkStatus();
+  }
   NodeEntry& entry = nit->second;
   if (auto s = ValidateAllocation(entry.pool(), pod.allocation); !s.ok()) return s;
   if (!InsertHoldLocked(
@@ -74,62 +86,115 @@ Status Tracker::Adopt(const RecordedPod& pod) {
 }
 
 RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) {
+  RebuildScope scope;
+  scope.keep_reservations = keep_reservations;
+  scope.listed_at = Generation();  // every hold predates the list: it is the whole truth
+  return Rebuild(pods, scope);
+}
+
+RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, const RebuildScope& scope) {
   MutexLock lock(mu_);
   RebuildReport report;
-  // Holds being released stay whatever the list says: their partitions still exist.
+  std::unordered_set<std::string> listed;
+  for (const auto& pod : pods) listed.insert(pod.uid);
+  // What stays whatever the list says: holds being released (their partitions still exist),
+  // reservations in flight, and committed holds the list cannot prove gone.
+  std::vector<std::pair<std::string, Hold>> kept;
   std::vector<std::pair<std::string, Hold>> in_flight;
   std::vector<std::pair<std::string, Hold>> releasing;
   for (auto& [uid, hold] : holds_) {
-    if (hold.state == HoldState::kReleasing) releasing.emplace_back(uid, hold);
-    if (keep_reservations && hold.state == HoldState::kReserved) in_flight.emplace_back(uid, hold);
+    switch (hold.state) {
+      case HoldState::kReleasing:
+        releasing.emplace_back(uid, hold);
+        break;
+      case HoldState::kReserved:
+        if (scope.keep_reservations) in_flight.emplace_back(uid, hold);
+        break;
+      case HoldState::kCommitted:
+        if (listed.count(uid) != 0) break;  // its record replaces it
+        if (hold.generation > scope.listed_at ||
+            (scope.alive != nullptr && scope.alive->count(uid) != 0)) {
+          kept.emplace_back(uid, hold);
+        } else {
+          ++report.dropped;
+        }
+        break;
+    }
   }
   holds_.clear();
   reserved_uids_.clear();
   releasing_uids_.clear();
+  parked_.clear();
   for (auto& [name, node] : nodes_)
     node.own = PoolState{node.own.shape, node.own.error, {}, {}, {}, 0};
   for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}, {}, 0};
   RecountAllLocked();
-  for (auto& [uid, hold] : releasing) {
-    PoolState* pool = PoolOfHold(hold);
-    if (pool != nullptr && pool->shape) InsertHoldLocked(*pool, uid, std::move(hold));
-  }
-  // Runs under the lock taken above (the analysis checks a lambda on its own).
-  auto apply = [&](const std::string& uid, const std::string& pod_name, const PodAllocation& alloc,
-                   Hold hold) TS_REQUIRES(mu_) -> bool {
-    RebuildProblem problem{uid, pod_name, alloc.node, {}, {}};
-    auto nit = nodes_.find(alloc.node);
+  // Puts a hold back where its ids are (or parks it when its node is not known), keeping its
+  // generation; on failure records the problem and returns false.
+  auto place = [&](const std::string& uid, Hold hold, uint64_t generation)
+                   TS_REQUIRES(mu_) -> bool {
+    const PodAllocation& alloc = hold.allocation;
+    RebuildProblem problem{uid, hold.pod_name, alloc.node, {}, {}};
+    PoolState* pool = nullptr;
+    std::string hold_pool = hold.pool;
+    if (!hold.pool.empty()) {
+      auto sit = shared_.find(hold.pool);
+      if (sit != shared_.end()) pool = &sit->second;
+    } else if (auto nit = nodes_.find(alloc.node); nit != nodes_.end()) {
+      pool = &nit->second.pool();
+      hold_pool = nit->second.HoldPool();
+    }
     if (holds_.count(uid) != 0) {
       problem.message = holds_.at(uid).state == HoldState::kReleasing
                             ? "its partition is being removed"
                             : "the pod is listed twice";
-    } else if (nit == nodes_.end()) {
-      problem.message = fmt::format("node {} is not known", alloc.node);
-    } else if (auto s = ValidateAllocation(nit->second.pool(), alloc); !s.ok()) {
+    } else if (pool == nullptr && hold.pool.empty()) {
+      ParkLocked(uid, std::move(hold));
+      holds_.at(uid).generation = generation;
+      ++report.parked;
+      return true;
+    } else if (pool == nullptr) {
+      problem.message = fmt::format("pool {} is not defined", hold.pool);
+    } else if (!pool->shape) {
+      problem.message = pool->error;
+    } else if (auto s = ValidateAllocation(*pool, alloc); !s.ok()) {
       problem.message = s.error();
     } else {
-      hold.pool = nit->second.HoldPool();
-      if (InsertHoldLocked(nit->second.pool(), uid, std::move(hold))) return true;
-      problem.conflicting_uids = HoldersOverlapping(nit->second.pool(), alloc);
+      hold.pool = hold_pool;
+      const PodAllocation wanted = alloc;
+      if (InsertHoldLocked(*pool, uid, std::move(hold))) {
+        holds_.at(uid).generation = generation;
+        return true;
+      }
+      problem.conflicting_uids = HoldersOverlapping(*pool, wanted);
       std::vector<std::string> names;
       for (const auto& other : problem.conflicting_uids) names.push_back(holds_.at(other).pod_name);
-      problem.message = fmt::format("its recorded ids on {} are already held by {}", alloc.node,
+      problem.message = fmt::format("its recorded ids on {} are already held by {}", wanted.node,
                                     fmt::join(names, ", "));
     }
     report.problems.push_back(std::move(problem));
     return false;
   };
+  for (auto& [uid, hold] : releasing) {
+    const uint64_t generation = hold.generation;
+    place(uid, std::move(hold), generation);
+  }
+  // Newer knowledge first: a pod bound after the list's snapshot keeps its ids against a record
+  // the list still shows for a pod deleted meanwhile.
+  for (auto& [uid, hold] : kept) {
+    const uint64_t generation = hold.generation;
+    if (place(uid, std::move(hold), generation)) ++report.newer_kept;
+  }
   for (const auto& pod : pods) {
-    if (apply(pod.uid, pod.name, pod.allocation,
-              Hold{pod.name, pod.allocation, HoldState::kCommitted, 0, {}})) {
+    if (place(pod.uid, Hold{pod.name, pod.allocation, HoldState::kCommitted, 0, {}},
+              scope.listed_at)) {
       ++report.applied;
     }
   }
   for (auto& [uid, hold] : in_flight) {
     if (holds_.count(uid) != 0) continue;  // its bind landed and the list saw it
-    const PodAllocation alloc = hold.allocation;
-    const std::string name = hold.pod_name;
-    if (apply(uid, name, alloc, std::move(hold))) ++report.reservations_kept;
+    const uint64_t generation = hold.generation;
+    if (place(uid, std::move(hold), generation)) ++report.reservations_kept;
   }
   return report;
 }

@@ -88,6 +88,10 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
   if (!error.empty()) {
     return Error{error.starts_with("node ") ? error : fmt::format("node {}: {}", info.name, error)};
   }
+  // Under the same lock as the node's arrival: no query sees it before its pods' ids are taken.
+  if (const std::vector<std::string> dropped = UnparkLocked(stored); !dropped.empty()) {
+    return Error{fmt::format("{}", fmt::join(dropped, "; "))};
+  }
   return OkStatus();
 }
 
@@ -99,10 +103,13 @@ void Tracker::RemoveNode(const std::string& name) {
     ReleaseGangLocked(it->second.gang);  // a gang short of a node cannot be placed whole
     it = nodes_.find(name);
   }
+  // The node's own holds are parked (the pods may well still run), not dropped; their usage goes
+  // with the node's pool state.
   for (const auto& uid : it->second.own.pods) {
-    holds_.erase(uid);
-    reserved_uids_.erase(uid);
-    releasing_uids_.erase(uid);
+    auto hit = holds_.find(uid);
+    if (hit == holds_.end()) continue;
+    hit->second.parked = true;
+    parked_[name].push_back(uid);
   }
   UncountLocked(it->second.own);
   nodes_.erase(it);
@@ -391,7 +398,13 @@ TrackerStats Tracker::Stats() const {
   stats.releasing = static_cast<int>(releasing_uids_.size());
   stats.gangs = static_cast<int>(gangs_.size());
   stats.committed = static_cast<int>(holds_.size() - reserved_uids_.size()) - stats.releasing;
+  for (const auto& [node, uids] : parked_) stats.parked += static_cast<int>(uids.size());
   return stats;
+}
+
+uint64_t Tracker::Generation() const {
+  ReaderLock lock(mu_);
+  return generation_;
 }
 
 }  // namespace toposched::tracker

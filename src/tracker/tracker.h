@@ -146,6 +146,12 @@ struct Hold {
   HoldState state = HoldState::kReserved;
   int64_t deadline_ns = 0;  // kReserved only
   std::string pool;         // the shared pool the ids are in; empty = the node's own
+  // Tracker::Generation() when the hold was taken, committed or last confirmed (Adopt): a relist
+  // requested before that cannot prove its pod gone (RebuildScope::listed_at).
+  uint64_t generation = 0;
+  // Its node is not known (deleted, or not yet listed): the ids count nowhere until the node is
+  // added, and then they are taken again before anything else can be (UpsertNode).
+  bool parked = false;
 };
 
 // A pod's allocation as recorded on the pod (annotation), for Rebuild.
@@ -163,9 +169,27 @@ struct RebuildProblem {
   std::string message;
 };
 
+// What a relist proves (Rebuild). A relist merges into the holds, it does not replace them: a pod
+// absent from the list is gone only if its hold predates the list.
+struct RebuildScope {
+  // Reservations (binds in flight) are kept, unless the listed pods now hold their ids.
+  bool keep_reservations = true;
+  // Generation() read before the list was requested. A committed hold the list does not record is
+  // kept when it is newer than this (a bind committed, or a watch event adopted, after the list's
+  // snapshot may be missing from it) and dropped otherwise (its pod is gone).
+  uint64_t listed_at = 0;
+  // The uids of every live pod the list shows, with or without a record (may be null). A hold
+  // of a listed pod is never dropped: a list that shows the pod without its record predates its
+  // bind.
+  const std::unordered_set<std::string>* alive = nullptr;
+};
+
 struct RebuildReport {
   int applied = 0;
   int reservations_kept = 0;
+  int newer_kept = 0;  // committed holds the list did not record, kept (see RebuildScope)
+  int dropped = 0;     // committed holds the list proved gone
+  int parked = 0;      // listed pods whose node is not known: held, parked until it is
   std::vector<RebuildProblem> problems;  // conflicts and invalid records; none were applied
 };
 
@@ -190,7 +214,8 @@ struct TrackerStats {
   int reserved = 0;
   int committed = 0;
   int releasing = 0;
-  int gangs = 0;  // gangs holding seats
+  int gangs = 0;   // gangs holding seats
+  int parked = 0;  // holds whose node is not known (counted in their state too)
 };
 
 class Tracker {
@@ -202,10 +227,14 @@ class Tracker {
   Tracker& operator=(const Tracker&) = delete;
 
   // Adds or updates a node. An unknown instance type is an error (and the node is kept, so that
-  // Fit names the reason). Changing the type of a node that holds pods is refused.
+  // Fit names the reason). Changing the type of a node that holds pods is refused. A node added
+  // takes back the holds parked for it (RemoveNode, Adopt) in the same step, before any query can
+  // see it free; a parked hold that no longer fits is dropped and named in the error.
   Status UpsertNode(const NodeInfo& info) TS_EXCLUDES(mu_);
-  // Drops the node and every hold on its own devices (holds in a shared pool stay: the pool's
-  // partitions do not vanish with one head node).
+  // Drops the node. The holds on its own devices are parked, not dropped: a Node object deleted
+  // and re-created (a kubelet re-registering) does not stop its pods, so their ids are taken
+  // again when it comes back; they end when their pods are forgotten or a relist proves them
+  // gone. Holds in a shared pool stay where they are (the pool outlives one head node).
   void RemoveNode(const std::string& name) TS_EXCLUDES(mu_);
 
   // Would the pod fit on the node now (committed and reserved ids count as used)? Changes nothing.
@@ -263,12 +292,22 @@ class Tracker {
   Status HoldReleasing(const std::string& uid, const std::string& what, const std::string& pool,
                        const std::vector<int>& device_ids) TS_EXCLUDES(mu_);
   // Records a committed allocation made elsewhere (another replica, or before a restart).
-  // Conflicts with existing holds are refused, naming the holders.
+  // Conflicts with existing holds are refused, naming the holders. On a node not known yet the
+  // hold is parked until UpsertNode adds it.
   Status Adopt(const RecordedPod& pod) TS_EXCLUDES(mu_);
 
-  // Replaces every committed hold with `pods` (in order: on a conflict the earlier pod keeps the
-  // ids and the later one is reported and not applied). Reservations still in flight are kept
-  // when `keep_reservations`, unless they now conflict.
+  // A counter that moves on every hold taken, committed or adopted; no clock. Read it before a
+  // list is requested and pass it to Rebuild as RebuildScope::listed_at.
+  uint64_t Generation() const TS_EXCLUDES(mu_);
+  // Merges a relist into the holds. `pods` (the listed pods' records) replace what those pods
+  // held (in order: on a conflict the earlier pod keeps the ids and the later one is reported
+  // and not applied); holds the list does not record are kept or dropped as RebuildScope says,
+  // and kept ones keep their ids ahead of the list (they are newer knowledge); holds being
+  // released are always kept. Records on unknown nodes are parked.
+  RebuildReport Rebuild(std::span<const RecordedPod> pods, const RebuildScope& scope)
+      TS_EXCLUDES(mu_);
+  // The list as the whole truth (a start, a test): every committed hold it does not record is
+  // dropped. Reservations in flight are kept when `keep_reservations`, unless they now conflict.
   RebuildReport Rebuild(std::span<const RecordedPod> pods, bool keep_reservations) TS_EXCLUDES(mu_);
 
   // --- Gangs (gangs.cc): all-or-nothing placement of multi-node jobs. ---
@@ -352,6 +391,12 @@ class Tracker {
   // records `uid` as a holder there and in the index of its state. On overlap changes nothing
   // and returns false.
   bool InsertHoldLocked(PoolState& pool, const std::string& uid, Hold hold) TS_REQUIRES(mu_);
+  // Holds `hold` for `uid` without taking ids anywhere: its node is not known. Replaces any hold
+  // of `uid` already parked.
+  void ParkLocked(const std::string& uid, Hold hold) TS_REQUIRES(mu_);
+  // Takes the holds parked for the node back into its pool (a node just added); drops and names
+  // the ones that do not fit.
+  std::vector<std::string> UnparkLocked(NodeEntry& node) TS_REQUIRES(mu_);
   // Moves a held pod to kCommitted or kReleasing (no deadline), keeping the indexes in step.
   void SetStateLocked(const std::string& uid, Hold& hold, HoldState state) TS_REQUIRES(mu_);
   void EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it) TS_REQUIRES(mu_);
@@ -381,6 +426,9 @@ class Tracker {
   // not O(pods): bind reads the count on every call.
   std::unordered_set<std::string> reserved_uids_ TS_GUARDED_BY(mu_);
   std::unordered_set<std::string> releasing_uids_ TS_GUARDED_BY(mu_);
+  // Node name -> the uids of the holds parked for it (Hold::parked).
+  std::unordered_map<std::string, std::vector<std::string>> parked_ TS_GUARDED_BY(mu_);
+  uint64_t generation_ TS_GUARDED_BY(mu_) = 0;
   // Gangs with unbound members; their unbound ranks' ids are holds named by GangSlotKey.
   std::unordered_map<std::string, GangState> gangs_ TS_GUARDED_BY(mu_);
   topology::DemandModel demand_ TS_GUARDED_BY(mu_);
