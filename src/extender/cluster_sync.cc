@@ -87,7 +87,12 @@ void ExtenderService::LearnNode(const kube::Node& node) {
                   node.name);
   }
   // Pods seen bound to it before it was known go in first, so that the node and their holds
-  // reach the tracker in one step (Tracker::UpsertNode takes parked holds back).
+  // reach the tracker in one step (Tracker::UpsertNode takes parked holds back). Their records
+  // are read with these facts; the tracker's shape corrects them below.
+  {
+    MutexLock lock(mu_);
+    nodes_[node.name] = facts;
+  }
   AdoptUnplaced(node.name);
   if (auto s = tracker_.UpsertNode(
           {node.name, node.instance_type, facts.lnc, facts.pool, facts.Groups()});
