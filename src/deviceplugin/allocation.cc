@@ -393,13 +393,14 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
     const auto all = pod.annotations.find(claims::kAnnotationAllocated);
     const bool all_marked = all != pod.annotations.end() && all->second == "true";
     const auto memory = served_.find(pod.uid);
+    const bool in_memory = memory != served_.end();
     auto served = [&](std::string_view container, std::string_view resource_name) {
       if (view.kubelet_answered) {
         return view.listed.count(ListedKey(key, container, resource_name)) > 0;
       }
       const std::string claim_key = ClaimKey(container, resource_name);
       return all_marked || marked.count(claim_key) > 0 ||
-             (memory != served_.end() && memory->second.count(claim_key) > 0);
+             (in_memory && memory->second.count(claim_key) > 0);
     };
     int order = 0;
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
