@@ -39,6 +39,7 @@
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "deviceplugin/allocation.h"
+#include "deviceplugin/pod_resources.h"
 #include "deviceplugin/pod_source.h"
 #include "extender/metrics.h"
 #include "extender/protocol.h"
@@ -136,10 +137,9 @@ struct SimOptions {
   // The binary's wiring around the service (src/cli/extender_command.cc), today's values. The
   // leader-fencing fix changes them: a new leader relists (quorum read) before its first bind,
   // and a leader drains its in-flight binds before it lets the Lease go.
-  // ADAPT: set both to true once the fix is merged (or drive the real hooks if they move into
-  // the service).
-  bool takeover_relists = false;
-  bool drain_before_handover = false;
+  // Both on: the binary's wiring since the fix (TOPOSCHED_FAULT_FENCED=0 turns them off).
+  bool takeover_relists = true;
+  bool drain_before_handover = true;
   // (b) and (c) below: live pods' recorded ids, and live containers' granted ids, must be held in
   // the leader's tracker.
   bool check_tracker = true;
@@ -177,6 +177,12 @@ class FakeApi {
   const kube::Pod* Find(const std::string& uid) const {
     auto it = pods_.find(uid);
     return it == pods_.end() ? nullptr : &it->second;
+  }
+  const kube::Pod* FindByKey(const std::string& key) const {
+    for (const auto& [uid, pod] : pods_) {
+      if (pod.Key() == key) return &pod;
+    }
+    return nullptr;
   }
 
   void Create(kube::Pod pod) {
@@ -308,6 +314,7 @@ class Simulation {
     kRelist,
     kLeaderChange,
     kNodeDelete,
+    kRecordGrants,
   };
 
   // One extender replica: its service, the writer that is its API client, and its pod watch's
@@ -316,12 +323,27 @@ class Simulation {
   class Writer final : public extender::ClusterWriter {
    public:
     Writer(Simulation& sim, size_t index) : sim_(sim), index_(index) {}
-    // ADAPT: when the write's outcome becomes a Status with an "outcome unknown" flag, or the
-    // service reads a pod back after an unknown outcome (a GetPod here), answer from sim_.api_.
+    // The Binding classified as kube::ClassifyWrite does (ApiClusterWriter::BindWithOutcome).
+    kube::WriteResult BindWithOutcome(
+        const std::string& ns, const std::string& name, const std::string& uid,
+        const std::string& node, const std::map<std::string, std::string>& annotations) override {
+      return sim_.WriteBinding(index_, ns + "/" + name, uid, node, annotations);
+    }
     Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
                 const std::string& node,
                 const std::map<std::string, std::string>& annotations) override {
-      return sim_.WriteBinding(index_, ns + "/" + name, uid, node, annotations);
+      return BindWithOutcome(ns, name, uid, node, annotations).ToStatus();
+    }
+    // The read-back after an unknown outcome: a GET of the pod, answered by the API model now.
+    Result<std::optional<kube::Pod>> ReadPod(const std::string& ns,
+                                             const std::string& name) override {
+      const kube::Pod* pod = sim_.api_.FindByKey(ns + "/" + name);
+      sim_.Log(fmt::format("{} reads back {}/{}: {}", sim_.instances_[index_].name, ns, name,
+                           pod == nullptr           ? "not found"
+                           : pod->node_name.empty() ? "not bound"
+                                                    : "bound to " + pod->node_name));
+      if (pod == nullptr) return std::optional<kube::Pod>();
+      return std::optional<kube::Pod>(*pod);
     }
     std::chrono::milliseconds MaxWriteTime() const override { return kMaxWriteTime; }
     void Event(const std::string& ns, const std::string& name, const std::string&,
@@ -343,12 +365,25 @@ class Simulation {
   };
 
   // The device plugin's view of the pods bound to its node: the API itself (its informer cache
-  // is not modelled lagging: the plugin already falls back to a fresh read when it lags).
-  // ADAPT: a PodResources view of every pod on the node (kubelet's truth) goes here too, from
-  // KubeletModel::running().
+  // is not modelled lagging: the plugin already falls back to a fresh read when it lags). Its
+  // writes go to the API model: annotation patches are seen by the extenders' watches like any
+  // other change; Warning events and node labels are logged. kubelet's PodResources (every pod's
+  // booked ids) is the KubeletModel, set with AllocationService::set_kubelet_view.
   class NodePods final : public deviceplugin::PodSource {
    public:
-    NodePods(FakeApi& api, std::string node) : api_(api), node_(std::move(node)) {}
+    NodePods(Simulation& sim, FakeApi& api, std::string node)
+        : sim_(sim), api_(api), node_(std::move(node)) {}
+    Status PostWarning(const kube::Pod& pod, std::string_view reason,
+                       std::string_view message) override {
+      sim_.Log(fmt::format("device plugin on {} posts Warning {} on {}: {}", node_, reason,
+                           pod.Key(), message));
+      return OkStatus();
+    }
+    Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
+      sim_.Log(fmt::format("device plugin on {} labels its node {}={}", node_, key,
+                           value.value_or("(deleted)")));
+      return OkStatus();
+    }
     Result<std::vector<kube::Pod>> PodsOnNode() override {
       std::vector<kube::Pod> out;
       for (const auto& [uid, pod] : api_.pods()) {
@@ -363,6 +398,7 @@ class Simulation {
     }
 
    private:
+    Simulation& sim_;
     FakeApi& api_;
     std::string node_;
   };
@@ -376,6 +412,9 @@ class Simulation {
     std::unique_ptr<deviceplugin::AllocationService> plugin;
     std::unique_ptr<testing::KubeletModel> kubelet;
     std::set<std::string> rejected;  // pods kubelet refused to admit
+    // The plugin granted ids its records do not say (set_on_grant_to_record): its pass over
+    // PodResources (PlanRecordPatches) that writes toposched.io/granted is due.
+    bool record_due = false;
   };
 
   // A Binding the API server applies after its client gave up.
@@ -414,27 +453,26 @@ class Simulation {
       state.node.instance_type = type;
       state.node.allocatable[kNeuron] = state.shape.devices;
       state.node.allocatable[kCore] = state.shape.cores;
-      state.pods = std::make_unique<NodePods>(api_, name);
+      state.pods = std::make_unique<NodePods>(*this, api_, name);
       state.plugin = std::make_unique<deviceplugin::AllocationService>(
           *state.pods, state.shape,
           deviceplugin::AllocatorOptions{name, deviceplugin::CoreNumbering::kHost,
                                          claims::DefaultResources(kNeuron, kCore)});
       state.kubelet = std::make_unique<testing::KubeletModel>(
           name, *state.plugin, state.shape.devices, state.shape.cores);
-      nodes_.emplace(name, std::move(state));
+      state.plugin->set_kubelet_view(state.kubelet.get());
+      auto [it, inserted] = nodes_.emplace(name, std::move(state));
+      // The binary kicks its reconcile loop (DevicePluginManager::KickReconcile); here the pass
+      // is an event of its own, so the watch can deliver and binds can run before it.
+      it->second.plugin->set_on_grant_to_record(
+          [this, node = std::string(name)] { nodes_.at(node).record_due = true; });
     }
     for (const char* name : {"A", "B"}) {
       Instance inst;
       inst.name = name;
       inst.writer = std::make_unique<Writer>(*this, instances_.size());
       inst.metrics = std::make_unique<extender::Metrics>();
-      extender::ExtenderOptions options;
-      options.reservation_timeout = std::chrono::milliseconds(30000);
-      inst.service = std::make_unique<extender::ExtenderService>(
-          catalog, options, *inst.writer, *inst.metrics, [this] { return now_; },
-          // Strictly increasing: two binds never stamp the same NEURON_ALLOC_TIME, as on a real
-          // clock with nanoseconds.
-          [this] { return kWallBase + now_ + ++wall_reads_; });
+      inst.service = MakeService(inst);
       instances_.push_back(std::move(inst));
     }
     for (Instance& inst : instances_) {
@@ -446,6 +484,17 @@ class Simulation {
                     "(trn1.32xlarge); extenders A (leader) and B (standby)",
                     options_.seed, FaultList(options_.faults)));
     for (int i = 0; i < 4; ++i) CreatePod();
+  }
+
+  std::unique_ptr<extender::ExtenderService> MakeService(Instance& inst) {
+    extender::ExtenderOptions options;
+    options.reservation_timeout = std::chrono::milliseconds(30000);
+    return std::make_unique<extender::ExtenderService>(
+        topology::Catalog::Embedded(), options, *inst.writer, *inst.metrics,
+        [this] { return now_; },
+        // Strictly increasing: two binds never stamp the same NEURON_ALLOC_TIME, as on a real
+        // clock with nanoseconds.
+        [this] { return kWallBase + now_ + ++wall_reads_; });
   }
 
   std::vector<kube::Node> PresentNodes() const {
@@ -472,6 +521,12 @@ class Simulation {
       weights.emplace_back(EventKind::kLeaderChange, nested ? 6 : 4);
     }
     if (Has(Fault::kNodeReadd) && !nested) weights.emplace_back(EventKind::kNodeDelete, 3);
+    for (const auto& [name, state] : nodes_) {
+      if (state.record_due) {
+        weights.emplace_back(EventKind::kRecordGrants, 30);
+        break;
+      }
+    }
     int total = 0;
     for (const auto& w : weights) total += w.second;
     int pick = static_cast<int>(Uniform(static_cast<uint64_t>(total)));
@@ -513,6 +568,9 @@ class Simulation {
         break;
       case EventKind::kNodeDelete:
         DeleteNode();
+        break;
+      case EventKind::kRecordGrants:
+        RecordGrants();
         break;
     }
   }
@@ -621,14 +679,14 @@ class Simulation {
   // right before the write (ApiClusterWriter). While the write is in flight other events run
   // (the service's locks are not held across a write, so this is a legal interleaving of the
   // threaded service): watch deliveries, other binds, admissions, deletions, a takeover.
-  Status WriteBinding(size_t index, const std::string& key, const std::string& uid,
-                      const std::string& node,
-                      const std::map<std::string, std::string>& annotations) {
+  kube::WriteResult WriteBinding(size_t index, const std::string& key, const std::string& uid,
+                                 const std::string& node,
+                                 const std::map<std::string, std::string>& annotations) {
     const Instance& inst = instances_[index];
     if (index != leader_) {
-      return Error{
-          "not bound: this extender lost the leader lease; the scheduler will retry the "
-          "pod"};
+      // The fence refuses: the Binding is not sent.
+      return {kube::WriteOutcome::kNotApplied, 0,
+              "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
     }
     enum class Outcome { kApplied, kApplied504, kNotApplied500, kAppliedLate };
     Outcome outcome = Outcome::kApplied;
@@ -656,34 +714,37 @@ class Simulation {
     if (nest) RunNested(Between(0, 2));
     now_ += Between(5, 300) * kMs;
     --depth_;
-    if (code == 404) return Error{fmt::format("pods \"{}\" not found", key)};
+    // As kube::ClassifyWrite: 4xx is definite, 5xx and timeouts are unknown.
+    if (code == 404) {
+      return {kube::WriteOutcome::kNotApplied, 404, fmt::format("pods \"{}\" not found", key)};
+    }
     if (code == 409) {
-      return Error{
-          fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
-                      "already assigned to a node",
-                      key, key)};
+      return {kube::WriteOutcome::kNotApplied, 409,
+              fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
+                          "already assigned to a node",
+                          key, key)};
     }
     switch (outcome) {
       case Outcome::kApplied:
-        return OkStatus();
+        return {};
       case Outcome::kApplied504:
         Log(fmt::format("{}'s client gets 504 for Binding {} (it was applied)", inst.name, key));
-        return Error{
-            "the server was unable to return a response in the time allotted, but may "
-            "still be processing the request (504)"};
+        return {kube::WriteOutcome::kUnknown, 504,
+                "the server was unable to return a response in the time allotted, but may "
+                "still be processing the request (504)"};
       case Outcome::kNotApplied500:
         Log(fmt::format("{}'s client gets 500 for Binding {} (not applied)", inst.name, key));
-        return Error{"Internal error occurred (500)"};
+        return {kube::WriteOutcome::kUnknown, 500, "Internal error occurred (500)"};
       case Outcome::kAppliedLate:
         late_.push_back({now_ + Between(100, 5000) * kMs, key, uid, node, annotations});
         Log(fmt::format("{}'s client times out on Binding {} (the API server applies it later)",
                         inst.name, key));
-        return Error{
-            fmt::format("Post binding: context deadline exceeded (Client.Timeout "
-                        "exceeded while awaiting headers) after {} ms",
-                        kMaxWriteTime.count())};
+        return {kube::WriteOutcome::kUnknown, 0,
+                fmt::format("Post binding: context deadline exceeded (Client.Timeout "
+                            "exceeded while awaiting headers) after {} ms",
+                            kMaxWriteTime.count())};
     }
-    return OkStatus();
+    return {};
   }
 
   void RunNested(int64_t count) {
@@ -816,8 +877,25 @@ class Simulation {
     inst.watch_next = api_.FirstAfter(at);
   }
 
-  // The standby takes the Lease. ADAPT (takeover_relists): what the binary does on takeover.
+  // The standby takes the Lease. With the fenced wiring (src/cli/extender_command.cc): the old
+  // leader is SIGTERMed, stops accepting binds (StopBinds), drains them (WaitForBinds: in this
+  // synchronous model none is in flight, PickEvent does not nest a takeover into a write) and
+  // releases the Lease; every Binding it sent was fenced by the API server's deadline
+  // (?timeout=, the write's budget), so one applied after its client gave up has landed by then.
+  // The old process restarts as the standby (a fresh service that lists, then watches). The new
+  // leader lists afresh (Informer::Relist, a quorum read) before its first bind.
   void ChangeLeader() {
+    const size_t old = leader_;
+    if (options_.drain_before_handover) {
+      instances_[old].service->StopBinds();
+      if (!instances_[old].service->WaitForBinds(std::chrono::milliseconds(0))) {
+        result_.violation = "the old leader still has binds in flight at the hand-over";
+        return;
+      }
+      for (LateWrite& w : late_) w.due = now_;
+      ApplyDueWrites();
+      if (!result_.violation.empty()) return;
+    }
     leader_ = 1 - leader_;
     Instance& inst = instances_[leader_];
     Log(fmt::format("{} takes over the Lease{}", inst.name,
@@ -826,6 +904,39 @@ class Simulation {
     if (options_.takeover_relists) {
       inst.service->ReplacePods(api_.ListAt(api_.rv()));
       inst.watch_next = api_.log().size();
+    }
+    if (options_.drain_before_handover) {
+      Log(fmt::format("{} restarts as the standby", instances_[old].name));
+      instances_[old].service = MakeService(instances_[old]);
+      instances_[old].service->ReplaceNodes(PresentNodes());
+      instances_[old].service->ReplacePods(api_.ListAt(api_.rv()));
+      instances_[old].watch_next = api_.log().size();
+    }
+  }
+
+  // The device plugin's pass over kubelet's PodResources on one node (RecordKubeletAssignments):
+  // a pod whose containers kubelet booked other ids than its record says gets
+  // toposched.io/granted, patched through the API (the extenders' watches deliver it).
+  void RecordGrants() {
+    for (auto& [name, state] : nodes_) {
+      if (!state.record_due) continue;
+      state.record_due = false;
+      const deviceplugin::RecordContext context{name, state.node.instance_type, &state.shape,
+                                                state.plugin->options().resources};
+      auto pods = state.pods->PodsOnNode();
+      auto assigned = state.kubelet->List();
+      if (!pods.ok() || !assigned.ok()) return;
+      std::vector<std::string> warnings;
+      for (const deviceplugin::RecordPatch& patch : deviceplugin::PlanRecordPatches(
+               *pods, *assigned, context, kWallBase + now_, &warnings)) {
+        const kube::Pod* pod = api_.FindByKey(patch.ns + "/" + patch.name);
+        if (pod == nullptr) continue;
+        Log(fmt::format("device plugin on {} records what {}/{} got: {}", name, patch.ns,
+                        patch.name, patch.changes.begin()->second.value_or("")));
+        const Status patched = api_.Patch(pod->uid, patch.changes);
+        if (!patched.ok()) Log("patch failed: " + patched.error());
+      }
+      return;
     }
   }
 
@@ -1022,7 +1133,7 @@ std::string ReplayCommand(uint64_t seed, const std::set<Fault>& faults) {
       "TOPOSCHED_FAULT_SEED={} TOPOSCHED_FAULT_KINDS={}{} ./build/test/fault_sim_test "
       "--gtest_filter=FaultSimTest.Replay",
       seed, FaultList(faults),
-      EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0 ? " TOPOSCHED_FAULT_FENCED=1" : "");
+      EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(1) == 0 ? " TOPOSCHED_FAULT_FENCED=0" : "");
 }
 
 struct SeedsOutcome {
@@ -1036,9 +1147,9 @@ struct SeedsOutcome {
 // leader-fencing fix (a takeover relists, a leader drains its binds before it lets the Lease go).
 SimOptions BaseOptions() {
   SimOptions options;
-  if (EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0) {
-    options.takeover_relists = true;
-    options.drain_before_handover = true;
+  if (EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(1) == 0) {
+    options.takeover_relists = false;
+    options.drain_before_handover = false;
   }
   return options;
 }
