@@ -516,8 +516,11 @@ class Simulation {
     weights.emplace_back(EventKind::kCompletePod, live > 6 ? 6 : 2);
     weights.emplace_back(EventKind::kTick, 15);
     if (Has(Fault::kWatchDelay)) weights.emplace_back(EventKind::kWatch, 35);
-    if (Has(Fault::kRelist)) weights.emplace_back(EventKind::kRelist, 5);
-    if (Has(Fault::kLeaderChange) && (!nested || !options_.drain_before_handover)) {
+    // One relist at a time; no takeover while a list is under way (the new leader's own relist
+    // would supersede it: kube::Informer::Relist).
+    const bool relisting = relisting_ != SIZE_MAX;
+    if (Has(Fault::kRelist) && !relisting) weights.emplace_back(EventKind::kRelist, 5);
+    if (Has(Fault::kLeaderChange) && !relisting && (!nested || !options_.drain_before_handover)) {
       weights.emplace_back(EventKind::kLeaderChange, nested ? 6 : 4);
     }
     if (Has(Fault::kNodeReadd) && !nested) weights.emplace_back(EventKind::kNodeDelete, 3);
@@ -844,6 +847,7 @@ class Simulation {
 
   // The pod informer delivers up to `count` events to the replica.
   void DeliverWatch(size_t index, size_t count) {
+    if (index == relisting_) return;  // its watch ended; the list is under way
     Instance& inst = instances_[index];
     const auto& log = api_.log();
     size_t delivered = 0;
@@ -864,15 +868,26 @@ class Simulation {
     }
   }
 
-  // The pod watch ends with 410 Gone; the informer relists. The LIST is served up to a dozen
-  // resourceVersions old (a lagging API server or watch cache), then the watch resumes from it.
+  // The pod watch ends with 410 Gone; the informer relists (kube::Informer): it calls
+  // on_list_start (BeginPodList) and sends the LIST, a quorum read (no resourceVersion, so
+  // never older than the request: a LIST from a lagging watch cache is what the fixed informer no
+  // longer asks for). The API server takes its snapshot some events later, and the answer reaches
+  // the service some events after that: binds, commits, admissions and deletions run meanwhile,
+  // and the list misses what was committed after its snapshot. The watch resumes from the list.
   void Relist(size_t index) {
     Instance& inst = instances_[index];
-    const int64_t current = api_.rv();
-    const int64_t at = std::max<int64_t>(0, current - Between(0, 12));
+    relisting_ = index;
+    Log(fmt::format("{}'s pod watch ends with 410 Gone; it sends a LIST", inst.name));
+    inst.service->BeginPodList();
+    RunNested(Between(0, 2));
+    const int64_t at = api_.rv();
     std::vector<kube::Pod> list = api_.ListAt(at);
-    Log(fmt::format("{}'s pod watch ends with 410 Gone; relist at rv {} (current {}): {} pods",
-                    inst.name, at, current, list.size()));
+    Log(fmt::format("the API server answers {}'s LIST at rv {}: {} pods", inst.name, at,
+                    list.size()));
+    RunNested(Between(0, 2));
+    relisting_ = SIZE_MAX;
+    if (!result_.violation.empty()) return;
+    Log(fmt::format("{} merges the list of rv {} (current {})", inst.name, at, api_.rv()));
     inst.service->ReplacePods(list);
     inst.watch_next = api_.FirstAfter(at);
   }
@@ -902,6 +917,7 @@ class Simulation {
                     depth_ > 0 ? " while the old leader's Binding is in flight" : ""));
     inst.service->RequireReconcile();
     if (options_.takeover_relists) {
+      inst.service->BeginPodList();
       inst.service->ReplacePods(api_.ListAt(api_.rv()));
       inst.watch_next = api_.log().size();
     }
@@ -1108,7 +1124,8 @@ class Simulation {
   size_t leader_ = 0;
   int64_t now_ = 1'000'000'000;
   int step_ = 0;
-  int depth_ = 0;  // > 0 while a Binding write is in flight
+  int depth_ = 0;                // > 0 while a Binding write is in flight
+  size_t relisting_ = SIZE_MAX;  // the replica whose pod LIST is under way
   int pods_created_ = 0;
   int64_t wall_reads_ = 0;
   std::map<std::string, int> created_order_;
