@@ -78,7 +78,8 @@ enum class Fault {
   kLeaderChange,
   // A Node object is deleted and re-added (kubelet re-registers) while its pods keep running.
   kNodeReadd,
-  // kubelet admits pods in creation order, not in the order they were bound.
+  // kubelet admits pods in creation order, not in the order they were bound; and sometimes takes
+  // its own lowest free ids instead of the plugin's preference (its topology manager).
   kKubeletOrder,
 };
 constexpr std::array kAllFaults = {Fault::kWatchDelay,   Fault::kRelist,    Fault::kWriteUnknown,
@@ -791,7 +792,11 @@ class Simulation {
     }
     if (next == nullptr) return;
     const kube::Pod pod = *next;
-    auto admitted = state.kubelet->Admit(pod);
+    // kubelet's own choice (kKubeletOrder): its topology manager, or a kubelet that does not ask
+    // GetPreferredAllocation, takes the lowest free ids instead of the plugin's preference; the
+    // plugin grants them and writes toposched.io/granted for the extender to adopt.
+    const bool own_choice = Has(Fault::kKubeletOrder) && Chance(15);
+    auto admitted = state.kubelet->Admit(pod, /*follow_preference=*/!own_choice);
     if (!admitted.ok()) {
       state.rejected.insert(pod.uid);
       Log(fmt::format("kubelet {} rejects {}: {}", state.node.name, pod.Key(), admitted.error()));
