@@ -159,6 +159,7 @@ struct SimResult {
   int steps = 0;
   int binds_ok = 0;
   int admissions = 0;
+  int window_binds = 0;  // binds that took ids in a granted write-back's window
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -713,6 +714,7 @@ class Simulation {
         (outcome == Outcome::kApplied || outcome == Outcome::kApplied504)) {
       code = api_.Bind(uid, node, annotations);
       Log(fmt::format("API applies Binding {} -> {}: {}", key, node, code));
+      if (code == 201) NoteWindowBind(uid);
       Check("Binding applied");
     }
     if (nest) RunNested(Between(0, 2));
@@ -766,6 +768,7 @@ class Simulation {
       }
       const int code = api_.Bind(it->uid, it->node, it->annotations);
       Log(fmt::format("API applies the late Binding {} -> {}: {}", it->key, it->node, code));
+      if (code == 201) NoteWindowBind(it->uid);
       it = late_.erase(it);
       Check("late Binding applied");
     }
@@ -956,6 +959,7 @@ class Simulation {
                         patch.name, patch.changes.begin()->second.value_or("")));
         const Status patched = api_.Patch(pod->uid, patch.changes);
         if (!patched.ok()) Log("patch failed: " + patched.error());
+        granted_event_[pod->uid] = api_.log().size() - 1;
       }
       return;
     }
@@ -1009,6 +1013,8 @@ class Simulation {
   struct RecordedIds {
     Unit unit;
     std::vector<int> ids;
+    std::string container;
+    std::string resource;
   };
   std::vector<RecordedIds> RecordOf(const kube::Pod& pod) {
     auto cached = records_.find(pod.uid);
@@ -1021,13 +1027,77 @@ class Simulation {
       if (record.ok()) {
         for (const auto& c : record->containers) {
           for (const auto& spec : specs_) {
-            if (spec.Matches(c.resource)) out.push_back({spec.unit, c.ids});
+            if (spec.Matches(c.resource)) {
+              std::vector<int> ids = c.ids;
+              std::sort(ids.begin(), ids.end());
+              out.push_back({spec.unit, std::move(ids), c.container, spec.name});
+            }
           }
         }
       }
     }
     records_[pod.uid] = {pod.resource_version, out};
     return out;
+  }
+
+  // The granted write-back's window (docs/reliability-sim.md): kubelet gave a container other ids
+  // than its pod's record says, and the leader does not know yet: the plugin has not written
+  // toposched.io/granted, or the leader's watch has not delivered it. This is real: until then the
+  // leader's books follow the record.
+  bool WriteBackInFlight(const testing::KubeletModel::ContainerGrant& g) {
+    const kube::Pod* pod = api_.Find(g.pod_uid);
+    if (pod == nullptr) return false;
+    bool recorded = false;
+    for (const RecordedIds& r : RecordOf(*pod)) {
+      if (r.container == g.container && r.resource == g.resource) {
+        recorded = r.ids == g.granted_ids;
+      }
+    }
+    if (!recorded) return true;
+    auto patched = granted_event_.find(g.pod_uid);
+    return patched != granted_event_.end() && patched->second >= instances_[leader_].watch_next;
+  }
+
+  // A Binding just applied: if its record overlaps ids a container on the node got from kubelet
+  // while that container's write-back is in flight, the extender handed them out in the window.
+  // The pod is then exempt from the book checks ((a) by records, (b)) until the plugin's answer
+  // settles it: at its admission the plugin steers kubelet away from the held ids or refuses it
+  // (no unit is given twice: (a) by grants stays strict), and its own write-back follows.
+  void NoteWindowBind(const std::string& uid) {
+    const kube::Pod* pod = api_.Find(uid);
+    if (pod == nullptr || pod->node_name.empty()) return;
+    const NodeState& state = nodes_.at(pod->node_name);
+    std::set<int> cores;
+    for (const RecordedIds& r : RecordOf(*pod)) {
+      for (int c : CoresOf(state.shape, r.unit, r.ids)) cores.insert(c);
+    }
+    for (const auto& g : state.kubelet->running()) {
+      if (g.pod_uid == uid || !WriteBackInFlight(g)) continue;
+      for (int c : CoresOf(state.shape, g.unit, g.granted_ids)) {
+        if (cores.count(c) == 0) continue;
+        ++result_.window_binds;
+        window_bound_.insert(uid);
+        Log(
+            fmt::format("{} is bound with {} (device {}), which {} container {} got from kubelet "
+                        "while its granted write-back is in flight",
+                        pod->Key(), Describe(state.shape, c), c / state.shape.cores_per_device,
+                        g.pod_key, g.container));
+        return;
+      }
+    }
+  }
+
+  // Exempt from the book checks: bound in the window, and not settled yet (not admitted, or its
+  // own write-back in flight).
+  bool InWindow(const kube::Pod& pod) {
+    if (window_bound_.count(pod.uid) == 0) return false;
+    const NodeState& state = nodes_.at(pod.node_name);
+    if (!state.kubelet->Admitted(pod.uid)) return true;
+    for (const auto& g : state.kubelet->Running(pod.uid)) {
+      if (WriteBackInFlight(g)) return true;
+    }
+    window_bound_.erase(pod.uid);
+    return false;
   }
 
   void Check(std::string_view when) {
@@ -1058,7 +1128,7 @@ class Simulation {
     // (a) by the extender's records of live bound pods.
     std::map<std::string, std::map<int, std::string>> recorded;  // node -> core -> pod
     for (const auto& [uid, pod] : api_.pods()) {
-      if (pod.node_name.empty() || !Live(pod)) continue;
+      if (pod.node_name.empty() || !Live(pod) || InWindow(pod)) continue;
       const NodeState& state = nodes_.at(pod.node_name);
       for (const RecordedIds& r : RecordOf(pod)) {
         for (int core : CoresOf(state.shape, r.unit, r.ids)) {
@@ -1085,7 +1155,12 @@ class Simulation {
       return it->second;
     };
     for (const auto& [uid, pod] : api_.pods()) {
-      if (pod.node_name.empty() || !Live(pod)) continue;
+      if (pod.node_name.empty() || !Live(pod) || InWindow(pod)) continue;
+      // Its granted record is written but the leader's watch has not delivered it yet.
+      if (auto patched = granted_event_.find(uid);
+          patched != granted_event_.end() && patched->second >= leader.watch_next) {
+        continue;
+      }
       const auto& snap = snapshot(pod.node_name);
       if (!snap) continue;
       for (const RecordedIds& r : RecordOf(pod)) {
@@ -1105,6 +1180,7 @@ class Simulation {
         const auto& snap = snapshot(name);
         if (!snap) continue;
         for (const auto& g : state.kubelet->running()) {
+          if (WriteBackInFlight(g)) continue;  // the leader cannot know yet
           for (int id : g.granted_ids) {
             if (snap->usage.AllFree(snap->shape, g.unit, {id})) {
               return fmt::format(
@@ -1138,6 +1214,8 @@ class Simulation {
   std::set<std::string> retry_;
   std::vector<LateWrite> late_;
   std::map<std::string, std::pair<std::string, std::vector<RecordedIds>>> records_;
+  std::map<std::string, size_t> granted_event_;  // pod uid -> log index of its last granted patch
+  std::set<std::string> window_bound_;           // pods bound in a write-back window
   SimResult result_;
 };
 
