@@ -318,8 +318,12 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
     MutexLock lock(mu_);
     contested_[pod.uid] = pod;
   } else {
-    MutexLock lock(mu_);
-    contested_.erase(pod.uid);
+    {
+      MutexLock lock(mu_);
+      contested_.erase(pod.uid);
+    }
+    // The adopted record may have moved this pod off ids a contested record waits for.
+    AdoptContested();
   }
 }
 
