@@ -12,8 +12,9 @@
 //
 // Replay a seed: TOPOSCHED_FAULT_SEED=N TOPOSCHED_FAULT_KINDS=kinds
 //   ./build/test/fault_sim_test --gtest_filter=FaultSimTest.Replay
-// (docs/reliability-sim.md). When the service's interfaces change, the adaptation points are
-// marked "ADAPT:" below.
+// (docs/reliability-sim.md). The model follows the fixed interfaces: the writer's
+// BindWithOutcome/ReadPod, kubelet's PodResources (KubeletView), the plugin's granted write-back,
+// the fenced takeover and the informer's quorum relist.
 #include <array>
 #include <chrono>
 #include <cstdint>
