@@ -223,6 +223,37 @@ TEST_F(DevicePluginAllocationTest, EachContainerGetsItsOwnSet) {
             "setup=aws.amazon.com/neuron");
 }
 
+// Found by the fault simulation (test/fault_sim_test.cc, kubelet_order): kubelet books each
+// resource on its own, so after it gave app container main device 0 it may offer app container
+// side core 0 (its lowest free core, when it takes its own choice over the preference). Core 0 is
+// on device 0: two containers that run side by side would share it. Before the fix the plugin
+// exempted the whole pod from its overlap check and granted it.
+TEST_F(DevicePluginAllocationTest, TwoAppContainersOfOnePodNeverShareAUnit) {
+  pods_.Add(MakePod("two", {{"main", kNeuron, 1}, {"side", kCore, 1}},
+                    RecordAnnotations({{"main", kNeuron, {0}}, {"side", kCore, {4}}}, 100)));
+  auto main = service_.Allocate(devices(), {0});
+  ASSERT_TRUE(main.ok()) << main.error();
+  EXPECT_EQ(main->container, "main");
+  // GetPreferredAllocation steers side to its record; kubelet takes core 0 instead.
+  EXPECT_THAT(service_.Prefer(cores(), {0, 1, 2, 3, 4, 5}, {}, 1), ElementsAre(4));
+  auto side = service_.Allocate(cores(), {0});
+  ASSERT_FALSE(side.ok()) << "core 0 is on device 0, which container main holds";
+  EXPECT_THAT(side.error(), HasSubstr("default/two container main holds aws.amazon.com/neuron 0"));
+}
+
+// An init container runs to completion before the app containers start: they may reuse its
+// units (kubelet itself hands an init container's devices on to the app containers).
+TEST_F(DevicePluginAllocationTest, AnInitContainersUnitsPassToTheAppContainers) {
+  pods_.Add(MakePod("init", {{"setup", kNeuron, 1, /*init=*/true}, {"main", kNeuron, 1}},
+                    RecordAnnotations({{"setup", kNeuron, {2}}, {"main", kNeuron, {2}}}, 100)));
+  auto setup = service_.Allocate(devices(), {2});
+  ASSERT_TRUE(setup.ok()) << setup.error();
+  EXPECT_EQ(setup->container, "setup");
+  auto main = service_.Allocate(devices(), {2});
+  ASSERT_TRUE(main.ok()) << main.error();
+  EXPECT_EQ(main->container, "main");
+}
+
 TEST_F(DevicePluginAllocationTest, AwsIdsAloneAreSplitInContainerOrder) {
   pods_.Add(MakePod("aws", {{"a", kNeuron, 1}, {"b", kNeuron, 1}},
                     {{"AWS_NEURON_IDS", "3,9"},

@@ -126,5 +126,52 @@ TEST_F(NodeTruthTest, GrantedTruthIsAdopted) {
   EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(12, 13, 14, 15));
 }
 
+// Found by the fault simulation (test/fault_sim_test.cc, kubelet_order): kubelet gave g other
+// cores (8-11) than its record (0-3), and before the plugin's toposched.io/granted reached the
+// extender, the extender bound q to 8-11. The granted record then conflicts with q's hold and is
+// refused (AllocationConflict, g keeps 0-3). When q goes, g's record must be held: before the fix
+// nothing retried it, so cores 8-11, on which g runs, stayed free in the tracker.
+TEST_F(NodeTruthTest, AGrantedRecordRefusedForAConflictIsHeldOnceTheConflictGoes) {
+  service_.ReplaceNodes({Trn2(16, 64, 1)});
+  kube::Pod g = CorePod("g", "0,1,2,3");
+  service_.UpsertPod(g);
+  kube::Pod q = CorePod("q", "8,9,10,11");
+  service_.UpsertPod(q);
+  g.resource_version = "2";
+  g.annotations[kGranted] =
+      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  service_.UpsertPod(g);  // conflicts with q: g keeps what it held
+  auto hold = service_.tracker().Find("g-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(0, 1, 2, 3));
+
+  service_.DeletePod(q);
+  hold = service_.tracker().Find("g-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(8, 9, 10, 11))
+      << "g runs on cores 8-11: once q is gone they must be held for g";
+}
+
+// The same, when q does not go but moves: kubelet steered q away from g's cores (to 12-15), and
+// q's own granted record arrives after g's.
+TEST_F(NodeTruthTest, AGrantedRecordRefusedForAConflictIsHeldOnceTheOtherPodMoves) {
+  service_.ReplaceNodes({Trn2(16, 64, 1)});
+  kube::Pod g = CorePod("g", "0,1,2,3");
+  service_.UpsertPod(g);
+  kube::Pod q = CorePod("q", "8,9,10,11");
+  service_.UpsertPod(q);
+  g.resource_version = "2";
+  g.annotations[kGranted] =
+      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  service_.UpsertPod(g);  // conflicts with q
+  q.resource_version = "3";
+  q.annotations[kGranted] =
+      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[12,13,14,15]}]})";
+  service_.UpsertPod(q);
+  auto hold = service_.tracker().Find("g-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(8, 9, 10, 11));
+}
+
 }  // namespace
 }  // namespace toposched::extender

@@ -12,8 +12,9 @@
 //
 // Replay a seed: TOPOSCHED_FAULT_SEED=N TOPOSCHED_FAULT_KINDS=kinds
 //   ./build/test/fault_sim_test --gtest_filter=FaultSimTest.Replay
-// (docs/reliability-sim.md). When the service's interfaces change, the adaptation points are
-// marked "ADAPT:" below.
+// (docs/reliability-sim.md). The model follows the fixed interfaces: the writer's
+// BindWithOutcome/ReadPod, kubelet's PodResources (KubeletView), the plugin's granted write-back,
+// the fenced takeover and the informer's quorum relist.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "deviceplugin/allocation.h"
+#include "deviceplugin/pod_resources.h"
 #include "deviceplugin/pod_source.h"
 #include "extender/metrics.h"
 #include "extender/protocol.h"
@@ -79,9 +81,17 @@ enum class Fault {
   kNodeReadd,
   // kubelet admits pods in creation order, not in the order they were bound.
   kKubeletOrder,
+  // kubelet sometimes takes its own lowest free ids instead of the plugin's preference (its
+  // topology manager overrules it): the plugin grants them and writes toposched.io/granted. Not
+  // in "all": the leader's books cannot know kubelet's choice before the annotation arrives
+  // (docs/reliability-sim.md, "The granted write-back's window").
+  kKubeletChoice,
 };
 constexpr std::array kAllFaults = {Fault::kWatchDelay,   Fault::kRelist,    Fault::kWriteUnknown,
                                    Fault::kLeaderChange, Fault::kNodeReadd, Fault::kKubeletOrder};
+constexpr std::array kParsedFaults = {Fault::kWatchDelay,   Fault::kRelist,    Fault::kWriteUnknown,
+                                      Fault::kLeaderChange, Fault::kNodeReadd, Fault::kKubeletOrder,
+                                      Fault::kKubeletChoice};
 
 std::string_view FaultName(Fault fault) {
   switch (fault) {
@@ -97,6 +107,8 @@ std::string_view FaultName(Fault fault) {
       return "node_readd";
     case Fault::kKubeletOrder:
       return "kubelet_order";
+    case Fault::kKubeletChoice:
+      return "kubelet_choice";
   }
   return "?";
 }
@@ -116,7 +128,7 @@ Result<std::set<Fault>> ParseFaults(std::string_view text) {
     const size_t comma = text.find(',');
     const std::string_view name = text.substr(0, comma);
     bool known = false;
-    for (Fault f : kAllFaults) {
+    for (Fault f : kParsedFaults) {
       if (FaultName(f) == name) {
         out.insert(f);
         known = true;
@@ -136,14 +148,15 @@ struct SimOptions {
   // The binary's wiring around the service (src/cli/extender_command.cc), today's values. The
   // leader-fencing fix changes them: a new leader relists (quorum read) before its first bind,
   // and a leader drains its in-flight binds before it lets the Lease go.
-  // ADAPT: set both to true once the fix is merged (or drive the real hooks if they move into
-  // the service).
-  bool takeover_relists = false;
-  bool drain_before_handover = false;
+  // Both on: the binary's wiring since the fix (TOPOSCHED_FAULT_FENCED=0 turns them off).
+  bool takeover_relists = true;
+  bool drain_before_handover = true;
   // (b) and (c) below: live pods' recorded ids, and live containers' granted ids, must be held in
   // the leader's tracker.
   bool check_tracker = true;
   bool check_grants_held = true;
+  // (a) over the extender's records of live bound pods (off: (a) over the plugin's grants only).
+  bool check_records = true;
   // Replay: print the step log as it happens (interleaved with the service's own log).
   bool log_to_stderr = false;
   // Planted defects, to show the checker catches what it claims to (FaultSimCheckTest).
@@ -158,6 +171,7 @@ struct SimResult {
   int steps = 0;
   int binds_ok = 0;
   int admissions = 0;
+  int window_binds = 0;  // binds that took ids in a granted write-back's window
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -177,6 +191,12 @@ class FakeApi {
   const kube::Pod* Find(const std::string& uid) const {
     auto it = pods_.find(uid);
     return it == pods_.end() ? nullptr : &it->second;
+  }
+  const kube::Pod* FindByKey(const std::string& key) const {
+    for (const auto& [uid, pod] : pods_) {
+      if (pod.Key() == key) return &pod;
+    }
+    return nullptr;
   }
 
   void Create(kube::Pod pod) {
@@ -308,6 +328,7 @@ class Simulation {
     kRelist,
     kLeaderChange,
     kNodeDelete,
+    kRecordGrants,
   };
 
   // One extender replica: its service, the writer that is its API client, and its pod watch's
@@ -316,12 +337,27 @@ class Simulation {
   class Writer final : public extender::ClusterWriter {
    public:
     Writer(Simulation& sim, size_t index) : sim_(sim), index_(index) {}
-    // ADAPT: when the write's outcome becomes a Status with an "outcome unknown" flag, or the
-    // service reads a pod back after an unknown outcome (a GetPod here), answer from sim_.api_.
+    // The Binding classified as kube::ClassifyWrite does (ApiClusterWriter::BindWithOutcome).
+    kube::WriteResult BindWithOutcome(
+        const std::string& ns, const std::string& name, const std::string& uid,
+        const std::string& node, const std::map<std::string, std::string>& annotations) override {
+      return sim_.WriteBinding(index_, ns + "/" + name, uid, node, annotations);
+    }
     Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
                 const std::string& node,
                 const std::map<std::string, std::string>& annotations) override {
-      return sim_.WriteBinding(index_, ns + "/" + name, uid, node, annotations);
+      return BindWithOutcome(ns, name, uid, node, annotations).ToStatus();
+    }
+    // The read-back after an unknown outcome: a GET of the pod, answered by the API model now.
+    Result<std::optional<kube::Pod>> ReadPod(const std::string& ns,
+                                             const std::string& name) override {
+      const kube::Pod* pod = sim_.api_.FindByKey(ns + "/" + name);
+      sim_.Log(fmt::format("{} reads back {}/{}: {}", sim_.instances_[index_].name, ns, name,
+                           pod == nullptr           ? "not found"
+                           : pod->node_name.empty() ? "not bound"
+                                                    : "bound to " + pod->node_name));
+      if (pod == nullptr) return std::optional<kube::Pod>();
+      return std::optional<kube::Pod>(*pod);
     }
     std::chrono::milliseconds MaxWriteTime() const override { return kMaxWriteTime; }
     void Event(const std::string& ns, const std::string& name, const std::string&,
@@ -343,12 +379,25 @@ class Simulation {
   };
 
   // The device plugin's view of the pods bound to its node: the API itself (its informer cache
-  // is not modelled lagging: the plugin already falls back to a fresh read when it lags).
-  // ADAPT: a PodResources view of every pod on the node (kubelet's truth) goes here too, from
-  // KubeletModel::running().
+  // is not modelled lagging: the plugin already falls back to a fresh read when it lags). Its
+  // writes go to the API model: annotation patches are seen by the extenders' watches like any
+  // other change; Warning events and node labels are logged. kubelet's PodResources (every pod's
+  // booked ids) is the KubeletModel, set with AllocationService::set_kubelet_view.
   class NodePods final : public deviceplugin::PodSource {
    public:
-    NodePods(FakeApi& api, std::string node) : api_(api), node_(std::move(node)) {}
+    NodePods(Simulation& sim, FakeApi& api, std::string node)
+        : sim_(sim), api_(api), node_(std::move(node)) {}
+    Status PostWarning(const kube::Pod& pod, std::string_view reason,
+                       std::string_view message) override {
+      sim_.Log(fmt::format("device plugin on {} posts Warning {} on {}: {}", node_, reason,
+                           pod.Key(), message));
+      return OkStatus();
+    }
+    Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
+      sim_.Log(fmt::format("device plugin on {} labels its node {}={}", node_, key,
+                           value.value_or("(deleted)")));
+      return OkStatus();
+    }
     Result<std::vector<kube::Pod>> PodsOnNode() override {
       std::vector<kube::Pod> out;
       for (const auto& [uid, pod] : api_.pods()) {
@@ -363,6 +412,7 @@ class Simulation {
     }
 
    private:
+    Simulation& sim_;
     FakeApi& api_;
     std::string node_;
   };
@@ -376,6 +426,9 @@ class Simulation {
     std::unique_ptr<deviceplugin::AllocationService> plugin;
     std::unique_ptr<testing::KubeletModel> kubelet;
     std::set<std::string> rejected;  // pods kubelet refused to admit
+    // The plugin granted ids its records do not say (set_on_grant_to_record): its pass over
+    // PodResources (PlanRecordPatches) that writes toposched.io/granted is due.
+    bool record_due = false;
   };
 
   // A Binding the API server applies after its client gave up.
@@ -414,27 +467,26 @@ class Simulation {
       state.node.instance_type = type;
       state.node.allocatable[kNeuron] = state.shape.devices;
       state.node.allocatable[kCore] = state.shape.cores;
-      state.pods = std::make_unique<NodePods>(api_, name);
+      state.pods = std::make_unique<NodePods>(*this, api_, name);
       state.plugin = std::make_unique<deviceplugin::AllocationService>(
           *state.pods, state.shape,
           deviceplugin::AllocatorOptions{name, deviceplugin::CoreNumbering::kHost,
                                          claims::DefaultResources(kNeuron, kCore)});
       state.kubelet = std::make_unique<testing::KubeletModel>(
           name, *state.plugin, state.shape.devices, state.shape.cores);
-      nodes_.emplace(name, std::move(state));
+      state.plugin->set_kubelet_view(state.kubelet.get());
+      auto [it, inserted] = nodes_.emplace(name, std::move(state));
+      // The binary kicks its reconcile loop (DevicePluginManager::KickReconcile); here the pass
+      // is an event of its own, so the watch can deliver and binds can run before it.
+      it->second.plugin->set_on_grant_to_record(
+          [this, node = std::string(name)] { nodes_.at(node).record_due = true; });
     }
     for (const char* name : {"A", "B"}) {
       Instance inst;
       inst.name = name;
       inst.writer = std::make_unique<Writer>(*this, instances_.size());
       inst.metrics = std::make_unique<extender::Metrics>();
-      extender::ExtenderOptions options;
-      options.reservation_timeout = std::chrono::milliseconds(30000);
-      inst.service = std::make_unique<extender::ExtenderService>(
-          catalog, options, *inst.writer, *inst.metrics, [this] { return now_; },
-          // Strictly increasing: two binds never stamp the same NEURON_ALLOC_TIME, as on a real
-          // clock with nanoseconds.
-          [this] { return kWallBase + now_ + ++wall_reads_; });
+      inst.service = MakeService(inst);
       instances_.push_back(std::move(inst));
     }
     for (Instance& inst : instances_) {
@@ -446,6 +498,17 @@ class Simulation {
                     "(trn1.32xlarge); extenders A (leader) and B (standby)",
                     options_.seed, FaultList(options_.faults)));
     for (int i = 0; i < 4; ++i) CreatePod();
+  }
+
+  std::unique_ptr<extender::ExtenderService> MakeService(Instance& inst) {
+    extender::ExtenderOptions options;
+    options.reservation_timeout = std::chrono::milliseconds(30000);
+    return std::make_unique<extender::ExtenderService>(
+        topology::Catalog::Embedded(), options, *inst.writer, *inst.metrics,
+        [this] { return now_; },
+        // Strictly increasing: two binds never stamp the same NEURON_ALLOC_TIME, as on a real
+        // clock with nanoseconds.
+        [this] { return kWallBase + now_ + ++wall_reads_; });
   }
 
   std::vector<kube::Node> PresentNodes() const {
@@ -467,11 +530,20 @@ class Simulation {
     weights.emplace_back(EventKind::kCompletePod, live > 6 ? 6 : 2);
     weights.emplace_back(EventKind::kTick, 15);
     if (Has(Fault::kWatchDelay)) weights.emplace_back(EventKind::kWatch, 35);
-    if (Has(Fault::kRelist)) weights.emplace_back(EventKind::kRelist, 5);
-    if (Has(Fault::kLeaderChange) && (!nested || !options_.drain_before_handover)) {
+    // One relist at a time; no takeover while a list is under way (the new leader's own relist
+    // would supersede it: kube::Informer::Relist).
+    const bool relisting = relisting_ != SIZE_MAX;
+    if (Has(Fault::kRelist) && !relisting) weights.emplace_back(EventKind::kRelist, 5);
+    if (Has(Fault::kLeaderChange) && !relisting && (!nested || !options_.drain_before_handover)) {
       weights.emplace_back(EventKind::kLeaderChange, nested ? 6 : 4);
     }
     if (Has(Fault::kNodeReadd) && !nested) weights.emplace_back(EventKind::kNodeDelete, 3);
+    for (const auto& [name, state] : nodes_) {
+      if (state.record_due) {
+        weights.emplace_back(EventKind::kRecordGrants, 30);
+        break;
+      }
+    }
     int total = 0;
     for (const auto& w : weights) total += w.second;
     int pick = static_cast<int>(Uniform(static_cast<uint64_t>(total)));
@@ -513,6 +585,9 @@ class Simulation {
         break;
       case EventKind::kNodeDelete:
         DeleteNode();
+        break;
+      case EventKind::kRecordGrants:
+        RecordGrants();
         break;
     }
   }
@@ -621,14 +696,14 @@ class Simulation {
   // right before the write (ApiClusterWriter). While the write is in flight other events run
   // (the service's locks are not held across a write, so this is a legal interleaving of the
   // threaded service): watch deliveries, other binds, admissions, deletions, a takeover.
-  Status WriteBinding(size_t index, const std::string& key, const std::string& uid,
-                      const std::string& node,
-                      const std::map<std::string, std::string>& annotations) {
+  kube::WriteResult WriteBinding(size_t index, const std::string& key, const std::string& uid,
+                                 const std::string& node,
+                                 const std::map<std::string, std::string>& annotations) {
     const Instance& inst = instances_[index];
     if (index != leader_) {
-      return Error{
-          "not bound: this extender lost the leader lease; the scheduler will retry the "
-          "pod"};
+      // The fence refuses: the Binding is not sent.
+      return {kube::WriteOutcome::kNotApplied, 0,
+              "not bound: this extender lost the leader lease; the scheduler will retry the pod"};
     }
     enum class Outcome { kApplied, kApplied504, kNotApplied500, kAppliedLate };
     Outcome outcome = Outcome::kApplied;
@@ -651,39 +726,43 @@ class Simulation {
         (outcome == Outcome::kApplied || outcome == Outcome::kApplied504)) {
       code = api_.Bind(uid, node, annotations);
       Log(fmt::format("API applies Binding {} -> {}: {}", key, node, code));
+      if (code == 201) NoteWindowBind(uid);
       Check("Binding applied");
     }
     if (nest) RunNested(Between(0, 2));
     now_ += Between(5, 300) * kMs;
     --depth_;
-    if (code == 404) return Error{fmt::format("pods \"{}\" not found", key)};
+    // As kube::ClassifyWrite: 4xx is definite, 5xx and timeouts are unknown.
+    if (code == 404) {
+      return {kube::WriteOutcome::kNotApplied, 404, fmt::format("pods \"{}\" not found", key)};
+    }
     if (code == 409) {
-      return Error{
-          fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
-                      "already assigned to a node",
-                      key, key)};
+      return {kube::WriteOutcome::kNotApplied, 409,
+              fmt::format("Operation cannot be fulfilled on pods/binding \"{}\": pod {} is "
+                          "already assigned to a node",
+                          key, key)};
     }
     switch (outcome) {
       case Outcome::kApplied:
-        return OkStatus();
+        return {};
       case Outcome::kApplied504:
         Log(fmt::format("{}'s client gets 504 for Binding {} (it was applied)", inst.name, key));
-        return Error{
-            "the server was unable to return a response in the time allotted, but may "
-            "still be processing the request (504)"};
+        return {kube::WriteOutcome::kUnknown, 504,
+                "the server was unable to return a response in the time allotted, but may "
+                "still be processing the request (504)"};
       case Outcome::kNotApplied500:
         Log(fmt::format("{}'s client gets 500 for Binding {} (not applied)", inst.name, key));
-        return Error{"Internal error occurred (500)"};
+        return {kube::WriteOutcome::kUnknown, 500, "Internal error occurred (500)"};
       case Outcome::kAppliedLate:
         late_.push_back({now_ + Between(100, 5000) * kMs, key, uid, node, annotations});
         Log(fmt::format("{}'s client times out on Binding {} (the API server applies it later)",
                         inst.name, key));
-        return Error{
-            fmt::format("Post binding: context deadline exceeded (Client.Timeout "
-                        "exceeded while awaiting headers) after {} ms",
-                        kMaxWriteTime.count())};
+        return {kube::WriteOutcome::kUnknown, 0,
+                fmt::format("Post binding: context deadline exceeded (Client.Timeout "
+                            "exceeded while awaiting headers) after {} ms",
+                            kMaxWriteTime.count())};
     }
-    return OkStatus();
+    return {};
   }
 
   void RunNested(int64_t count) {
@@ -701,6 +780,7 @@ class Simulation {
       }
       const int code = api_.Bind(it->uid, it->node, it->annotations);
       Log(fmt::format("API applies the late Binding {} -> {}: {}", it->key, it->node, code));
+      if (code == 201) NoteWindowBind(it->uid);
       it = late_.erase(it);
       Check("late Binding applied");
     }
@@ -727,7 +807,11 @@ class Simulation {
     }
     if (next == nullptr) return;
     const kube::Pod pod = *next;
-    auto admitted = state.kubelet->Admit(pod);
+    // kubelet's own choice (kKubeletChoice): its topology manager, or a kubelet that does not ask
+    // GetPreferredAllocation, takes the lowest free ids instead of the plugin's preference; the
+    // plugin grants them and writes toposched.io/granted for the extender to adopt.
+    const bool own_choice = Has(Fault::kKubeletChoice) && Chance(15);
+    auto admitted = state.kubelet->Admit(pod, /*follow_preference=*/!own_choice);
     if (!admitted.ok()) {
       state.rejected.insert(pod.uid);
       Log(fmt::format("kubelet {} rejects {}: {}", state.node.name, pod.Key(), admitted.error()));
@@ -783,6 +867,7 @@ class Simulation {
 
   // The pod informer delivers up to `count` events to the replica.
   void DeliverWatch(size_t index, size_t count) {
+    if (index == relisting_) return;  // its watch ended; the list is under way
     Instance& inst = instances_[index];
     const auto& log = api_.log();
     size_t delivered = 0;
@@ -803,29 +888,92 @@ class Simulation {
     }
   }
 
-  // The pod watch ends with 410 Gone; the informer relists. The LIST is served up to a dozen
-  // resourceVersions old (a lagging API server or watch cache), then the watch resumes from it.
+  // The pod watch ends with 410 Gone; the informer relists (kube::Informer): it calls
+  // on_list_start (BeginPodList) and sends the LIST, a quorum read (no resourceVersion, so
+  // never older than the request: a LIST from a lagging watch cache is what the fixed informer no
+  // longer asks for). The API server takes its snapshot some events later, and the answer reaches
+  // the service some events after that: binds, commits, admissions and deletions run meanwhile,
+  // and the list misses what was committed after its snapshot. The watch resumes from the list.
   void Relist(size_t index) {
     Instance& inst = instances_[index];
-    const int64_t current = api_.rv();
-    const int64_t at = std::max<int64_t>(0, current - Between(0, 12));
+    relisting_ = index;
+    Log(fmt::format("{}'s pod watch ends with 410 Gone; it sends a LIST", inst.name));
+    inst.service->BeginPodList();
+    RunNested(Between(0, 2));
+    const int64_t at = api_.rv();
     std::vector<kube::Pod> list = api_.ListAt(at);
-    Log(fmt::format("{}'s pod watch ends with 410 Gone; relist at rv {} (current {}): {} pods",
-                    inst.name, at, current, list.size()));
+    Log(fmt::format("the API server answers {}'s LIST at rv {}: {} pods", inst.name, at,
+                    list.size()));
+    RunNested(Between(0, 2));
+    relisting_ = SIZE_MAX;
+    if (!result_.violation.empty()) return;
+    Log(fmt::format("{} merges the list of rv {} (current {})", inst.name, at, api_.rv()));
     inst.service->ReplacePods(list);
     inst.watch_next = api_.FirstAfter(at);
   }
 
-  // The standby takes the Lease. ADAPT (takeover_relists): what the binary does on takeover.
+  // The standby takes the Lease. With the fenced wiring (src/cli/extender_command.cc): the old
+  // leader is SIGTERMed, stops accepting binds (StopBinds), drains them (WaitForBinds: in this
+  // synchronous model none is in flight, PickEvent does not nest a takeover into a write) and
+  // releases the Lease; every Binding it sent was fenced by the API server's deadline
+  // (?timeout=, the write's budget), so one applied after its client gave up has landed by then.
+  // The old process restarts as the standby (a fresh service that lists, then watches). The new
+  // leader lists afresh (Informer::Relist, a quorum read) before its first bind.
   void ChangeLeader() {
+    const size_t old = leader_;
+    if (options_.drain_before_handover) {
+      instances_[old].service->StopBinds();
+      if (!instances_[old].service->WaitForBinds(std::chrono::milliseconds(0))) {
+        result_.violation = "the old leader still has binds in flight at the hand-over";
+        return;
+      }
+      for (LateWrite& w : late_) w.due = now_;
+      ApplyDueWrites();
+      if (!result_.violation.empty()) return;
+    }
     leader_ = 1 - leader_;
     Instance& inst = instances_[leader_];
     Log(fmt::format("{} takes over the Lease{}", inst.name,
                     depth_ > 0 ? " while the old leader's Binding is in flight" : ""));
     inst.service->RequireReconcile();
     if (options_.takeover_relists) {
+      inst.service->BeginPodList();
       inst.service->ReplacePods(api_.ListAt(api_.rv()));
       inst.watch_next = api_.log().size();
+    }
+    if (options_.drain_before_handover) {
+      Log(fmt::format("{} restarts as the standby", instances_[old].name));
+      instances_[old].service = MakeService(instances_[old]);
+      instances_[old].service->ReplaceNodes(PresentNodes());
+      instances_[old].service->ReplacePods(api_.ListAt(api_.rv()));
+      instances_[old].watch_next = api_.log().size();
+    }
+  }
+
+  // The device plugin's pass over kubelet's PodResources on one node (RecordKubeletAssignments):
+  // a pod whose containers kubelet booked other ids than its record says gets
+  // toposched.io/granted, patched through the API (the extenders' watches deliver it).
+  void RecordGrants() {
+    for (auto& [name, state] : nodes_) {
+      if (!state.record_due) continue;
+      state.record_due = false;
+      const deviceplugin::RecordContext context{name, state.node.instance_type, &state.shape,
+                                                state.plugin->options().resources};
+      auto pods = state.pods->PodsOnNode();
+      auto assigned = state.kubelet->List();
+      if (!pods.ok() || !assigned.ok()) return;
+      std::vector<std::string> warnings;
+      for (const deviceplugin::RecordPatch& patch : deviceplugin::PlanRecordPatches(
+               *pods, *assigned, context, kWallBase + now_, &warnings)) {
+        const kube::Pod* pod = api_.FindByKey(patch.ns + "/" + patch.name);
+        if (pod == nullptr) continue;
+        Log(fmt::format("device plugin on {} records what {}/{} got: {}", name, patch.ns,
+                        patch.name, patch.changes.begin()->second.value_or("")));
+        const Status patched = api_.Patch(pod->uid, patch.changes);
+        if (!patched.ok()) Log("patch failed: " + patched.error());
+        granted_event_[pod->uid] = api_.log().size() - 1;
+      }
+      return;
     }
   }
 
@@ -877,6 +1025,8 @@ class Simulation {
   struct RecordedIds {
     Unit unit;
     std::vector<int> ids;
+    std::string container;
+    std::string resource;
   };
   std::vector<RecordedIds> RecordOf(const kube::Pod& pod) {
     auto cached = records_.find(pod.uid);
@@ -889,13 +1039,77 @@ class Simulation {
       if (record.ok()) {
         for (const auto& c : record->containers) {
           for (const auto& spec : specs_) {
-            if (spec.Matches(c.resource)) out.push_back({spec.unit, c.ids});
+            if (spec.Matches(c.resource)) {
+              std::vector<int> ids = c.ids;
+              std::sort(ids.begin(), ids.end());
+              out.push_back({spec.unit, std::move(ids), c.container, spec.name});
+            }
           }
         }
       }
     }
     records_[pod.uid] = {pod.resource_version, out};
     return out;
+  }
+
+  // The granted write-back's window (docs/reliability-sim.md): kubelet gave a container other ids
+  // than its pod's record says, and the leader does not know yet: the plugin has not written
+  // toposched.io/granted, or the leader's watch has not delivered it. This is real: until then the
+  // leader's books follow the record.
+  bool WriteBackInFlight(const testing::KubeletModel::ContainerGrant& g) {
+    const kube::Pod* pod = api_.Find(g.pod_uid);
+    if (pod == nullptr) return false;
+    bool recorded = false;
+    for (const RecordedIds& r : RecordOf(*pod)) {
+      if (r.container == g.container && r.resource == g.resource) {
+        recorded = r.ids == g.granted_ids;
+      }
+    }
+    if (!recorded) return true;
+    auto patched = granted_event_.find(g.pod_uid);
+    return patched != granted_event_.end() && patched->second >= instances_[leader_].watch_next;
+  }
+
+  // A Binding just applied: if its record overlaps ids a container on the node got from kubelet
+  // while that container's write-back is in flight, the extender handed them out in the window.
+  // The pod is then exempt from the book checks ((a) by records, (b)) until the plugin's answer
+  // settles it: at its admission the plugin steers kubelet away from the held ids or refuses it
+  // (no unit is given twice: (a) by grants stays strict), and its own write-back follows.
+  void NoteWindowBind(const std::string& uid) {
+    const kube::Pod* pod = api_.Find(uid);
+    if (pod == nullptr || pod->node_name.empty()) return;
+    const NodeState& state = nodes_.at(pod->node_name);
+    std::set<int> cores;
+    for (const RecordedIds& r : RecordOf(*pod)) {
+      for (int c : CoresOf(state.shape, r.unit, r.ids)) cores.insert(c);
+    }
+    for (const auto& g : state.kubelet->running()) {
+      if (g.pod_uid == uid || !WriteBackInFlight(g)) continue;
+      for (int c : CoresOf(state.shape, g.unit, g.granted_ids)) {
+        if (cores.count(c) == 0) continue;
+        ++result_.window_binds;
+        window_bound_.insert(uid);
+        Log(
+            fmt::format("{} is bound with {} (device {}), which {} container {} got from kubelet "
+                        "while its granted write-back is in flight",
+                        pod->Key(), Describe(state.shape, c), c / state.shape.cores_per_device,
+                        g.pod_key, g.container));
+        return;
+      }
+    }
+  }
+
+  // Exempt from the book checks: bound in the window, and not settled yet (not admitted, or its
+  // own write-back in flight).
+  bool InWindow(const kube::Pod& pod) {
+    if (window_bound_.count(pod.uid) == 0) return false;
+    const NodeState& state = nodes_.at(pod.node_name);
+    if (!state.kubelet->Admitted(pod.uid)) return true;
+    for (const auto& g : state.kubelet->Running(pod.uid)) {
+      if (WriteBackInFlight(g)) return true;
+    }
+    window_bound_.erase(pod.uid);
+    return false;
   }
 
   void Check(std::string_view when) {
@@ -926,7 +1140,8 @@ class Simulation {
     // (a) by the extender's records of live bound pods.
     std::map<std::string, std::map<int, std::string>> recorded;  // node -> core -> pod
     for (const auto& [uid, pod] : api_.pods()) {
-      if (pod.node_name.empty() || !Live(pod)) continue;
+      if (!options_.check_records) break;
+      if (pod.node_name.empty() || !Live(pod) || InWindow(pod)) continue;
       const NodeState& state = nodes_.at(pod.node_name);
       for (const RecordedIds& r : RecordOf(pod)) {
         for (int core : CoresOf(state.shape, r.unit, r.ids)) {
@@ -952,8 +1167,35 @@ class Simulation {
       }
       return it->second;
     };
+    // The cores the records of pods bound in a window claim, per node: a pod whose record meets
+    // them is contested with such a pod in the leader's tracker (AllocationConflict; the record
+    // that came first is held) until that pod settles. Only the books are wrong meanwhile.
+    std::map<std::string, std::set<int>> window_cores;
     for (const auto& [uid, pod] : api_.pods()) {
-      if (pod.node_name.empty() || !Live(pod)) continue;
+      if (pod.node_name.empty() || !Live(pod) || !InWindow(pod)) continue;
+      const NodeState& state = nodes_.at(pod.node_name);
+      for (const RecordedIds& r : RecordOf(pod)) {
+        for (int c : CoresOf(state.shape, r.unit, r.ids)) window_cores[pod.node_name].insert(c);
+      }
+    }
+    auto contested = [&](const kube::Pod& pod) {
+      auto it = window_cores.find(pod.node_name);
+      if (it == window_cores.end()) return false;
+      const NodeState& state = nodes_.at(pod.node_name);
+      for (const RecordedIds& r : RecordOf(pod)) {
+        for (int c : CoresOf(state.shape, r.unit, r.ids)) {
+          if (it->second.count(c) != 0) return true;
+        }
+      }
+      return false;
+    };
+    for (const auto& [uid, pod] : api_.pods()) {
+      if (pod.node_name.empty() || !Live(pod) || InWindow(pod) || contested(pod)) continue;
+      // Its granted record is written but the leader's watch has not delivered it yet.
+      if (auto patched = granted_event_.find(uid);
+          patched != granted_event_.end() && patched->second >= leader.watch_next) {
+        continue;
+      }
       const auto& snap = snapshot(pod.node_name);
       if (!snap) continue;
       for (const RecordedIds& r : RecordOf(pod)) {
@@ -973,6 +1215,7 @@ class Simulation {
         const auto& snap = snapshot(name);
         if (!snap) continue;
         for (const auto& g : state.kubelet->running()) {
+          if (WriteBackInFlight(g)) continue;  // the leader cannot know yet
           for (int id : g.granted_ids) {
             if (snap->usage.AllFree(snap->shape, g.unit, {id})) {
               return fmt::format(
@@ -997,7 +1240,8 @@ class Simulation {
   size_t leader_ = 0;
   int64_t now_ = 1'000'000'000;
   int step_ = 0;
-  int depth_ = 0;  // > 0 while a Binding write is in flight
+  int depth_ = 0;                // > 0 while a Binding write is in flight
+  size_t relisting_ = SIZE_MAX;  // the replica whose pod LIST is under way
   int pods_created_ = 0;
   int64_t wall_reads_ = 0;
   std::map<std::string, int> created_order_;
@@ -1005,6 +1249,8 @@ class Simulation {
   std::set<std::string> retry_;
   std::vector<LateWrite> late_;
   std::map<std::string, std::pair<std::string, std::vector<RecordedIds>>> records_;
+  std::map<std::string, size_t> granted_event_;  // pod uid -> log index of its last granted patch
+  std::set<std::string> window_bound_;           // pods bound in a write-back window
   SimResult result_;
 };
 
@@ -1022,7 +1268,7 @@ std::string ReplayCommand(uint64_t seed, const std::set<Fault>& faults) {
       "TOPOSCHED_FAULT_SEED={} TOPOSCHED_FAULT_KINDS={}{} ./build/test/fault_sim_test "
       "--gtest_filter=FaultSimTest.Replay",
       seed, FaultList(faults),
-      EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0 ? " TOPOSCHED_FAULT_FENCED=1" : "");
+      EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(1) == 0 ? " TOPOSCHED_FAULT_FENCED=0" : "");
 }
 
 struct SeedsOutcome {
@@ -1036,9 +1282,9 @@ struct SeedsOutcome {
 // leader-fencing fix (a takeover relists, a leader drains its binds before it lets the Lease go).
 SimOptions BaseOptions() {
   SimOptions options;
-  if (EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(0) != 0) {
-    options.takeover_relists = true;
-    options.drain_before_handover = true;
+  if (EnvNumber("TOPOSCHED_FAULT_FENCED").value_or(1) == 0) {
+    options.takeover_relists = false;
+    options.drain_before_handover = false;
   }
   return options;
 }
@@ -1078,19 +1324,19 @@ void ExpectNoViolation(const std::set<Fault>& faults, int default_seeds) {
   ExpectNoViolationWith(options, default_seeds);
 }
 
-// The seeds each test runs in CI: about 2 ms a seed in the release build (the whole file: about
-// 14 CPU-seconds), about 90 ms under ASan+UBSan, which runs 100 (26 CPU-seconds);
-// docs/reliability-sim.md has the timings. TOPOSCHED_FAULT_SEEDS overrides.
+// The seeds each test runs in CI: each kind passed 2000 seeds (docs/reliability-sim.md); 1500
+// keep the whole file near 40 CPU-seconds in the release build (about 2.8 ms a seed). ASan+UBSan
+// (about 90 ms a seed) runs 100. TOPOSCHED_FAULT_SEEDS overrides.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr int kSeeds = 100;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 constexpr int kSeeds = 100;
 #else
-constexpr int kSeeds = 2000;
+constexpr int kSeeds = 1500;
 #endif
 #else
-constexpr int kSeeds = 2000;
+constexpr int kSeeds = 1500;
 #endif
 
 class FaultSimTest : public ::testing::Test {
@@ -1160,13 +1406,26 @@ TEST_F(FaultSimTest, LeaderChangeWithFencedWiring) {
 
 // Failing on today's code (issue 18); rename without DISABLED_ as each fix lands. Run them with
 // --gtest_also_run_disabled_tests.
-TEST_F(FaultSimTest, DISABLED_Relist) { ExpectNoViolation({Fault::kRelist}, kSeeds); }
-TEST_F(FaultSimTest, DISABLED_WriteUnknown) { ExpectNoViolation({Fault::kWriteUnknown}, kSeeds); }
-TEST_F(FaultSimTest, DISABLED_LeaderChange) { ExpectNoViolation({Fault::kLeaderChange}, kSeeds); }
-TEST_F(FaultSimTest, DISABLED_NodeReadd) { ExpectNoViolation({Fault::kNodeReadd}, kSeeds); }
-TEST_F(FaultSimTest, DISABLED_KubeletOrder) { ExpectNoViolation({Fault::kKubeletOrder}, kSeeds); }
-TEST_F(FaultSimTest, DISABLED_AllFaults) {
+TEST_F(FaultSimTest, Relist) { ExpectNoViolation({Fault::kRelist}, kSeeds); }
+TEST_F(FaultSimTest, WriteUnknown) { ExpectNoViolation({Fault::kWriteUnknown}, kSeeds); }
+TEST_F(FaultSimTest, LeaderChange) { ExpectNoViolation({Fault::kLeaderChange}, kSeeds); }
+TEST_F(FaultSimTest, NodeReadd) { ExpectNoViolation({Fault::kNodeReadd}, kSeeds); }
+TEST_F(FaultSimTest, KubeletOrder) { ExpectNoViolation({Fault::kKubeletOrder}, kSeeds); }
+TEST_F(FaultSimTest, AllFaults) {
   ExpectNoViolation(std::set<Fault>(kAllFaults.begin(), kAllFaults.end()), kSeeds);
+}
+// Still failing (docs/reliability-sim.md): the books, not the units. With (a) alone it fails too,
+// on the extender's records (two live pods recorded on one core), never on the plugin's grants.
+TEST_F(FaultSimTest, DISABLED_KubeletChoice) {
+  ExpectNoViolation({Fault::kKubeletChoice, Fault::kKubeletOrder}, kSeeds);
+}
+// kubelet's own choice with check (a) by the plugin's grants only: no unit is given twice.
+TEST_F(FaultSimTest, KubeletChoiceNoUnitGivenTwice) {
+  SimOptions options = BaseOptions();
+  options.faults = {Fault::kKubeletChoice, Fault::kKubeletOrder};
+  options.check_tracker = false;
+  options.check_records = false;
+  ExpectNoViolationWith(options, kSeeds);
 }
 
 // For the report: per fault kind alone, how many seeds fail and the first failing seed, with
@@ -1175,6 +1434,7 @@ TEST_F(FaultSimTest, DISABLED_Survey) {
   std::vector<std::set<Fault>> sets = {{}};
   for (Fault f : kAllFaults) sets.push_back({f});
   sets.emplace_back(kAllFaults.begin(), kAllFaults.end());
+  sets.push_back({Fault::kKubeletChoice, Fault::kKubeletOrder});
   for (bool only_a : {false, true}) {
     std::cout << (only_a ? "checks (a) only\n" : "checks (a), (b), (c)\n");
     for (const auto& faults : sets) {

@@ -477,9 +477,23 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
 const AllocationService::Holder* AllocationService::Conflict(const View& view,
                                                              const std::set<int>& cores,
                                                              const std::string& pod_key,
-                                                             bool pending) const {
+                                                             bool pending, const kube::Pod* pod,
+                                                             std::string_view container) const {
+  // An init container that runs to completion before the next starts (not a sidecar, which
+  // keeps running beside the app containers).
+  auto is_init = [&](std::string_view name) {
+    return std::any_of(pod->init_containers.begin(), pod->init_containers.end(),
+                       [&](const kube::Container& c) { return c.name == name && !c.sidecar; });
+  };
   auto meets = [&](const Holder& holder) {
-    if (holder.pod == pod_key) return false;  // a pod's containers may share (init containers)
+    if (holder.pod == pod_key) {
+      // The same container (another resource of it, or kubelet's books of this very call), or an
+      // init container on either side: they never run at the same time.
+      if (pod == nullptr || holder.container.empty() || holder.container == container ||
+          is_init(holder.container) || is_init(container)) {
+        return false;
+      }
+    }
     return std::any_of(cores.begin(), cores.end(),
                        [&](int core) { return holder.cores.count(core) > 0; });
   };
@@ -549,7 +563,8 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
     const std::string key = chosen != nullptr ? PodKey(*chosen->pod) : "";
     if (chosen != nullptr && chosen->claim) {
       const std::vector<int>& ids = chosen->claim->ids;
-      const Holder* holder = Conflict(*view, PhysicalCores(resource.unit, ids), key, true);
+      const Holder* holder = Conflict(*view, PhysicalCores(resource.unit, ids), key, true,
+                                      chosen->pod, chosen->container);
       if (IsSubset(ids, avail) && IsSubset(must_include, ids) && holder == nullptr) {
         spdlog::debug("preferring {} for {} container {} ({})", topology::FormatIdRanges(ids), key,
                       chosen->container, resource.name);
@@ -567,7 +582,9 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
     // Steer kubelet away from whatever another pod holds or is reserved for, across resources.
     std::vector<int> free;
     for (int id : available) {
-      if (Conflict(*view, PhysicalCores(resource.unit, {id}), key, true) == nullptr) {
+      if (Conflict(*view, PhysicalCores(resource.unit, {id}), key, true,
+                   chosen != nullptr ? chosen->pod : nullptr,
+                   chosen != nullptr ? chosen->container : "") == nullptr) {
         free.push_back(id);
       }
     }
@@ -653,7 +670,8 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
             asked, who, claims::kAnnotationRecord, claims::kAnnotationNeuronIds, units,
             topology::UnitName(resource.unit, units), resource.name);
         refused = pod;
-      } else if (const Holder* holder = Conflict(*view, cores, key, true); holder != nullptr) {
+      } else if (const Holder* holder = Conflict(*view, cores, key, true, &pod, chosen->container);
+                 holder != nullptr) {
         refusal = conflict_text(who, *holder);
         refused = pod;
       }
@@ -700,7 +718,9 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
           return PodKey(p) == holder.pod && !Terminal(p);
         });
         if (pod == view->pods.end()) continue;
-        if (const Holder* other = Conflict(*view, cores, holder.pod, false); other != nullptr) {
+        if (const Holder* other =
+                Conflict(*view, cores, holder.pod, false, &*pod, holder.container);
+            other != nullptr) {
           break;  // refused below
         }
         TOPOSCHED_ASSIGN_OR_RETURN(grant.envs, GangEnvOfPod(*pod));

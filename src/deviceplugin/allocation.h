@@ -179,10 +179,14 @@ class AllocationService {
   Result<View> Read(bool fresh) TS_REQUIRES(mutex_);
   std::vector<Candidate> Candidates(const View& view, const ResourceSpec& resource, int count,
                                     std::vector<std::string>* skipped) const TS_REQUIRES(mutex_);
-  // The first holder other than `pod_key` whose physical cores meet `cores`, or null. Pending
-  // records count when `pending` is set.
+  // The first holder whose physical cores meet `cores`, or null: another pod, or another app
+  // container of `pod` (`pod_key`) than `container` (app containers and sidecars run side by
+  // side; only an init container, which runs alone before them, shares its units with the pod's
+  // others).
+  // Without `pod`, the whole of `pod_key` is exempt. Pending records count when `pending` is set.
   const Holder* Conflict(const View& view, const std::set<int>& cores, const std::string& pod_key,
-                         bool pending) const;
+                         bool pending, const kube::Pod* pod = nullptr,
+                         std::string_view container = {}) const;
   std::set<int> PhysicalCores(topology::Unit unit, const std::vector<int>& ids) const;
   void ForgetGonePods(const std::vector<kube::Pod>& pods) TS_REQUIRES(mutex_);
 

@@ -240,6 +240,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   {
     MutexLock lock(mu_);
     pods_ = std::move(cache);
+    std::erase_if(contested_, [&](const auto& entry) { return alive.count(entry.first) == 0; });
     annotated_ = std::move(annotated);
     unplaced_ = std::move(unplaced);
     for (const auto& entry : unplaced_) unplaced_nodes.push_back(entry.first);
@@ -314,6 +315,37 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   if (auto s = tracker_.Adopt(*rec); !s.ok()) {
     metrics_.CountRebuildConflicts(1);
     ReportProblem(pod.uid, pod.Key(), "AllocationConflict", s.error());
+    MutexLock lock(mu_);
+    contested_[pod.uid] = pod;
+  } else {
+    {
+      MutexLock lock(mu_);
+      contested_.erase(pod.uid);
+    }
+    // The adopted record may have moved this pod off ids a contested record waits for.
+    AdoptContested();
+  }
+}
+
+void ExtenderService::AdoptContested() {
+  std::vector<kube::Pod> pods;
+  {
+    ReaderLock lock(mu_);
+    if (contested_.empty()) return;
+    for (const auto& entry : contested_) pods.push_back(entry.second);
+  }
+  for (const kube::Pod& pod : pods) {
+    auto rec = RecordedFromPod(pod);
+    if (!rec.ok()) continue;                   // reported when it was seen
+    if (!tracker_.Adopt(*rec).ok()) continue;  // still held by another pod: reported already
+    spdlog::info("pod {}: its recorded ids on {} are held now that the conflicting hold is gone",
+                 pod.Key(), pod.node_name);
+    MutexLock lock(mu_);
+    // Unless the pod was seen again (or deleted) meanwhile: that version decides.
+    if (auto it = contested_.find(pod.uid);
+        it != contested_.end() && it->second.resource_version == pod.resource_version) {
+      contested_.erase(it);
+    }
   }
 }
 
@@ -327,9 +359,14 @@ void ExtenderService::DeletePod(const kube::Pod& pod) {
       if (it->second.empty()) unplaced_.erase(it);
     }
   }
+  {
+    MutexLock lock(mu_);
+    contested_.erase(pod.uid);
+  }
   // A pod in a shared pool keeps its ids until its partition is gone.
   if (partitions_ && partitions_->PodDeleted(pod.uid)) return;
   tracker_.Forget(pod.uid);
+  AdoptContested();
 }
 
 Status ExtenderService::ReconcilePartitions() {

@@ -115,6 +115,9 @@ void ExtenderService::ExpireReservations() {
     }
     spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
   }
+  // Ids released above (expired, or unknown binds rolled back) may be what a contested record
+  // waits for.
+  AdoptContested();
   if (!expired.empty()) {
     const tracker::TrackerStats stats = tracker_.Stats();
     metrics_.SetOutstandingReservations(stats.reserved);

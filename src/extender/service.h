@@ -234,6 +234,11 @@ class ExtenderService {
   // Adopts the pods bound to `node` that were seen before it (unplaced_); call after its facts
   // are in nodes_ and before the tracker learns the node, which then takes their ids with it.
   void AdoptUnplaced(const std::string& node) TS_EXCLUDES(mu_);
+  // Adopts again the live pods whose record conflicted with another hold (contested_): called
+  // after ids are released, so that a record that could not be held (e.g. the device plugin's
+  // toposched.io/granted, which is what the container really runs on) is held once the
+  // conflicting hold is gone, instead of its ids staying free.
+  void AdoptContested() TS_EXCLUDES(mu_);
   bool KnowsNode(const std::string& node) const TS_EXCLUDES(mu_);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
   // The one way out of a bind that failed after its first checks: gives back what it held (the
@@ -269,6 +274,9 @@ class ExtenderService {
   // uid -> pod. Adopted into the tracker when the node is learned, before it can be used.
   std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced_
       TS_GUARDED_BY(mu_);
+  // Live bound pods whose record the tracker refused (AllocationConflict), by uid: the latest
+  // version seen. Retried by AdoptContested.
+  std::unordered_map<std::string, kube::Pod> contested_ TS_GUARDED_BY(mu_);
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);

@@ -14,11 +14,16 @@
 // - an Allocate error (or too few available ids) rejects the pod (UnexpectedAdmissionError): the
 //   pod fails and the ids kubelet assigned to its earlier containers are free again.
 // - when a pod ends (deleted, or Succeeded/Failed) its containers stop and kubelet's ids are free.
+// - its PodResources List (deviceplugin::KubeletView) reports every pod it runs and the pod it is
+//   admitting (a pod with no ids yet is one item with an empty container), with the ids it booked
+//   for each container; it books each Allocate before it admits the next container.
 // Header-only: its users link toposched_deviceplugin themselves.
 #ifndef TOPOSCHED_TEST_SUPPORT_KUBELET_MODEL_H_
 #define TOPOSCHED_TEST_SUPPORT_KUBELET_MODEL_H_
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -28,12 +33,14 @@
 
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
+#include "deviceplugin/device_ids.h"
+#include "deviceplugin/pod_source.h"
 #include "kube/objects.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::testing {
 
-class KubeletModel {
+class KubeletModel : public deviceplugin::KubeletView {
  public:
   // One running container's share of one resource.
   struct ContainerGrant {
@@ -56,7 +63,10 @@ class KubeletModel {
   // GetPreferredAllocation, or one kubelet's topology manager overrules). Error: the pod was
   // rejected; nothing of it stays assigned.
   Result<std::vector<ContainerGrant>> Admit(const kube::Pod& pod, bool follow_preference = true) {
-    std::vector<ContainerGrant> granted;
+    // kubelet's pod manager knows the pod from here on (PodResources lists it).
+    admitting_ = pod;
+    pending_.clear();
+    std::vector<ContainerGrant>& granted = pending_;
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
         for (const deviceplugin::ResourceSpec& spec : plugin_.options().resources) {
@@ -64,6 +74,8 @@ class KubeletModel {
           if (size <= 0) continue;
           std::vector<int> available = Available(spec, granted);
           if (static_cast<int>(available.size()) < size) {
+            admitting_.reset();
+            pending_.clear();
             return Error{
                 fmt::format("kubelet on {}: pod {} container {} asks for {} {} but only "
                             "{} are available",
@@ -86,6 +98,8 @@ class KubeletModel {
           std::sort(chosen.begin(), chosen.end());
           auto grant = plugin_.Allocate(spec, chosen);
           if (!grant.ok()) {
+            admitting_.reset();
+            pending_.clear();
             return Error{fmt::format("kubelet on {}: Allocate for pod {} container {} ({} {}): {}",
                                      node_, pod.Key(), container.name,
                                      topology::FormatIdRanges(chosen), spec.name, grant.error())};
@@ -96,7 +110,10 @@ class KubeletModel {
       }
     }
     for (ContainerGrant& g : granted) running_.push_back(std::move(g));
+    pending_.clear();
+    admitting_.reset();
     admitted_.insert(pod.uid);
+    pods_[pod.uid] = {pod.ns, pod.name};
     return Running(pod.uid);
   }
 
@@ -104,6 +121,33 @@ class KubeletModel {
   void Remove(const std::string& uid) {
     std::erase_if(running_, [&](const ContainerGrant& g) { return g.pod_uid == uid; });
     admitted_.erase(uid);
+    pods_.erase(uid);
+  }
+
+  // PodResources List: every admitted pod's containers with the ids kubelet booked, and the pod
+  // being admitted (its containers booked so far, or one item with no container).
+  Result<std::vector<deviceplugin::AssignedDevices>> List() override {
+    std::vector<deviceplugin::AssignedDevices> out;
+    std::set<std::string> listed;
+    auto add = [&](const std::string& ns, const std::string& name, const ContainerGrant& g) {
+      out.push_back(
+          {ns, name, g.container, g.resource, deviceplugin::UnitIds(g.unit, g.kubelet_ids)});
+      listed.insert(g.pod_uid);
+    };
+    for (const ContainerGrant& g : running_) {
+      const auto& [ns, name] = pods_.at(g.pod_uid);
+      add(ns, name, g);
+    }
+    if (admitting_) {
+      for (const ContainerGrant& g : pending_) add(admitting_->ns, admitting_->name, g);
+    }
+    for (const auto& [uid, key] : pods_) {
+      if (listed.count(uid) == 0) out.push_back({key.first, key.second, "", "", {}});
+    }
+    if (admitting_ && listed.count(admitting_->uid) == 0) {
+      out.push_back({admitting_->ns, admitting_->name, "", "", {}});
+    }
+    return out;
   }
 
   bool Admitted(const std::string& uid) const { return admitted_.count(uid) != 0; }
@@ -142,6 +186,9 @@ class KubeletModel {
   int cores_;
   std::vector<ContainerGrant> running_;
   std::set<std::string> admitted_;
+  std::map<std::string, std::pair<std::string, std::string>> pods_;  // uid -> (namespace, name)
+  std::optional<kube::Pod> admitting_;                               // the pod Admit is on
+  std::vector<ContainerGrant> pending_;                              // its containers booked so far
 };
 
 }  // namespace toposched::testing
