@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/mutex.h"
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "support/fake_apiserver.h"
@@ -228,14 +229,15 @@ TEST(KubeInformerTest, ARelistOlderThanWhatTheWatchDeliveredIsListedAgain) {
       std::to_string(server.resource_version()) + R"("},"items":[)" + PodJson("a") + "]}";
   auto client = ClientFor(server);
   ASSERT_NE(client, nullptr);
-  std::mutex mutex;
+  Mutex mutex;
   std::vector<std::vector<std::string>> delivered;  // the names of every list delivered
   std::atomic<bool> has_b{false};
   InformerHandlers<Pod> handlers;
   handlers.on_replace = [&](const std::vector<Pod>& all) {
     std::vector<std::string> names;
+    names.reserve(all.size());
     for (const Pod& pod : all) names.push_back(pod.name);
-    std::lock_guard<std::mutex> lock(mutex);
+    MutexLock lock(mutex);
     delivered.push_back(std::move(names));
   };
   handlers.on_upsert = [&](const Pod& pod) {
@@ -253,7 +255,7 @@ TEST(KubeInformerTest, ARelistOlderThanWhatTheWatchDeliveredIsListedAgain) {
   server.EndWatches(Kind::kPod);
   ASSERT_TRUE(WaitUntil([&] { return informer.counters().relists >= 1; }, 5s));
   ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
-  std::lock_guard<std::mutex> lock(mutex);
+  MutexLock lock(mutex);
   ASSERT_EQ(delivered.size(), 2u);
   EXPECT_THAT(delivered[1], ElementsAre("a", "b"));
   EXPECT_GE(informer.counters().request_errors, 1u);  // the stale list, refused
