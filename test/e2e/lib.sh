@@ -313,9 +313,11 @@ e2e_in_cluster_objects() {
   log "in-cluster credentials: ServiceAccount admission with bound token volumes; default ServiceAccounts and kube-root-ca.crt created as kube-controller-manager would"
 }
 
-# helm: $TOPOSCHED_E2E_HELM, else scripts/install-tools.sh's, else the PATH; empty when none.
+# helm: $TOPOSCHED_E2E_HELM, else scripts/install-tools.sh's, else the PATH; empty when none
+# (TOPOSCHED_E2E_HELM=none: the kubectl path of deploy/, as without helm).
 e2e_helm_bin() {
   local h="${TOPOSCHED_E2E_HELM:-}"
+  [ "$h" != none ] || return 0
   [ -n "$h" ] || { [ -x /opt/toposched-tools/bin/helm ] && h=/opt/toposched-tools/bin/helm; } || h=$(command -v helm || true)
   echo "$h"
 }
