@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/mutex.h"
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "support/fake_apiserver.h"
@@ -215,6 +216,49 @@ TEST(KubeInformerTest, RelistsOnErrorEvent410AndSeesChangesMadeMeanwhile) {
   const InformerCounters counters = informer.counters();
   EXPECT_EQ(counters.relists, 1u);
   EXPECT_GE(counters.request_errors, 2u);  // the dropped connection and the refusals
+}
+
+// A relist answered from a snapshot older than what the watch already delivered (a lagging cache
+// or proxy; the e2e fault proxy's stale LIST) would drop pods bound meanwhile from the consumer's
+// view (issue 18, row 3): it is refused and listed again.
+TEST(KubeInformerTest, ARelistOlderThanWhatTheWatchDeliveredIsListedAgain) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  const std::string stale =
+      R"({"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":")" +
+      std::to_string(server.resource_version()) + R"("},"items":[)" + PodJson("a") + "]}";
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Mutex mutex;
+  std::vector<std::vector<std::string>> delivered;  // the names of every list delivered
+  std::atomic<bool> has_b{false};
+  InformerHandlers<Pod> handlers;
+  handlers.on_replace = [&](const std::vector<Pod>& all) {
+    std::vector<std::string> names;
+    names.reserve(all.size());
+    for (const Pod& pod : all) names.push_back(pod.name);
+    MutexLock lock(mutex);
+    delivered.push_back(std::move(names));
+  };
+  handlers.on_upsert = [&](const Pod& pod) {
+    if (pod.name == "b") has_b.store(true);
+  };
+  PodInformer informer(*client, kPodsPath, handlers, FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.UpsertPod(PodJson("b", "n1"));
+  ASSERT_TRUE(WaitUntil([&] { return has_b.load(); }, 5s));
+
+  server.AnswerNextPodListsWith(stale, 1);
+  server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
+  server.EndWatches(Kind::kPod);
+  ASSERT_TRUE(WaitUntil([&] { return informer.counters().relists >= 1; }, 5s));
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  MutexLock lock(mutex);
+  ASSERT_EQ(delivered.size(), 2u);
+  EXPECT_THAT(delivered[1], ElementsAre("a", "b"));
+  EXPECT_GE(informer.counters().request_errors, 1u);  // the stale list, refused
 }
 
 TEST(KubeInformerTest, ResumesAfterADroppedConnectionWithoutRelisting) {

@@ -3,11 +3,13 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -196,7 +198,7 @@ void Informer<T>::Run() {
     if (need_list) {
       // The relist requests this list answers: those made before it is sent.
       const uint64_t requested = relists_requested_.load();
-      Result<std::string> listed = ListAll();
+      Result<std::string> listed = ListAll(resource_version);
       if (stop_.load()) break;
       if (!listed.ok()) {
         const auto wait = NextBackoff();
@@ -278,8 +280,30 @@ Result<ObjectList<T>> Informer<T>::DecodePageByItem(const std::string& body,
   return list;
 }
 
+namespace {
+
+// Lists refused in a row for being older than what was seen, before one is taken anyway: an
+// etcd restored from a backup really goes back in time, and the informer must not stall there.
+constexpr int kMaxStaleLists = 5;
+
+// Whether resourceVersion `listed` is older than `seen`. resourceVersions are opaque to clients
+// in general; the API server's are etcd revisions (decimal integers), and only two such are
+// compared. Anything else is taken as not older.
+bool OlderResourceVersion(std::string_view listed, std::string_view seen) {
+  uint64_t a = 0;
+  uint64_t b = 0;
+  const auto parse = [](std::string_view text, uint64_t& out) {
+    if (text.empty()) return false;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return ec == std::errc() && end == text.data() + text.size();
+  };
+  return parse(listed, a) && parse(seen, b) && a < b;
+}
+
+}  // namespace
+
 template <typename T>
-Result<std::string> Informer<T>::ListAll() {
+Result<std::string> Informer<T>::ListAll(const std::string& seen) {
   const T* tag = nullptr;
   std::vector<T> all;
   std::string continue_token;
@@ -324,6 +348,18 @@ Result<std::string> Informer<T>::ListAll() {
     continue_token = std::move(page->continue_token);
   }
   if (stop_.load()) return Error{"stopped"};
+  // A quorum list is never older than what the watch delivered; one that is comes from a lagging
+  // cache or proxy, and would take back objects changed since (a pod bound meanwhile: its hold
+  // dropped, its devices given again; issue 18, row 3). List again instead.
+  if (OlderResourceVersion(resource_version, seen) && stale_lists_in_a_row_ < kMaxStaleLists) {
+    ++stale_lists_in_a_row_;
+    request_errors_.fetch_add(1);
+    return Error{fmt::format(
+        "the list's resourceVersion {} is older than {}, already seen: a stale snapshot, not "
+        "delivered",
+        resource_version, seen)};
+  }
+  stale_lists_in_a_row_ = 0;
   if (handlers_.on_replace) handlers_.on_replace(all);
   lists_.fetch_add(1);
   if (!synced_.load()) {

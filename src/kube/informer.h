@@ -95,8 +95,10 @@ class Informer {
   enum class WatchEnd { kClosed, kGone, kFailed };
 
   void Run();
-  // Lists every page and calls on_replace; returns the list's resourceVersion.
-  Result<std::string> ListAll();
+  // Lists every page and calls on_replace; returns the list's resourceVersion. `seen` is the
+  // newest resourceVersion already delivered (empty at the start): a list older than it is not
+  // delivered but refused as an error (see kMaxStaleLists in informer.cc).
+  Result<std::string> ListAll(const std::string& seen);
   // A page that failed to decode as a whole, item by item: the items that decode, the list's
   // metadata, and each one that does not skipped (counted, logged, on_skip). An error only when
   // the page is not a list at all.
@@ -122,6 +124,7 @@ class Informer {
   Mutex mutex_;  // guards the waits below
   CondVar wake_;
   std::chrono::milliseconds backoff_{0};
+  int stale_lists_in_a_row_ = 0;  // the Run thread's only
   uint64_t random_state_;
 
   std::atomic<uint64_t> lists_{0};

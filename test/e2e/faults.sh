@@ -262,7 +262,8 @@ out=$(python3 "$E2E_DIR/fault_check.py" "$W/pods.json" "$W/nodes.json" "$TOPOSCH
 printf '%s\n' "$out" >&2
 for l in "${FAULTS_LINES[@]}"; do log "FAULTS $l"; done
 conflicts=$(cat "$W"/ext-*.log | grep -ci conflict || true)
-log "FAULTS run: seed $SEED, ${#ALL_PODS[@]} pods created, $(($(date +%s) - T_START)) s; extenders logged $conflicts lines about conflicts; fault proxy: $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["counts"], sort_keys=True))' "$W/fproxy.status.json")"
+refused=$(cat "$W"/ext-*.log | grep -c 'a stale snapshot, not delivered' || true)
+log "FAULTS run: seed $SEED, ${#ALL_PODS[@]} pods created, $(($(date +%s) - T_START)) s; extenders logged $conflicts lines about conflicts and refused $refused stale pod lists; fault proxy: $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["counts"], sort_keys=True))' "$W/fproxy.status.json")"
 log "FAULTS $(grep '^SUMMARY' <<<"$out")"
 [ "$rc" = 0 ] || die "the invariant does not hold (see the lines above)"
 pass "no device given twice over ${#ALL_PODS[@]} pods under every fault, the kubelet agrees, every pod that fits is bound"

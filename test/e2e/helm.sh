@@ -13,7 +13,7 @@ AWS_SECOND=(--set scheduler.enabled=true --set npd.enabled=false)
 
 template_of() { k -n kube-system get deploy "$1" -o jsonpath='{.spec.template}'; }
 generation() { k -n kube-system get deploy "$1" -o jsonpath='{.metadata.generation}'; }
-ours() { k get sa,clusterrole,clusterrolebinding,role,rolebinding,configmap,deploy,svc,ds -A -l app.kubernetes.io/name=toposched --no-headers 2>/dev/null | awk '{print $1 "/" $2}' | sort; }
+ours() { k get sa,clusterrole,clusterrolebinding,role,rolebinding,configmap,secret,networkpolicy,deploy,svc,ds -A -l app.kubernetes.io/name=toposched --no-headers 2>/dev/null | awk '{print $1 "/" $2}' | sort; }
 
 installed=$(ours)
 [ "$(echo "$installed" | grep -c .)" -ge 17 ] || die "helm install made too few objects:\n$installed"
@@ -23,6 +23,25 @@ k -n kube-system get role k8s-neuron-scheduler >/dev/null || die "no lease Role 
 k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
   grep -q -- '--leader-elect=true' || die "the extender runs without --leader-elect"
 pass "helm install: $(echo "$installed" | grep -c .) objects, extender with 2 replicas and leader election"
+
+# The authenticated default: the chart generated the CA, the extender's serving certificate and
+# my-scheduler's client certificate; the extender requires client certificates of that CA; a
+# NetworkPolicy admits only my-scheduler's pods to the port.
+secret_pem() { k -n kube-system get secret "$1" -o "jsonpath={.data.${2//./\\.}}" | base64 -d; }
+mkdir -p "$W/tls"
+for f in ca.crt tls.crt; do secret_pem k8s-neuron-scheduler-tls "$f" >"$W/tls/server-$f"; secret_pem my-scheduler-extender-client "$f" >"$W/tls/client-$f"; done
+cmp -s "$W/tls/server-ca.crt" "$W/tls/client-ca.crt" || die "the two TLS Secrets carry different CAs"
+openssl verify -CAfile "$W/tls/server-ca.crt" -purpose sslserver "$W/tls/server-tls.crt" >/dev/null &&
+  openssl x509 -in "$W/tls/server-tls.crt" -noout -ext subjectAltName | grep -q 'k8s-neuron-scheduler.kube-system.svc' ||
+  die "the extender's serving certificate does not verify for k8s-neuron-scheduler.kube-system.svc"
+openssl verify -CAfile "$W/tls/server-ca.crt" -purpose sslclient "$W/tls/client-tls.crt" >/dev/null ||
+  die "my-scheduler's client certificate does not verify against the extender's client CA"
+k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
+  grep -q -- '--tls-client-ca-file' || die "the extender does not require client certificates"
+k -n kube-system get configmap my-scheduler-config -o jsonpath='{.data.my-scheduler-config\.yaml}' |
+  grep -q 'enableHTTPS: true' || die "my-scheduler does not call the extender over HTTPS"
+k -n kube-system get networkpolicy k8s-neuron-scheduler >/dev/null || die "no NetworkPolicy for the extender"
+pass "helm install: TLS with client certificates by default (the chart's CA signs both; the extender verifies clients) and a NetworkPolicy"
 
 ext_before=$(template_of k8s-neuron-scheduler); ext_gen=$(generation k8s-neuron-scheduler)
 sched_gen=$(generation my-scheduler); dp_gen=$(k -n kube-system get ds neuron-device-plugin-daemonset -o jsonpath='{.metadata.generation}')
@@ -38,7 +57,8 @@ k -n kube-system get configmap my-scheduler-config -o jsonpath='{.data.my-schedu
 [ "$(k -n kube-system get ds neuron-device-plugin-daemonset -o jsonpath='{.metadata.generation}')" = "$dp_gen" ] ||
   die "the device plugin DaemonSet changed although none of its values did"
 [ "$(template_of k8s-neuron-scheduler)" != "$ext_before" ] || die "extender template unchanged"
-pass "helm upgrade: the extender and my-scheduler roll (generation up), the device plugin does not"
+secret_pem k8s-neuron-scheduler-tls tls.crt | cmp -s - "$W/tls/server-tls.crt" || die "helm upgrade replaced the extender's certificate"
+pass "helm upgrade: the extender and my-scheduler roll (generation up), the device plugin does not, the certificates are kept"
 
 h uninstall toposched --namespace kube-system >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "helm uninstall failed"; }
 for i in $(seq 1 30); do [ -z "$(ours)" ] && break; sleep 1; done

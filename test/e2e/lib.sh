@@ -313,9 +313,11 @@ e2e_in_cluster_objects() {
   log "in-cluster credentials: ServiceAccount admission with bound token volumes; default ServiceAccounts and kube-root-ca.crt created as kube-controller-manager would"
 }
 
-# helm: $TOPOSCHED_E2E_HELM, else scripts/install-tools.sh's, else the PATH; empty when none.
+# helm: $TOPOSCHED_E2E_HELM, else scripts/install-tools.sh's, else the PATH; empty when none
+# (TOPOSCHED_E2E_HELM=none: the kubectl path of deploy/, as without helm).
 e2e_helm_bin() {
   local h="${TOPOSCHED_E2E_HELM:-}"
+  [ "$h" != none ] || return 0
   [ -n "$h" ] || { [ -x /opt/toposched-tools/bin/helm ] && h=/opt/toposched-tools/bin/helm; } || h=$(command -v helm || true)
   echo "$h"
 }
@@ -335,6 +337,9 @@ e2e_apply_deploy() {
     log "helm install: release toposched ($("$HELM" version --short))"
   else
     log "no helm (scripts/install-tools.sh installs it): applying deploy/ with kubectl instead"
+    # The chart makes the extender's TLS Secrets itself; deploy/ needs them made first (docs/install.md).
+    "$E2E_REPO/scripts/extender-certs.sh" kube-system 2>>"$W/apply.log" | k apply -f - >>"$W/apply.log" 2>&1 ||
+      { cat "$W/apply.log" >&2; die "scripts/extender-certs.sh kube-system | kubectl apply -f - failed"; }
     for f in extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml; do
       k apply -f "$E2E_REPO/deploy/$f" >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "kubectl apply -f deploy/$f failed"; }
     done
@@ -349,10 +354,16 @@ def entry(path):
     text = open(path).read()
     block = text[re.search(r"^\s*extenders:\s*$", text, re.M).start():]
     lines = [l.strip() for l in block.splitlines()[1:]]
-    out = []
+    out, skip = [], False
     for l in lines:
         if not l or l.startswith("#") or l == "---" or re.match(r"^(kind|apiVersion|metadata):", l): break
-        if not l.startswith("- urlPrefix:"): out.append(l)
+        # The URL and the transport differ by design: the host-network variant is plain HTTP on
+        # the node's loopback, my-scheduler's is TLS with a client certificate.
+        if l.startswith("- urlPrefix:") or l.startswith("enableHTTPS:"): continue
+        if l == "tlsConfig:": skip = True; continue
+        if skip and re.match(r"^(insecure|serverName|certFile|keyFile|caFile|certData|keyData|caData):", l): continue
+        skip = False
+        out.append(l)
     return out
 a, b = entry(sys.argv[1]), entry(sys.argv[2])
 if a != b: sys.exit(f"extender entries differ:\n{a}\n{b}")
@@ -381,6 +392,16 @@ e2e_extender() {
   wait_for 60 "extender /readyz" curl -sf "http://127.0.0.1:$EXT_PORT/readyz"
 }
 
+# e2e_secret_files NAME DIR: the keys of Secret kube-system/NAME as files in DIR (a pod's mount).
+e2e_secret_files() {
+  mkdir -p "$2" && chmod 700 "$2"
+  k -n kube-system get secret "$1" -o json | python3 -c '
+import base64, json, os, sys
+for key, value in json.load(sys.stdin)["data"].items():
+    with open(os.path.join(sys.argv[1], key), "wb") as f: f.write(base64.b64decode(value))
+' "$2" || die "cannot read Secret kube-system/$1"
+}
+
 # The KubeSchedulerConfiguration of deploy/my-scheduler.yaml, as applied (read back from the API
 # server), with what a local process needs instead of the in-cluster setup: apiVersion v1beta1
 # (1.20), the extender's URL on 127.0.0.1, leader election off, a kubeconfig for the my-scheduler
@@ -391,9 +412,10 @@ e2e_scheduler_config() {
   k -n kube-system get configmap my-scheduler-config -o 'jsonpath={.data.my-scheduler-config\.yaml}' >"$file.orig" ||
     die "cannot read ConfigMap my-scheduler-config"
   [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
-  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" <<'PY'
+  case "$url" in https://*) e2e_secret_files my-scheduler-extender-client "$W/extender-tls" ;; esac
+  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" <<'PY'
 import re, sys
-src, dst, cache, qps, verbs, url, kc, hport = sys.argv[1:]
+src, dst, cache, qps, verbs, url, kc, hport, tlsdir = sys.argv[1:]
 text = open(src).read()
 def sub(pattern, repl):
     global text
@@ -407,6 +429,16 @@ sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
 sub(r'^kind: KubeSchedulerConfiguration$', f'kind: KubeSchedulerConfiguration\nhealthzBindAddress: 127.0.0.1:{hport}\nmetricsBindAddress: 127.0.0.1:{hport}')
 sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
 sub(r'^(\s*- urlPrefix: ).*$', rf'\g<1>{url}')
+if url.startswith('http://'):
+    # A local extender on loopback serves plain HTTP: no TLS, and no certificate files to look for.
+    sub(r'^(\s*)enableHTTPS: true$', r'\1enableHTTPS: false')
+    sub(r'^\s*tlsConfig:\n(?:\s+(?:insecure|serverName|certFile|keyFile|caFile): .*\n)+', '')
+else:
+    # TLS with the client certificate of Secret my-scheduler-extender-client, copied to TLSDIR (the
+    # pod's mount), and the name the extender's serving certificate carries (the URL is 127.0.0.1).
+    for key in ('certFile', 'keyFile', 'caFile'):
+        sub(rf'^(\s*){key}: /etc/kubernetes/my-scheduler/extender-tls/(\S+)$', rf'\g<1>{key}: {tlsdir}/\g<2>')
+    sub(r'^(\s*)insecure: false$', r'\1insecure: false\n\1serverName: k8s-neuron-scheduler.kube-system.svc')
 sub(r'^(\s*)nodeCacheCapable: true$', rf'\1nodeCacheCapable: {cache}')
 if qps:
     sub(r'^(\s*)qps: \d+$', rf'\1qps: {qps}')

@@ -34,7 +34,11 @@ e2e_init pods
 e2e_images
 E2E_IN_CLUSTER=1
 e2e_control_plane
-e2e_scheduler
+# The chart's transport: the in-pod extender serves TLS and requires a client certificate signed by
+# the CA of its Secret; my-scheduler presents the one of Secret my-scheduler-extender-client
+# (e2e_scheduler_config copies it where the pod would mount it; the URL is 127.0.0.1, so the config
+# names the serving certificate's DNS name in tlsConfig.serverName).
+e2e_scheduler true "" all "https://127.0.0.1:$EXT_PORT"
 e2e_kubelet_node kn inf2.48xlarge
 # `kubectl logs` goes through the API server to the kubelet at the Node's address, but kubelet 1.20
 # refuses to publish a loopback address ("nodeIP can't be loopback address") and leaves
@@ -225,8 +229,19 @@ info=$(check_in_container "$EXT_POD") || exit 1
 pass "extender pod $EXT_POD Running: $info"
 check_token "$EXT_POD" k8s-neuron-scheduler >&2
 wait_for 60 "the extender pod Ready (its readinessProbe on /readyz)" ready "$EXT_POD"
-curl -sf "http://127.0.0.1:$EXT_PORT/readyz" >/dev/null || die "the in-pod extender does not answer on 127.0.0.1:$EXT_PORT"
-pass "extender pod Ready (kubelet's readinessProbe) and answering on 127.0.0.1:$EXT_PORT"
+curl -sfk "https://127.0.0.1:$EXT_PORT/readyz" >/dev/null || die "the in-pod extender does not answer HTTPS on 127.0.0.1:$EXT_PORT"
+# The probes are anonymous; the scheduler's verbs are not: without a client certificate 403, plain
+# HTTP never gets an answer, and with my-scheduler's certificate (verified against the CA) it serves.
+tls="$W/extender-tls"
+code=$(curl -sk -o /dev/null -w '%{http_code}' -XPOST -H 'Content-Type: application/json' -d '{}' "https://127.0.0.1:$EXT_PORT/filter")
+[ "$code" = 403 ] || die "POST /filter without a client certificate answered $code, expected 403"
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -XPOST -d '{}' "http://127.0.0.1:$EXT_PORT/filter" || true)
+[ "$code" = 000 ] || die "POST /filter in plain HTTP answered $code, expected no HTTP answer"
+code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$tls/ca.crt" --cert "$tls/tls.crt" --key "$tls/tls.key" \
+  --resolve "k8s-neuron-scheduler.kube-system.svc:$EXT_PORT:127.0.0.1" -XPOST -H 'Content-Type: application/json' -d '{}' \
+  "https://k8s-neuron-scheduler.kube-system.svc:$EXT_PORT/filter")
+[ "$code" != 000 ] && [ "$code" != 403 ] || die "POST /filter with my-scheduler's client certificate answered $code"
+pass "extender pod Ready (kubelet's readinessProbe) and answering HTTPS on 127.0.0.1:$EXT_PORT: /filter 403 without a client certificate, none in plain HTTP, $code with my-scheduler's (verified against the Secret's CA)"
 
 # --- a Neuron pod through my-scheduler, the in-pod extender and the in-pod device plugin -----------
 # The workload uses the same image: `toposched allocate` prints a plan and exits 0. hostNetwork: a pod
@@ -242,7 +257,7 @@ wait_bound 60 dev-3
 check_annotations dev-3
 ids=$(pod_ids dev-3)
 grep -q "dev-3" <<<"$(ks logs "$EXT_POD")" || die "the in-pod extender's log does not mention dev-3 (did it bind it?)"
-pass "dev-3 bound by the in-pod extender to $KUBELET_NODE with AWS_NEURON_IDS=$ids"
+pass "dev-3 bound by the in-pod extender to $KUBELET_NODE with AWS_NEURON_IDS=$ids (my-scheduler over TLS with its client certificate: the extender refuses plain HTTP and verbs without one)"
 dp_log() { ks logs "$DP_POD" 2>/dev/null; }
 allocate_logged() { grep -q "Allocate aws.amazon.com/neuron .*dev-3" <<<"$(dp_log)"; }
 wait_for 60 "the in-pod plugin's Allocate for dev-3" allocate_logged

@@ -297,6 +297,8 @@ class FakeApiServer::Impl {
   TooOldMode too_old_mode_ = TooOldMode::kHttp410;
   int reject_pod_watches_ = 0;
   int reject_node_watches_ = 0;
+  std::string canned_pod_list_;  // AnswerNextPodListsWith
+  int canned_pod_lists_ = 0;
 
   struct Watcher {
     std::weak_ptr<Session> session;
@@ -724,6 +726,10 @@ void FakeApiServer::Impl::HandleCollection(const std::shared_ptr<Session>& sessi
   }
   size_t offset = 0;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (kind == Kind::kPod && canned_pod_lists_ > 0 && params.count("continue") == 0) {
+    --canned_pod_lists_;
+    return session->Send(MakeResponse(request, 200, canned_pod_list_));
+  }
   int64_t snapshot = resource_version_;
   if (auto it = params.find("continue"); it != params.end() && !it->second.empty()) {
     // Our tokens are "<snapshot rv>:<offset>".
@@ -1107,6 +1113,12 @@ void FakeApiServer::set_too_old_mode(TooOldMode mode) {
 void FakeApiServer::RejectNextWatchesAsTooOld(Kind kind, int count) {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   (kind == Kind::kPod ? impl_->reject_pod_watches_ : impl_->reject_node_watches_) = count;
+}
+
+void FakeApiServer::AnswerNextPodListsWith(std::string body, int count) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->canned_pod_list_ = std::move(body);
+  impl_->canned_pod_lists_ = count;
 }
 
 void FakeApiServer::EndWatches(Kind kind) {

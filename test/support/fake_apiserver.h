@@ -106,6 +106,9 @@ class FakeApiServer {
   void set_too_old_mode(TooOldMode mode);
   // The next `count` watches of `kind` are refused as too old, whatever their resourceVersion.
   void RejectNextWatchesAsTooOld(Kind kind, int count);
+  // The next `count` pod LISTs (first pages) are answered 200 with `body` as-is: a stale snapshot
+  // (an older resourceVersion), as a lagging cache or proxy in front of the API server would give.
+  void AnswerNextPodListsWith(std::string body, int count);
   // Ends every open watch of `kind` cleanly (final chunk), as the server does at timeoutSeconds.
   void EndWatches(Kind kind);
   // Closes the connections of every open watch of `kind` abruptly, mid-stream.
