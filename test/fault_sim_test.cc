@@ -12,7 +12,7 @@
 //
 // Replay a seed: TOPOSCHED_FAULT_SEED=N TOPOSCHED_FAULT_KINDS=kinds
 //   ./build/test/fault_sim_test --gtest_filter=FaultSimTest.Replay
-// (docs/reliability-sim.md). The model follows the fixed interfaces: the writer's
+// (docs/reliability.md). The model follows the fixed interfaces: the writer's
 // BindWithOutcome/ReadPod, kubelet's PodResources (KubeletView), the plugin's granted write-back,
 // the fenced takeover and the informer's quorum relist.
 #include <array>
@@ -84,7 +84,7 @@ enum class Fault {
   // kubelet sometimes takes its own lowest free ids instead of the plugin's preference (its
   // topology manager overrules it): the plugin grants them and writes toposched.io/granted. Not
   // in "all": the leader's books cannot know kubelet's choice before the annotation arrives
-  // (docs/reliability-sim.md, "The granted write-back's window").
+  // (docs/reliability.md, "The granted write-back's window").
   kKubeletChoice,
 };
 constexpr std::array kAllFaults = {Fault::kWatchDelay,   Fault::kRelist,    Fault::kWriteUnknown,
@@ -1052,7 +1052,7 @@ class Simulation {
     return out;
   }
 
-  // The granted write-back's window (docs/reliability-sim.md): kubelet gave a container other ids
+  // The granted write-back's window (docs/reliability.md): kubelet gave a container other ids
   // than its pod's record says, and the leader does not know yet: the plugin has not written
   // toposched.io/granted, or the leader's watch has not delivered it. This is real: until then the
   // leader's books follow the record.
@@ -1324,7 +1324,7 @@ void ExpectNoViolation(const std::set<Fault>& faults, int default_seeds) {
   ExpectNoViolationWith(options, default_seeds);
 }
 
-// The seeds each test runs in CI: each kind passed 2000 seeds (docs/reliability-sim.md); 1500
+// The seeds each test runs in CI: each kind passed 2000 seeds (docs/reliability.md); 1500
 // keep the whole file near 40 CPU-seconds in the release build (about 2.8 ms a seed). ASan+UBSan
 // (about 90 ms a seed) runs 100. TOPOSCHED_FAULT_SEEDS overrides.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -1414,7 +1414,7 @@ TEST_F(FaultSimTest, KubeletOrder) { ExpectNoViolation({Fault::kKubeletOrder}, k
 TEST_F(FaultSimTest, AllFaults) {
   ExpectNoViolation(std::set<Fault>(kAllFaults.begin(), kAllFaults.end()), kSeeds);
 }
-// Still failing (docs/reliability-sim.md): the books, not the units. With (a) alone it fails too,
+// Still failing (docs/reliability.md): the books, not the units. With (a) alone it fails too,
 // on the extender's records (two live pods recorded on one core), never on the plugin's grants.
 TEST_F(FaultSimTest, DISABLED_KubeletChoice) {
   ExpectNoViolation({Fault::kKubeletChoice, Fault::kKubeletOrder}, kSeeds);

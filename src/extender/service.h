@@ -106,7 +106,7 @@ struct ExtenderOptions {
   // After a Binding whose outcome is unknown (a timeout, a 5xx), how long the write may still
   // land at the API server: the pod read back unbound is taken as "not applied" only after this
   // (kube-apiserver abandons a request after its --request-timeout, 60 s by default). Until then,
-  // and for as long as the pod cannot be read, the ids stay held (docs/reliability-bind.md).
+  // and for as long as the pod cannot be read, the ids stay held (docs/reliability.md).
   std::chrono::milliseconds unknown_write_settle{60000};
   // How often a read-back that found nothing definite is tried again (doubling up to 16 times
   // this).
