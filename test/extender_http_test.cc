@@ -586,6 +586,12 @@ TEST_F(HttpTest, ClientCertificatesAreVerified) {
 // 20 requests on a connection opened before; accept may fail once per pause, not thousands of
 // times.
 TEST(HttpAccept, BacksOffWhenOutOfDescriptors) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizers' runtimes need descriptors of their own (UBSan's vptr check reads an object's
+  // type through a pipe): in a process out of descriptors they report false errors. The release
+  // tier runs this test.
+  GTEST_SKIP() << "needs a process without sanitizer runtimes (run in the release tier)";
+#endif
   int out[2];
   ASSERT_EQ(pipe(out), 0);
   const pid_t child = fork();
