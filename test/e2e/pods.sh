@@ -186,8 +186,9 @@ PY
 # no_forbidden POD RBAC-FILE: nothing in the pod's log says the API server refused it (a missing RBAC verb).
 no_forbidden() {
   ks logs "$1" >"$W/$1.log" 2>&1 || die "kubectl logs $1"
-  if grep -iwE '403|forbidden' "$W/$1.log" >&2; then
-    finding "$2: $1's log shows requests the API server refused (403/forbidden), a verb missing from its RBAC: $(grep -iwE '403|forbidden' "$W/$1.log" | head -1 | cut -c1-200)"
+  # The log lines' own timestamps are cut first: their milliseconds can read ".403".
+  if sed -E 's/^\[[^]]*\] //' "$W/$1.log" | grep -iwE '403|forbidden' >&2; then
+    finding "$2: $1's log shows requests the API server refused (403/forbidden), a verb missing from its RBAC: $(sed -E 's/^\[[^]]*\] //' "$W/$1.log" | grep -iwE '403|forbidden' | head -1 | cut -c1-200)"
     return 1
   fi
 }
