@@ -26,6 +26,9 @@ second=(--set scheduler.enabled=true --set extender.tls.secretName=k8s-neuron-sc
         --set extender.tls.clientSecretName=my-scheduler-extender-client)
 default=(--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false
          --set scheduler.defaultScheduler.enabled=true)
+# deploy/ is for current clusters: rendered as for Kubernetes 1.35 (KubeSchedulerConfiguration v1;
+# the chart picks v1beta1 by itself on 1.19-1.22 when installed with helm).
+kube=(--kube-version 1.35.0)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -36,8 +39,8 @@ emit() {  # emit TEMPLATE_FILE VALUES_TEXT > OUT
   grep -v '^# Source: ' "$1"
 }
 
-"$helm" template toposched "$chart" "${second[@]}" --output-dir "$work/second" >/dev/null
-"$helm" template toposched "$chart" "${default[@]}" --output-dir "$work/default" >/dev/null
+"$helm" template toposched "$chart" "${kube[@]}" "${second[@]}" --output-dir "$work/second" >/dev/null
+"$helm" template toposched "$chart" "${kube[@]}" "${default[@]}" --output-dir "$work/default" >/dev/null
 out="$work/deploy"
 mkdir -p "$out/default-scheduler"
 for f in extender-rbac extender my-scheduler device-plugin-rbac device-plugin; do

@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-scheduler, kubelet and kubectl v1.20.2 from Debian's own `kubernetes` source package
-# into a cache outside the repository, once. Reused while the cache's VERSION matches.
+# Builds the Kubernetes binaries the end-to-end tier runs, into a cache outside the repository, once
+# per version; reused while the cache's VERSION stamp matches.
 #
-#   test/e2e/k8s-build.sh            # prints the bin directory on the last line
+#   test/e2e/k8s-build.sh [1.20]    # kube-apiserver, kube-scheduler, kubelet, kubectl v1.20.2 from
+#                                   # Debian's own `kubernetes` source package (golang-1.19-go)
+#   test/e2e/k8s-build.sh 1.37      # a current control plane from its Go modules: the same four plus
+#   test/e2e/k8s-build.sh 1.34      # kube-controller-manager, etcd 3.6 and containerd 2.2 (with its
+#                                   # runc shim and ctr), from the pinned go.mod/go.sum in
+#                                   # test/e2e/modules/ (pin.sh writes them); Go 1.26 in /usr/local/go
+# Prints the bin directory on the last line.
 #
-# Environment: TOPOSCHED_E2E_CACHE (default /var/cache/toposched-e2e).
-# Never edits /etc/apt: the deb-src line lives in a private apt configuration under the cache
-# (Dir::Etc::SourceParts / Dir::State::Lists), made from the machine's own main-archive stanza.
-# Needs root for `apt-get install` (golang-1.19-go rsync). Exit 77 when it cannot build (ctest SKIP).
+# Environment: TOPOSCHED_E2E_CACHE (default /var/cache/toposched-e2e), TOPOSCHED_E2E_K8S (the
+# version when no argument is given).
+# The Debian build never edits /etc/apt: the deb-src line lives in a private apt configuration under
+# the cache (Dir::Etc::SourceParts / Dir::State::Lists), made from the machine's own main-archive stanza.
+# Needs root for `apt-get install`. Exit 77 when it cannot build (ctest SKIP).
 set -euo pipefail
-want_version="1.20.2"
 cache="${TOPOSCHED_E2E_CACHE:-/var/cache/toposched-e2e}"
+asked="${1:-${TOPOSCHED_E2E_K8S:-1.20}}"
+case "$asked" in
+  1.20 | 1.20.2) ;;
+  *) exec "$(dirname "$0")/k8s-build-modules.sh" "$asked" ;;
+esac
+want_version="1.20.2"
 dest="$cache/k8s-$want_version"
 bins=(kube-apiserver kube-scheduler kubelet kubectl)
 

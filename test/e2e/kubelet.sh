@@ -67,11 +67,17 @@ pass "device plugin restarted: registered again and served the next pod"
 
 # The kubelet restarts: it re-creates kubelet.sock, the running plugin notices and registers again.
 dp_before=$(grep -c "registered aws.amazon.com/neuron " "$DP_LOG" || true)
+lw_before=$(grep -c "kubelet opened ListAndWatch for aws.amazon.com/neuron$" "$DP_LOG" || true)
 stop kubelet
 e2e_kubelet
 wait_for 60 "the plugin's re-registration after the kubelet restarted" bash -c "[ \$(grep -c 'registered aws.amazon.com/neuron ' $DP_LOG) -gt $dp_before ]"
 grep -q "kubelet.sock was re-created" "$DP_LOG" || die "the plugin did not log the kubelet restart"
-wait_for 60 "kn advertises devices again" bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node kn -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuron}')\" = 12 ]"
+# The Node object still shows the old kubelet's allocatable: that proves nothing. A pod the new
+# kubelet admits before it has read the plugin's devices fails admission (UnexpectedAdmissionError),
+# the kubelet's own race, not the plugin's: wait until the new kubelet says it has the device list
+# of the re-registered plugin (its v=2 line "State pushed for device plugin", 1.20 and current).
+wait_for 60 "the restarted kubelet's ListAndWatch on the plugin" bash -c "[ \$(grep -c 'kubelet opened ListAndWatch for aws.amazon.com/neuron\$' $DP_LOG) -gt $lw_before ]"
+wait_for 60 "the restarted kubelet to take the plugin's device list" grep -qE "State pushed for device plugin.*aws.amazon.com/neuron([^c]|$)" "$KUBELET_LOG"
 create_pod dev-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=kn
 served dev-1 aws.amazon.com/neuron
 pass "kubelet restarted: the plugin registered again and served the next pod"

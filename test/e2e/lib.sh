@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# The end-to-end harness: a real Kubernetes 1.20.2 control plane on 127.0.0.1, built from Debian's
-# source package (k8s-build.sh), with the toposched extender and device plugin as local processes.
+# The end-to-end harness: a real Kubernetes control plane on 127.0.0.1 — 1.20.2 built from Debian's
+# source package, or a current one (1.37, 1.34) built from its Go modules (k8s-build.sh) — with the
+# toposched extender and device plugin as local processes.
 # Sourced by the scenario scripts (test/e2e/*.sh); see docs/e2e.md.
 #
 #   e2e_init NAME                  root check, k8s build (or SKIP), work dir, traps, watchdog
@@ -14,7 +15,8 @@
 #                                  and e2e_kubelet_node imports the images and starts no local device plugin
 #
 # Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
-# Environment: TOPOSCHED_BIN (the toposched binary), TOPOSCHED_E2E_CACHE, TOPOSCHED_E2E_TIMEOUT (s),
+# Environment: TOPOSCHED_E2E_K8S (the Kubernetes minor: 1.20, the default, 1.34 or 1.37),
+# TOPOSCHED_BIN (the toposched binary), TOPOSCHED_E2E_CACHE, TOPOSCHED_E2E_TIMEOUT (s),
 # TOPOSCHED_E2E_K8S_BIN (use these Kubernetes binaries instead of k8s-build.sh's), TOPOSCHED_E2E_KUBECTL,
 # TOPOSCHED_E2E_KEEP=1 keeps the work dir, TOPOSCHED_E2E_PORT_BASE (default 23000),
 # TOPOSCHED_E2E_EXTENDER_ARGS (more flags for the extender, e.g. "--log-level debug").
@@ -30,9 +32,29 @@ E2E_FAILED=0
 E2E_MADE_KUBELET_DIR=0
 
 log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "FAIL: $*"; E2E_FAILED=1; exit 1; }
+# die MESSAGE: fails the scenario. The message (with what e2e_why adds) also goes to
+# $TOPOSCHED_E2E_FAILURES when set: scripts/e2e.sh prints every scenario's at the very end, where a
+# truncated CI log still shows it.
+die() {
+  local why=""
+  declare -F e2e_why >/dev/null && why=$(e2e_why 2>/dev/null | cut -c1-400 | tail -n 12)
+  log "FAIL: $*"
+  [ -n "$why" ] && printf '%s\n' "$why" | sed 's/^/    /' >&2
+  if [ -n "${TOPOSCHED_E2E_FAILURES:-}" ]; then
+    { printf '%s (k8s %s): %s\n' "${E2E_NAME:-e2e}" "${E2E_K8S:-?}" "$*"; [ -n "$why" ] && printf '%s\n' "$why" | sed 's/^/    /'; } >>"$TOPOSCHED_E2E_FAILURES"
+  fi
+  E2E_FAILED=1; exit 1
+}
 skip() { log "SKIP: $*"; exit "$E2E_SKIP"; }
 pass() { log "ok: $*"; }
+
+# k8s_before MINOR / k8s_at_least MINOR: the control plane under test is older than 1.MINOR / at least it.
+k8s_before() { [ "$K8S_MINOR" -lt "$1" ]; }
+k8s_at_least() { [ "$K8S_MINOR" -ge "$1" ]; }
+# klog's --logtostderr went away in 1.26 (stderr is the default there).
+log_flags() { k8s_before 26 && echo --logtostderr; return 0; }
+# kube-scheduler serving nothing: 1.20 also has the insecure --port (gone in 1.24).
+sched_port_flags() { if k8s_before 24; then echo --port 0 --secure-port 0; else echo --secure-port 0; fi; }
 
 # --- setup and teardown ----------------------------------------------------------------------
 
@@ -42,15 +64,22 @@ e2e_init() {
   [ "${TOPOSCHED_SKIP_E2E:-0}" != 1 ] || skip "TOPOSCHED_SKIP_E2E=1"
   TOPOSCHED_BIN="${TOPOSCHED_BIN:-$E2E_REPO/build/toposched}"
   [ -x "$TOPOSCHED_BIN" ] || skip "no toposched binary at $TOPOSCHED_BIN (build it first)"
-  e2e_need_packages
+  E2E_K8S="${TOPOSCHED_E2E_K8S:-1.20}"
+  K8S_MINOR=$(cut -d. -f2 <<<"$E2E_K8S")
+  [[ "$K8S_MINOR" =~ ^[0-9]+$ ]] || die "TOPOSCHED_E2E_K8S=$E2E_K8S: expected a version such as 1.37"
   if [ -n "${TOPOSCHED_E2E_K8S_BIN:-}" ]; then
     K8S_BIN="$TOPOSCHED_E2E_K8S_BIN"
   else
     local out rc=0
-    out=$("$E2E_DIR/k8s-build.sh") || rc=$?
-    [ "$rc" = 0 ] || { [ "$rc" = 77 ] && skip "Kubernetes 1.20.2 binaries unavailable (see k8s-build.sh messages above)"; die "k8s-build.sh failed ($rc)"; }
+    out=$("$E2E_DIR/k8s-build.sh" "$E2E_K8S") || rc=$?
+    [ "$rc" = 0 ] || { [ "$rc" = 77 ] && skip "Kubernetes $E2E_K8S binaries unavailable (see k8s-build.sh messages above)"; die "k8s-build.sh $E2E_K8S failed ($rc)"; }
     K8S_BIN="$(printf '%s\n' "$out" | tail -1)"
   fi
+  # A module build brings its own etcd 3.6 and containerd 2.2; 1.20 uses Debian's.
+  ETCD_BIN=etcd CONTAINERD_BIN=containerd CTR_BIN=ctr
+  [ -x "$K8S_BIN/etcd" ] && ETCD_BIN="$K8S_BIN/etcd"
+  [ -x "$K8S_BIN/containerd" ] && CONTAINERD_BIN="$K8S_BIN/containerd" CTR_BIN="$K8S_BIN/ctr"
+  e2e_need_packages
   KUBECTL="${TOPOSCHED_E2E_KUBECTL:-$K8S_BIN/kubectl}"
   W="$(mktemp -d "/tmp/tse2e-$E2E_NAME.XXXXXX")"
   chmod 755 "$W"
@@ -65,13 +94,13 @@ e2e_init() {
   # The sleep must not hold our stdout/stderr open: ctest waits for every writer of its pipe.
   ( sleep "$limit" </dev/null >/dev/null 2>&1; log "watchdog: $E2E_NAME ran over ${limit}s"; kill -TERM $$ ) 2>/dev/null &
   E2E_WATCHDOG=$!
-  log "$E2E_NAME: k8s $K8S_BIN, toposched $TOPOSCHED_BIN, work dir $W"
+  log "$E2E_NAME: k8s $E2E_K8S $K8S_BIN, toposched $TOPOSCHED_BIN, work dir $W"
 }
 
 e2e_need_packages() {
   local need=()
-  command -v etcd >/dev/null || need+=(etcd-server)
-  command -v containerd >/dev/null || need+=(containerd)
+  command -v "$ETCD_BIN" >/dev/null || need+=(etcd-server)
+  command -v "$CONTAINERD_BIN" >/dev/null || need+=(containerd)
   command -v runc >/dev/null || need+=(runc)
   command -v openssl >/dev/null || need+=(openssl)
   command -v curl >/dev/null || need+=(curl)
@@ -258,28 +287,29 @@ e2e_control_plane() {
     port_free "$port" || die "127.0.0.1:$port is in use (set TOPOSCHED_E2E_PORT_BASE)"
   done
   e2e_certs
-  start etcd "$W/etcd.log" etcd --name e2e --data-dir "$W/etcd" \
+  start etcd "$W/etcd.log" "$ETCD_BIN" --name e2e --data-dir "$W/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "e2e=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" --quota-backend-bytes 2147483648
   wait_for 30 "etcd health" curl -sf "http://127.0.0.1:$ETCD_PORT/health"
   start kube-apiserver "$W/apiserver.log" "$K8S_BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
-    --secure-port "$API_PORT" --insecure-port 0 --tls-cert-file "$W/pki/apiserver.crt" \
+    --secure-port "$API_PORT" $(k8s_before 24 && echo --insecure-port 0) \
+    $(k8s_at_least 24 && echo --endpoint-reconciler-type none) --tls-cert-file "$W/pki/apiserver.crt" \
     --tls-private-key-file "$W/pki/apiserver.key" --client-ca-file "$W/pki/ca.crt" \
     --token-auth-file "$W/pki/tokens.csv" --authorization-mode RBAC \
     --service-account-key-file "$W/pki/sa.pub" --service-account-signing-key-file "$W/pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range 10.96.0.0/16 $(e2e_sa_admission_flags) \
     --enable-priority-and-fairness=false --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --profiling=false --logtostderr --v=0
+    --profiling=false $(log_flags) --v=0
   kubeconfig "$W/admin.kubeconfig" "$ADMIN_TOKEN"
   wait_for 60 "kube-apiserver /readyz" api GET /readyz
   wait_for 60 "kube-apiserver ready" bash -c "[ \"\$(curl -s --cacert $W/pki/ca.crt -H 'Authorization: Bearer $ADMIN_TOKEN' https://127.0.0.1:$API_PORT/readyz)\" = ok ]"
   # The bootstrap RBAC roles and priority classes come a moment after /readyz.
   wait_for 60 "bootstrap ClusterRole system:kube-scheduler" k get clusterrole system:kube-scheduler
   wait_for 60 "priority class system-node-critical" k get priorityclass system-node-critical
-  log "kube-apiserver $(k version --short 2>/dev/null | tail -1) ready on 127.0.0.1:$API_PORT"
+  log "kube-apiserver $(api GET /version | python3 -c 'import json,sys; print(json.load(sys.stdin)["gitVersion"])') ready on 127.0.0.1:$API_PORT"
   [ "${E2E_IN_CLUSTER:-0}" = 1 ] && e2e_in_cluster_objects
   e2e_apply_deploy
 }
@@ -292,7 +322,7 @@ e2e_control_plane() {
 # ConfigMap, the namespace) instead of a legacy token Secret, which only the token controller fills.
 e2e_sa_admission_flags() {
   if [ "${E2E_IN_CLUSTER:-0}" = 1 ]; then
-    echo --enable-admission-plugins ServiceAccount --feature-gates BoundServiceAccountTokenVolume=true
+    echo --enable-admission-plugins ServiceAccount $(k8s_before 21 && echo --feature-gates BoundServiceAccountTokenVolume=true)
   else
     echo --disable-admission-plugins ServiceAccount
   fi
@@ -413,9 +443,9 @@ e2e_scheduler_config() {
     die "cannot read ConfigMap my-scheduler-config"
   [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
   case "$url" in https://*) e2e_secret_files my-scheduler-extender-client "$W/extender-tls" ;; esac
-  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" <<'PY'
+  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" "$K8S_MINOR" <<'PY'
 import re, sys
-src, dst, cache, qps, verbs, url, kc, hport, tlsdir = sys.argv[1:]
+src, dst, cache, qps, verbs, url, kc, hport, tlsdir, minor = sys.argv[1:]
 text = open(src).read()
 def sub(pattern, repl):
     global text
@@ -423,10 +453,18 @@ def sub(pattern, repl):
     if n != 1:
         sys.exit(f"scheduler config: expected one match of {pattern!r}, found {n}")
     text = new
-sub(r'^apiVersion: kubescheduler\.config\.k8s\.io/v1$', 'apiVersion: kubescheduler.config.k8s.io/v1beta1')
+# The chart picks the version from the cluster's (helm install); deploy/ (kubectl apply, no helm)
+# is rendered for current clusters (v1), and every field it sets is the same in v1beta1.
+want = 'v1' if int(minor) >= 25 else 'v1beta1'
+if int(minor) < 25:
+    text = re.sub(r'^apiVersion: kubescheduler\.config\.k8s\.io/v1$', 'apiVersion: kubescheduler.config.k8s.io/v1beta1', text, flags=re.M)
+have = re.search(r'^apiVersion: kubescheduler\.config\.k8s\.io/(\S+)$', text, re.M)
+if not have or have.group(1) != want:
+    sys.exit(f"scheduler config: kubescheduler.config.k8s.io/{have.group(1) if have else '?'} on Kubernetes 1.{minor}, expected {want}")
+if int(minor) < 25:
+    # v1beta1 serves healthz and metrics on 0.0.0.0:10251 unless told otherwise (v1 dropped the fields).
+    sub(r'^kind: KubeSchedulerConfiguration$', f'kind: KubeSchedulerConfiguration\nhealthzBindAddress: 127.0.0.1:{hport}\nmetricsBindAddress: 127.0.0.1:{hport}')
 sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
-# v1beta1 serves healthz and metrics on 0.0.0.0:10251 unless told otherwise (v1 dropped the fields).
-sub(r'^kind: KubeSchedulerConfiguration$', f'kind: KubeSchedulerConfiguration\nhealthzBindAddress: 127.0.0.1:{hport}\nmetricsBindAddress: 127.0.0.1:{hport}')
 sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
 sub(r'^(\s*- urlPrefix: ).*$', rf'\g<1>{url}')
 if url.startswith('http://'):
@@ -459,7 +497,7 @@ e2e_scheduler() {
   SCHED_LOG_N=$((${SCHED_LOG_N:-0} + 1))
   SCHED_LOG="$W/scheduler-$SCHED_LOG_N.log"
   start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/my-scheduler.yaml" \
-    --port 0 --secure-port 0 --logtostderr --v="${E2E_SCHED_V:-2}"
+    $(sched_port_flags) $(log_flags) --v="${E2E_SCHED_V:-2}"
   wait_for 60 "my-scheduler started" grep -q -E 'Attempting to acquire leader lease|Starting Kubernetes Scheduler|Started' "$SCHED_LOG"
   sleep 1
   kill -0 "$(pid_of my-scheduler)" 2>/dev/null || { cat "$SCHED_LOG" >&2; die "kube-scheduler exited"; }
@@ -733,11 +771,12 @@ ${E2E_PAUSE_IMAGE:+  sandbox_image = \"$E2E_PAUSE_IMAGE\"}
     bin_dir = "$c/cni/bin"
     conf_dir = "$c/cni/conf"
 TOML
-  start containerd "$W/containerd.log" containerd --config "$c/config.toml"
+  # containerd 2 reads this version-2 file too (it migrates it); its runc shim is found on PATH.
+  start containerd "$W/containerd.log" env PATH="$(dirname "$(command -v "$CONTAINERD_BIN")"):$PATH" "$CONTAINERD_BIN" --config "$c/config.toml"
   wait_for 30 "containerd socket" test -S "$c/c.sock"
 }
 
-ctr_() { timeout 30 ctr --address "$W/ctd/c.sock" -n k8s.io "$@"; }
+ctr_() { timeout 30 "$CTR_BIN" --address "$W/ctd/c.sock" -n k8s.io "$@"; }
 
 # Before our containerd stops: kill and delete every task and container it runs, so the shims exit
 # (and remove their sockets under /run/containerd/s) instead of being SIGKILLed with containers left.
@@ -791,7 +830,16 @@ e2e_import_images() {
 }
 
 kubelet_args() {
-  echo --kubeconfig "${E2E_KUBELET_KUBECONFIG:-$W/admin.kubeconfig}" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
+  local kc="${E2E_KUBELET_KUBECONFIG:-$W/admin.kubeconfig}"
+  if k8s_at_least 27; then
+    # 1.27 dropped --container-runtime and moved most flags into the configuration file.
+    e2e_kubelet_config "$W/kubelet-config.yaml"
+    echo --config "$W/kubelet-config.yaml" --kubeconfig "$kc" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
+      --hostname-override="$KUBELET_NODE" --node-ip=127.0.0.1 --register-node=true \
+      --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE" --v=2
+    return 0
+  fi
+  echo --kubeconfig "$kc" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
     --container-runtime=remote --container-runtime-endpoint="unix://$W/ctd/c.sock" \
     --cgroup-driver=cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
     --fail-swap-on=false --hostname-override="$KUBELET_NODE" --node-ip=127.0.0.1 --address=127.0.0.1 \
@@ -800,6 +848,35 @@ kubelet_args() {
     --make-iptables-util-chains=false --volume-plugin-dir="$W/kubelet/volume-plugins" \
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 --node-status-update-frequency=4s \
     ${E2E_PAUSE_IMAGE:+--pod-infra-container-image=$E2E_PAUSE_IMAGE} --logtostderr --v=2
+}
+
+# e2e_kubelet_config FILE: what 1.20's flags say, as a KubeletConfiguration (1.27+). These machines
+# run cgroup v1 without systemd: cgroupfs, no QoS cgroups, and failCgroupV1: false, without which
+# kubelet 1.35+ refuses to start on cgroup v1.
+e2e_kubelet_config() {
+  cat >"$1" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$W/ctd/c.sock
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: ["none"]
+failSwapOn: false
+failCgroupV1: false
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+makeIPTablesUtilChains: false
+volumePluginDir: $W/kubelet/volume-plugins
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+nodeStatusUpdateFrequency: 4s
+YAML
 }
 
 # kubelet 1.20 writes container logs to the fixed /var/log/pods (and links in /var/log/containers):
@@ -829,6 +906,15 @@ e2e_device_plugin() {
     --opt-aws-root "$W/host/opt/aws" --kubelet-dir /var/lib/kubelet/device-plugins \
     --pod-resources-socket "$W/kubelet/pod-resources/kubelet.sock" --reconcile-interval-s 5
 }
+
+# What a failing scenario with a kubelet shows first: the device plugin's last calls, the kubelet's
+# last admission and device-manager lines.
+e2e_kubelet_why() {
+  [ -n "${DP_LOG:-}" ] && [ -f "$DP_LOG" ] && { echo "device plugin ($(basename "$DP_LOG")):"; grep -E "Allocate|GetPreferred|refus|granted|regist|PodResources" "$DP_LOG" | tail -n 5; }
+  [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "admi|devicemanager|device_manager|manager.go.*(Allocate|endpoint|plugin)|UnexpectedAdmission|failed" "$KUBELET_LOG" | tail -n 5; }
+  return 0
+}
+e2e_why() { e2e_kubelet_why; }
 
 node_allocatable() { k get node "$1" -o "jsonpath={.status.allocatable.${2//./\\.}}"; }
 

@@ -48,7 +48,7 @@ run() {
        e2e_scheduler_config "$W/sched-e.yaml" true 1000 filter+prioritize ;;
   esac
   SCHED_LOG="$W/sched-$cfg-$round.log"
-  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/sched-$cfg.yaml" --port 0 --secure-port 0 --logtostderr --v=2
+  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/sched-$cfg.yaml" $(sched_port_flags) $(log_flags) --v=2
   local spid; spid=$(pid_of my-scheduler)
   local deadline=$(($(date +%s) + 300))
   until [ "$(bound_lines)" -ge 1 ]; do [ "$(date +%s)" -lt $deadline ] || die "($cfg) nothing bound"; sleep 0.05; done

@@ -143,8 +143,20 @@ extenders:
 {{- end }}
 
 {{/* my-scheduler's KubeSchedulerConfiguration (ConfigMap my-scheduler-config). */}}
+{{- /* The KubeSchedulerConfiguration version the cluster's scheduler reads: the value when set,
+     else from the cluster's version (helm install/upgrade: the API server's; helm template:
+     --kube-version): v1 from 1.25, v1beta3 on 1.23-1.24, v1beta1 before (1.19-1.22). */ -}}
+{{- define "toposched.schedulerConfigApiVersion" -}}
+{{- $root := index . 0 }}{{- $set := index . 1 }}
+{{- if $set }}{{ $set }}
+{{- else if semverCompare ">=1.25-0" $root.Capabilities.KubeVersion.Version }}v1
+{{- else if semverCompare ">=1.23-0" $root.Capabilities.KubeVersion.Version }}v1beta3
+{{- else }}v1beta1
+{{- end }}
+{{- end }}
+
 {{- define "toposched.myScheduler.config" -}}
-apiVersion: kubescheduler.config.k8s.io/{{ .Values.scheduler.customScheduler.configApiVersion }}
+apiVersion: kubescheduler.config.k8s.io/{{ include "toposched.schedulerConfigApiVersion" (list . .Values.scheduler.customScheduler.configApiVersion) }}
 kind: KubeSchedulerConfiguration
 leaderElection:
   leaderElect: true
@@ -161,7 +173,7 @@ profiles:
 
 {{/* The configuration for the cluster's own kube-scheduler (default-scheduler mode). */}}
 {{- define "toposched.defaultScheduler.config" -}}
-apiVersion: kubescheduler.config.k8s.io/{{ .Values.scheduler.defaultScheduler.configApiVersion }}
+apiVersion: kubescheduler.config.k8s.io/{{ include "toposched.schedulerConfigApiVersion" (list . .Values.scheduler.defaultScheduler.configApiVersion) }}
 kind: KubeSchedulerConfiguration
 clientConnection:
   kubeconfig: {{ .Values.scheduler.defaultScheduler.kubeconfig }}
