@@ -19,6 +19,10 @@ injects the faults a real cluster has, switched at run time by a JSON control fi
   hold_pod_lists   while true, pod LISTs wait (up to the lifetime) before they are forwarded
   refuse_pod_watches  while true, new pod watches are answered HTTP 410 (a client relists)
 
+A current client (client-go's WatchListClient, on in the kubelet of 1.35+) relists with a watch that
+asks for the initial events (sendInitialEvents=true) instead of a LIST: that request is the relist,
+so it is neither refused by refuse_pod_watches nor served stale; hold_pod_lists holds it as a LIST.
+
 Everything else is forwarded as it is; watches of other resources are streamed untouched. One line
 per fault (and per Binding) goes to stderr; `--status FILE` gets a JSON summary (counts, bindings held
 in flight, Bindings answered 504 with their pods) after every change, for the scenario to poll.
@@ -176,6 +180,10 @@ class Handler(BaseHTTPRequestHandler):
         c = conf()
         if method == "POST" and BINDING.match(base):
             return self.binding(path, body, c)
+        watch_list = watch and params.get("sendInitialEvents") == "true"
+        if method == "GET" and base == POD_COLLECTION and watch_list:
+            self.hold_pod_list(path)
+            return self.stream(path, pod=True)
         if method == "GET" and base == POD_COLLECTION and watch:
             if c.get("refuse_pod_watches"):
                 count("pod_watches_refused_410")
@@ -191,15 +199,20 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 if list_auth is None:
                     list_auth = (path, self.headers_out())
-            if c.get("hold_pod_lists"):
-                count("pod_lists_held")
-                say(f"pod LIST held: {path}")
-                while conf().get("hold_pod_lists"):
-                    time.sleep(0.05)
-                say("pod LIST released")
+            self.hold_pod_list(path)
             if self.stale_list(c):
                 return
         self.forward(method, path, body)
+
+    def hold_pod_list(self, path):
+        """While hold_pod_lists is on, the relist (a LIST, or a watch-list) waits."""
+        if not conf().get("hold_pod_lists"):
+            return
+        count("pod_lists_held")
+        say(f"pod LIST held: {path}")
+        while conf().get("hold_pod_lists"):
+            time.sleep(0.05)
+        say("pod LIST released")
 
     do_GET = lambda self: self.do_any("GET")  # noqa: E731
     do_POST = lambda self: self.do_any("POST")  # noqa: E731

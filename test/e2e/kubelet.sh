@@ -82,7 +82,57 @@ create_pod dev-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=kn
 served dev-1 aws.amazon.com/neuron
 pass "kubelet restarted: the plugin registered again and served the next pod"
 
-ids_disjoint "$(pod_ids dev-3)" "$(pod_ids dev-2)" "$(pod_ids dev-1)" || die "device ids overlap on kn"
+# A native sidecar (an init container with restartPolicy: Always, on by default from 1.29) that
+# uses Neuron devices beside the main container: its devices are held as long as the pod runs, so
+# the pod needs sidecar + main. Each container must get exactly what the extender recorded for it,
+# in the kubelet's own container order (the sidecar is admitted first).
+# A pod whose containers never started (no CNI here) is admitted again by a restarted kubelet, and
+# kubelet 1.2x+ fails it (UnexpectedAdmissionError) when that happens before the plugin is back:
+# a Failed pod holds nothing, and its devices may be given again. Only live pods must be disjoint.
+live=()
+for p in dev-3 dev-2 dev-1; do
+  phase=$(pod_field "$p" '{.status.phase}')
+  case "$phase" in
+    Succeeded | Failed) log "$p is $phase after the kubelet restart ($(events_of "$p" | grep -m1 -i admission | cut -c1-160)): its devices are free" ;;
+    *) live+=("$p") ;;
+  esac
+done
+all_ids=$(for p in "${live[@]}"; do pod_ids "$p"; done | paste -sd,)
+if k8s_at_least 29; then
+  out=$(api POST /api/v1/namespaces/default/pods '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"sidecar-2-1"},
+    "spec":{"schedulerName":"my-scheduler","terminationGracePeriodSeconds":0,"nodeSelector":{"kubernetes.io/hostname":"kn"},
+    "initContainers":[{"name":"side","image":"registry.invalid/neuron-side:1","restartPolicy":"Always",
+      "resources":{"limits":{"aws.amazon.com/neuron":"2"}}}],
+    "containers":[{"name":"main","image":"registry.invalid/neuron-app:1","resources":{"limits":{"aws.amazon.com/neuron":"1"}}}]}}') ||
+    die "create pod sidecar-2-1"
+  grep -q '"kind": *"Pod"' <<<"$out" || die "create pod sidecar-2-1: $out"
+  wait_bound 30 sidecar-2-1
+  sidecar_done() { [ "$(grep -c "Allocate aws.amazon.com/neuron .*default/sidecar-2-1 container" "$DP_LOG")" -ge 2 ]; }
+  wait_for 30 "the plugin's Allocate for both containers of sidecar-2-1" sidecar_done
+  uid=$(pod_field sidecar-2-1 '{.metadata.uid}')
+  k -n default get pod sidecar-2-1 -o json >"$W/pod-sidecar.json"
+  wait_for 30 "kubelet's checkpoint for sidecar-2-1" grep -q "$uid" "$checkpoint"
+  python3 - "$W/pod-sidecar.json" "$checkpoint" "$uid" <<'PY' || die "sidecar-2-1: the kubelet's ids per container differ from the record"
+import json, re, sys
+pod = json.load(open(sys.argv[1])); data = json.load(open(sys.argv[2]))["Data"]; uid = sys.argv[3]
+rec = json.loads(pod["metadata"]["annotations"]["toposched.io/allocation"])
+want = {c["name"]: sorted(c["ids"]) for c in rec["containers"]}
+have = {}
+for e in data.get("PodDeviceEntries") or []:
+    if e["PodUID"] == uid and e["ResourceName"] == "aws.amazon.com/neuron":
+        d = e["DeviceIDs"]; vals = [v for vs in d.values() for v in vs] if isinstance(d, dict) else d
+        have[e["ContainerName"]] = sorted(int(re.sub(r"\D", "", v)) for v in vals)
+if want != have or sorted(map(len, want.values())) != [1, 2] or len(want.get("side", [])) != 2:
+    print(f"recorded {want}, kubelet's checkpoint {have}"); sys.exit(1)
+print(f"sidecar side -> {want['side']}, main -> {want['main']}")
+PY
+  order=$(grep -o "Allocate aws.amazon.com/neuron .*default/sidecar-2-1 container [a-z]*" "$DP_LOG" | awk '{print $NF}' | tr '\n' ' ')
+  [ "$order" = "side main " ] || die "sidecar-2-1: the kubelet allocated in the order '$order', expected the sidecar first"
+  pass "native sidecar: sidecar-2-1's sidecar got $(python3 -c 'import json,sys; r=json.loads(json.load(open(sys.argv[1]))["metadata"]["annotations"]["toposched.io/allocation"]); print(" and main ".join(",".join(map(str,c["ids"])) for c in r["containers"]))' "$W/pod-sidecar.json") as recorded, allocated by the kubelet in its order (side, main)"
+  all_ids="$all_ids,$(pod_ids sidecar-2-1)"; live+=(sidecar-2-1)
+fi
+ids_disjoint ${all_ids//,/ } || die "device ids overlap among the live pods on kn (${live[*]}): $all_ids"
+
 check_no_double_allocation >&2 || die "an id was given twice"
 # Both ran with exactly the RBAC of deploy/*-rbac.yaml: a refused list, watch or write is a defect
 # of the manifests even when a fallback hid it (the plugin's Allocate lists when its cache misses).

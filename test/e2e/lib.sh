@@ -816,9 +816,12 @@ e2e_images() {
 # e2e_import_images: into our containerd's k8s.io namespace (where the CRI plugin looks), unpacked
 # into the native snapshotter the CRI plugin uses (ctr's default would be overlayfs).
 e2e_import_images() {
-  local f
+  local f local_import=()
+  # containerd 2 imports through its transfer service, which unpacks only into the snapshotters of
+  # its unpack_config (overlayfs by default): --local imports directly, into native (1.6 has no flag).
+  "$CTR_BIN" images import --help 2>&1 | grep -q -- '--local' && local_import=(--local)
   for f in pause toposched; do
-    ctr_ images import --snapshotter native "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
+    ctr_ images import "${local_import[@]}" --snapshotter native --platform linux/amd64 "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
       { cat "$W/images/import.log" >&2; die "ctr images import $f.tar failed"; }
   done
   local have; have=$(ctr_ images ls -q)

@@ -67,3 +67,36 @@ pass "urgent (4 devices, priority 1000) evicted exactly 1 pod (b-low-row0) on tr
 events_of b-low-row0 2>/dev/null | grep -i preempt | head -1 >&2 || true
 check_annotations urgent
 check_no_double_allocation >&2 || die "an id was given twice"
+
+# An impossible pod: 7 devices on trn1.32xlarge is never legal (AWS's rule and text), so the extender
+# lists every trn1 node in FailedAndUnresolvableNodes. A scheduler that honours it (1.21+) does not
+# even try preemption — no preempt call, no victim — where one that does not (1.20) would evict in
+# vain if the extender's preempt verb did not stop it.
+# trn-c: 4 devices (row 0) held at the lowest priority, so the scheduler's own count check passes
+# (12 free) and the extender is asked; evicting the holder could be tried, and would be in vain.
+if k8s_at_least 21; then
+  e2e_node trn-c trn1.32xlarge
+  prebound_pod c-low-row0 trn-c trn1.32xlarge aws.amazon.com/neuron 0,1,2,3 e2e-lowest
+  # The extender knows trn-c once its filter passes trn-c for a 1-device probe (not a pod: no uid).
+  knows_trn_c() {
+    curl -sf -X POST -H 'Content-Type: application/json' "http://127.0.0.1:$EXT_PORT/filter" --data-binary \
+      "{\"Pod\":$(pod_json probe aws.amazon.com/neuron 1 | sed 's/"metadata":{/"metadata":{"namespace":"default","uid":"e2e-probe",/'),\"NodeNames\":[\"trn-c\"]}" |
+      python3 -c 'import json,sys; sys.exit(0 if "trn-c" in (json.load(sys.stdin).get("NodeNames") or []) else 1)'
+  }
+  wait_for 30 "the extender to know trn-c and c-low-row0" knows_trn_c
+  before_pods=$(k -n default get pods --no-headers 2>/dev/null | wc -l)
+  npre_before=$(curl -s "http://127.0.0.1:$EXT_PORT/metrics" | awk '/^toposched_extender_requests_total\{.*verb="preempt"/ {s += $2} END {print s + 0}')
+  create_pod impossible aws.amazon.com/neuron 7 kubernetes.io/hostname=trn-c e2e-high
+  failed_scheduling() { events_of impossible | grep -q FailedScheduling; }
+  wait_for 60 "a FailedScheduling event on impossible" failed_scheduling
+  ev=$(events_of impossible | grep FailedScheduling | tail -1)
+  grep -q "does not support requests for device: 7" <<<"$ev" || die "impossible's event lacks AWS's text: $ev"
+  # The scheduler's own verdict on preemption for this pod, in its log and the event.
+  wait_for 30 "the scheduler's preemption verdict on impossible" grep -qE "Preemption is not helpful|not eligible for preemption|preemption: 0/" "$SCHED_LOG"
+  npre_after=$(curl -s "http://127.0.0.1:$EXT_PORT/metrics" | awk '/^toposched_extender_requests_total\{.*verb="preempt"/ {s += $2} END {print s + 0}')
+  [ "$npre_after" = "$npre_before" ] || die "kube-scheduler called preempt $((npre_after - npre_before)) times for an unresolvable pod"
+  after_pods=$(k -n default get pods --no-headers 2>/dev/null | wc -l)
+  [ "$after_pods" = $((before_pods + 1)) ] || die "$before_pods pods before impossible, $after_pods with it: a victim was evicted"
+  k -n default get pod c-low-row0 >/dev/null 2>&1 || die "c-low-row0 was evicted for a pod that can never fit"
+  pass "impossible (7 devices on trn1 trn-c, priority 1000): FailedAndUnresolvableNodes, no preempt call, c-low-row0 kept; event: $(cut -c1-200 <<<"$ev")"
+fi
