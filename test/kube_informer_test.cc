@@ -168,6 +168,38 @@ TEST(KubeInformerTest, ListsInPagesThenWatchesUpsertsDeletesAndBookmarks) {
   informer.Stop();
 }
 
+// A filter call carries the pod as kube-scheduler's watch saw it: the informer lets the caller
+// wait until its own watch has delivered that resourceVersion (the scheduler's can be ahead).
+TEST(KubeInformerTest, WaitsUntilAResourceVersionIsDelivered) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), FastOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  const int64_t listed = server.resource_version();
+  EXPECT_TRUE(informer.WaitForResourceVersion(std::to_string(listed), 0ms));
+  EXPECT_GE(informer.DeliveredResourceVersion(), static_cast<uint64_t>(listed));
+  // Not a revision: nothing to wait for.
+  EXPECT_TRUE(informer.WaitForResourceVersion("", 0ms));
+  EXPECT_TRUE(informer.WaitForResourceVersion("opaque-token", 0ms));
+  // Newer than anything there is: the wait ends with the timeout, false.
+  EXPECT_FALSE(informer.WaitForResourceVersion(std::to_string(listed + 1000), 20ms));
+
+  // A waiter for the next revision is woken by the event that carries it.
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  const std::string next = std::to_string(listed + 1);
+  std::atomic<bool> reached{false};
+  std::thread waiter([&] { reached = informer.WaitForResourceVersion(next, 10s); });
+  server.DeletePod("ml", "a");
+  waiter.join();
+  EXPECT_TRUE(reached.load());
+  EXPECT_FALSE(recorder.Has("a"));  // the handler ran before the waiter was woken
+  informer.Stop();
+}
+
 TEST(KubeInformerTest, RelistsOnHttp410) {
   FakeApiServer server;
   server.UpsertPod(PodJson("a"));

@@ -44,6 +44,7 @@ struct ExtenderOptions {
   std::string policy = "scarcity";
   double reservation_timeout_s = 30;
   double gang_timeout_s = 120;
+  double catch_up_wait_ms = 200;
   size_t body_limit_mib = 256;
   int threads = 1;
   int bind_threads = 8;
@@ -149,6 +150,12 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "or binding; then the gang is released whole (docs/ultraserver.md)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
+  cmd->add_option("--catch-up-wait", o->catch_up_wait_ms,
+                  "Milliseconds filter and prioritize wait, at most, for the pod watch to reach the "
+                  "pod's resourceVersion as kube-scheduler sent it (its watch can be ahead of "
+                  "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_option("--body-limit", o->body_limit_mib,
                   "Largest request body accepted, in MiB (413 above)")
       ->capture_default_str()
@@ -523,6 +530,22 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   }
 
   auto router = std::make_unique<extender::Router>(service, metrics, o.bind_threads, o.bind_queue);
+  if (pod_informer && o.catch_up_wait_ms > 0) {
+    // kube-scheduler retries a pod on its own watch's events; ours may trail by a few ms. A filter
+    // answered from the older state refuses what the scheduler saw freed, and on 1.2x+ nothing
+    // retries it before the 5-minute flush: answer from at least the state the scheduler had.
+    const auto wait = std::chrono::microseconds(static_cast<int64_t>(o.catch_up_wait_ms * 1000));
+    router->SetCatchUp([&pod_informer, &metrics, wait](const kube::Pod& pod) {
+      if (!pod_informer->WaitForResourceVersion(
+              pod.resource_version, std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
+        metrics.CountCatchUpTimeout();
+        spdlog::debug("pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
+                      "answering from ours after {} ms",
+                      pod.Key(), pod_informer->DeliveredResourceVersion(), pod.resource_version,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+      }
+    });
+  }
   if (elector) {
     // The leader serves once the pods are listed afresh, and not once shutdown began.
     router->SetLeaderGate([&elector, &pod_informer, &fresh_list_ticket, &shutting_down] {

@@ -84,6 +84,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               "Objects from the API server skipped because they do not decode, by "
                               "kind (pods, nodes); each is logged with its namespace/name")
                           .Register(*registry_);
+  catch_up_timeouts_ =
+      &prometheus::BuildCounter()
+           .Name("toposched_catch_up_timeouts_total")
+           .Help("filter and prioritize calls answered before the pod watch reached the pod's "
+                 "resourceVersion as kube-scheduler sent it, after --catch-up-wait")
+           .Register(*registry_)
+           .Add({});
   ready_ = &prometheus::BuildGauge()
                 .Name("toposched_ready")
                 .Help("1 once the first full sync and rebuild are done")
@@ -197,6 +204,8 @@ void Metrics::CountTrackerError(std::string_view operation) {
 void Metrics::CountSkippedObject(std::string_view kind) {
   objects_skipped_->Add({{"kind", std::string(kind)}}).Increment();
 }
+
+void Metrics::CountCatchUpTimeout() { catch_up_timeouts_->Increment(); }
 
 void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
 

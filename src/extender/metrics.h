@@ -44,6 +44,8 @@ class Metrics {
   void CountTrackerError(std::string_view operation);
   // An object an informer skipped because it does not decode (kind: pods, nodes).
   void CountSkippedObject(std::string_view kind);
+  // A filter or prioritize answered before the pod watch caught up with the scheduler's pod.
+  void CountCatchUpTimeout();
   void SetReady(bool ready);
   // Leader election: 1 while this process holds the lease; each change of role, by the new role.
   void SetLeader(bool leader);
@@ -70,6 +72,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* bind_read_backs_;
   prometheus::Family<prometheus::Counter>* tracker_errors_;
   prometheus::Family<prometheus::Counter>* objects_skipped_;
+  prometheus::Counter* catch_up_timeouts_;
   prometheus::Gauge* ready_;
   prometheus::Gauge* leader_;
   prometheus::Family<prometheus::Counter>* leader_transitions_;

@@ -103,6 +103,7 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   if (verb == "filter" || verb == "prioritize") {
     auto args = DecodeExtenderArgs(body);
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
+    if (catch_up_) catch_up_(args->pod);
     finish({200, "application/json",
             verb == "filter" ? service_.Filter(*args) : service_.Prioritize(*args)});
     if (args->nodes.has_value()) {

@@ -33,6 +33,12 @@ class Router {
   // Set before serving; null (the default) serves always.
   void SetLeaderGate(std::function<bool()> is_leader) { is_leader_ = std::move(is_leader); }
 
+  // Called with the pod of every filter and prioritize before it is answered: the command waits
+  // there for its pod watch to reach the pod's resourceVersion. Set before serving; null waits not.
+  void SetCatchUp(std::function<void(const kube::Pod&)> catch_up) {
+    catch_up_ = std::move(catch_up);
+  }
+
   // /metrics also reports the HTTP server's counters (connections, refusals) read from here.
   // Set before serving; null (the default) reports none.
   void SetServerStats(std::function<net::HttpServerStats()> stats) {
@@ -60,6 +66,7 @@ class Router {
   const int bind_queue_;
   std::atomic<int> binds_pending_{0};
   std::function<bool()> is_leader_;
+  std::function<void(const kube::Pod&)> catch_up_;
   std::function<net::HttpServerStats()> server_stats_;
 };
 

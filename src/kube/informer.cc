@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -19,7 +20,31 @@
 #include "kube/decode.h"
 
 namespace toposched::kube {
+
 namespace {
+
+// Lists refused in a row for being older than what was seen, before one is taken anyway: an
+// etcd restored from a backup really goes back in time, and the informer must not stall there.
+constexpr int kMaxStaleLists = 5;
+
+// etcd's revision as the API server spells a resourceVersion (a decimal integer); nullopt for
+// anything else. resourceVersions are opaque to clients in general; the API server's are etcd
+// revisions, and only two such are ever compared.
+std::optional<uint64_t> RevisionOf(std::string_view resource_version) {
+  uint64_t value = 0;
+  if (resource_version.empty()) return std::nullopt;
+  const char* last = resource_version.data() + resource_version.size();
+  const auto [end, error] = std::from_chars(resource_version.data(), last, value);
+  if (error != std::errc() || end != last) return std::nullopt;
+  return value;
+}
+
+// Whether resourceVersion `listed` is older than `seen`; anything not a revision is not older.
+bool OlderResourceVersion(std::string_view listed, std::string_view seen) {
+  const std::optional<uint64_t> a = RevisionOf(listed);
+  const std::optional<uint64_t> b = RevisionOf(seen);
+  return a && b && *a < *b;
+}
 
 // A list whose continue token keeps expiring is restarted this many times before the informer
 // backs off and tries again later.
@@ -146,6 +171,37 @@ bool Informer<T>::WaitForSync(std::chrono::milliseconds timeout) {
   MutexLock lock(mutex_);
   wake_.WaitFor(mutex_, timeout, [this] { return synced_.load() || stop_.load(); });
   return synced_.load();
+}
+
+
+template <typename T>
+void Informer<T>::Delivered(std::string_view resource_version) {
+  const std::optional<uint64_t> revision = RevisionOf(resource_version);
+  if (!revision) return;
+  uint64_t seen = delivered_rv_.load();
+  while (*revision > seen && !delivered_rv_.compare_exchange_weak(seen, *revision)) {
+  }
+  if (rv_waiters_.load() > 0) {
+    MutexLock lock(mutex_);
+    wake_.NotifyAll();
+  }
+}
+
+template <typename T>
+bool Informer<T>::WaitForResourceVersion(std::string_view resource_version,
+                                         std::chrono::milliseconds timeout) {
+  const std::optional<uint64_t> wanted = RevisionOf(resource_version);
+  if (!wanted || delivered_rv_.load() >= *wanted) return true;
+  rv_waiters_.fetch_add(1);
+  bool reached = false;
+  {
+    MutexLock lock(mutex_);
+    reached = wake_.WaitFor(mutex_, timeout, [this, &wanted] {
+      return delivered_rv_.load() >= *wanted || stop_.load();
+    });
+  }
+  rv_waiters_.fetch_sub(1);
+  return reached && delivered_rv_.load() >= *wanted;
 }
 
 template <typename T>
@@ -280,27 +336,6 @@ Result<ObjectList<T>> Informer<T>::DecodePageByItem(const std::string& body,
   return list;
 }
 
-namespace {
-
-// Lists refused in a row for being older than what was seen, before one is taken anyway: an
-// etcd restored from a backup really goes back in time, and the informer must not stall there.
-constexpr int kMaxStaleLists = 5;
-
-// Whether resourceVersion `listed` is older than `seen`. resourceVersions are opaque to clients
-// in general; the API server's are etcd revisions (decimal integers), and only two such are
-// compared. Anything else is taken as not older.
-bool OlderResourceVersion(std::string_view listed, std::string_view seen) {
-  uint64_t a = 0;
-  uint64_t b = 0;
-  const auto parse = [](std::string_view text, uint64_t& out) {
-    if (text.empty()) return false;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-    return ec == std::errc() && end == text.data() + text.size();
-  };
-  return parse(listed, a) && parse(seen, b) && a < b;
-}
-
-}  // namespace
 
 template <typename T>
 Result<std::string> Informer<T>::ListAll(const std::string& seen) {
@@ -361,6 +396,7 @@ Result<std::string> Informer<T>::ListAll(const std::string& seen) {
   }
   stale_lists_in_a_row_ = 0;
   if (handlers_.on_replace) handlers_.on_replace(all);
+  Delivered(resource_version);
   lists_.fetch_add(1);
   if (!synced_.load()) {
     {
@@ -419,13 +455,16 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
       case WatchEventType::kModified:
         if (!event->resource_version.empty()) resource_version = event->resource_version;
         if (handlers_.on_upsert) handlers_.on_upsert(event->object);
+        Delivered(event->resource_version);
         return true;
       case WatchEventType::kDeleted:
         if (!event->resource_version.empty()) resource_version = event->resource_version;
         if (handlers_.on_delete) handlers_.on_delete(event->object);
+        Delivered(event->resource_version);
         return true;
       case WatchEventType::kBookmark:
         if (!event->resource_version.empty()) resource_version = event->resource_version;
+        Delivered(event->resource_version);
         return true;
       case WatchEventType::kError:
         if (event->error_code == 410) {

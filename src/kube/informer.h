@@ -89,6 +89,15 @@ class Informer {
   uint64_t RelistsDelivered() const { return relists_delivered_.load(); }
   // Waits until Synced() or the timeout passes; returns Synced().
   bool WaitForSync(std::chrono::milliseconds timeout);
+  // Waits until the handlers have been given a list, event or bookmark at least as new as
+  // `resource_version`, or the timeout passes; true when they have. An object that came from
+  // another client's watch (kube-scheduler's pod in a filter call) can be newer than what this
+  // informer has delivered: waiting lets the caller see what that client had seen. A
+  // resourceVersion that is not a number is not waited for (true): they are opaque to clients, and
+  // comparing them relies on etcd's being increasing integers, which every API server gives.
+  bool WaitForResourceVersion(std::string_view resource_version, std::chrono::milliseconds timeout);
+  // The newest resourceVersion delivered to the handlers (0 before the first list).
+  uint64_t DeliveredResourceVersion() const { return delivered_rv_.load(); }
   InformerCounters counters() const;
 
  private:
@@ -104,6 +113,8 @@ class Informer {
   // the page is not a list at all.
   Result<ObjectList<T>> DecodePageByItem(const std::string& body, const std::string& why);
   void Skip(const std::string& key, const std::string& error, std::string_view where);
+  // After the handlers took something at `resource_version`: moves delivered_rv_ on, wakes waiters.
+  void Delivered(std::string_view resource_version);
   WatchEnd WatchFrom(std::string& resource_version);
   std::string Selectors() const;
   // Sleeps unless Stop() is called first.
@@ -121,6 +132,8 @@ class Informer {
   std::atomic<uint64_t> relists_requested_{0};
   std::atomic<uint64_t> relists_delivered_{0};
   std::atomic<bool> synced_{false};
+  std::atomic<uint64_t> delivered_rv_{0};
+  std::atomic<int> rv_waiters_{0};  // WaitForResourceVersion callers: only then is a delivery notified
   Mutex mutex_;  // guards the waits below
   CondVar wake_;
   std::chrono::milliseconds backoff_{0};

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Scheduling throughput of a real kube-scheduler 1.20.2 (`my-scheduler`) with 500 patched nodes and
+# Scheduling throughput of a real kube-scheduler (`my-scheduler`; the version of TOPOSCHED_E2E_K8S,
+# default 1.20, or the first of scripts/e2e.sh --k8s) with 500 patched nodes and
 # 2,000 pods created before the scheduler starts, client QPS/burst raised to 1000/2000, in
 # alternating rounds of four configurations:
 #   (a) no extender
@@ -123,9 +124,18 @@ for c in "abcde":
     rel = lambda base: f"{med[c] / med[base]:.2f}" if base in med else "-"
     print(f"| {names[c]} | **{med[c]:.0f}** ({runs}) | {rel('a')} | {rel('b')} | "
           f"{statistics.median(r[1] for r in v):.2f} | {'-' if c == 'a' else format(statistics.median(r[2] for r in v), '.2f')} |")
-ratio = med.get("c", 0) / med["b"]
-print(f"\n(c)/(b) = {ratio:.2f} (target >= 0.9): {'met' if ratio >= 0.9 else 'NOT met'}. {nodes} nodes, {pods} pods, {rounds} rounds.")
+notes = []
+if "c" in med and "b" in med:
+    per_round = [c[0] / b[0] for c, b in zip(by["c"], by["b"])]
+    notes.append(f"(c)/(b) = {med['c'] / med['b']:.2f} (per round {', '.join(f'{r:.2f}' for r in per_round)}; "
+                 f"goal >= 1.0 in every round: {'met' if min(per_round) >= 1.0 else 'not met'})")
+if "c" in med and "a" in med:
+    notes.append(f"(c)/(a) = {med['c'] / med['a']:.2f} (goal >= 0.75: {'met' if med['c'] / med['a'] >= 0.75 else 'not met'})")
+print(f"\n{'; '.join(notes)}{'. ' if notes else ''}{nodes} nodes, {pods} pods, {rounds} rounds.")
 PY
 )
 echo "$report"
-[ -n "$out" ] && echo "$report" >"$out"
+# The run measured what it was asked: exit 0 (a goal not met is a finding in the table, not a
+# failure of the measurement; a configuration that did not finish says so in its row).
+if [ -n "$out" ]; then echo "$report" >"$out"; fi
+exit 0
