@@ -213,9 +213,13 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
 // Nobody has to know which KubeSchedulerConfiguration version their scheduler reads: the chart
 // takes it from the cluster's version (helm install: the API server's; here --kube-version).
 TEST(HelmChart, PicksTheSchedulerConfigVersionFromTheCluster) {
-  for (const auto& [kube, want] : std::vector<std::pair<std::string, std::string>>{
-           {"1.20.2", "v1beta1"}, {"1.22.0", "v1beta1"}, {"1.24.3", "v1beta3"},
-           {"1.25.0", "v1"}, {"1.34.4", "v1"}, {"1.37.2", "v1"}}) {
+  for (const auto& [kube, want] :
+       std::vector<std::pair<std::string, std::string>>{{"1.20.2", "v1beta1"},
+                                                        {"1.22.0", "v1beta1"},
+                                                        {"1.24.3", "v1beta3"},
+                                                        {"1.25.0", "v1"},
+                                                        {"1.34.4", "v1"},
+                                                        {"1.37.2", "v1"}}) {
     for (const bool second : {true, false}) {
       const Rendered r(std::string(second ? kSecondScheduler : kDefaultScheduler) +
                        " --kube-version " + kube);
@@ -229,11 +233,13 @@ TEST(HelmChart, PicksTheSchedulerConfigVersionFromTheCluster) {
     }
   }
   // An explicit value still wins.
-  const Rendered set(std::string(kSecondScheduler) +
-                     " --kube-version 1.37.2 --set scheduler.customScheduler.configApiVersion=v1beta3");
+  const Rendered set(
+      std::string(kSecondScheduler) +
+      " --kube-version 1.37.2 --set scheduler.customScheduler.configApiVersion=v1beta3");
   ASSERT_EQ(set.outcome().exit_code, 0) << set.outcome().err;
   EXPECT_EQ(ConfigIn(set.Get("ConfigMap", "my-scheduler-config"),
-                     "my-scheduler-config.yaml")["apiVersion"].as<std::string>(),
+                     "my-scheduler-config.yaml")["apiVersion"]
+                .as<std::string>(),
             "kubescheduler.config.k8s.io/v1beta3");
 }
 

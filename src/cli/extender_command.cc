@@ -150,10 +150,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "or binding; then the gang is released whole (docs/ultraserver.md)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
-  cmd->add_option("--catch-up-wait", o->catch_up_wait_ms,
-                  "Milliseconds filter and prioritize wait, at most, for the pod watch to reach the "
-                  "pod's resourceVersion as kube-scheduler sent it (its watch can be ahead of "
-                  "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
+  cmd->add_option(
+         "--catch-up-wait", o->catch_up_wait_ms,
+         "Milliseconds filter and prioritize wait, at most, for the pod watch to reach the "
+         "pod's resourceVersion as kube-scheduler sent it (its watch can be ahead of "
+         "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10000.0));
   cmd->add_option("--body-limit", o->body_limit_mib,
@@ -539,10 +540,11 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
       if (!pod_informer->WaitForResourceVersion(
               pod.resource_version, std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
         metrics.CountCatchUpTimeout();
-        spdlog::debug("pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
-                      "answering from ours after {} ms",
-                      pod.Key(), pod_informer->DeliveredResourceVersion(), pod.resource_version,
-                      std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+        spdlog::debug(
+            "pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
+            "answering from ours after {} ms",
+            pod.Key(), pod_informer->DeliveredResourceVersion(), pod.resource_version,
+            std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
       }
     });
   }

@@ -87,8 +87,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   catch_up_timeouts_ =
       &prometheus::BuildCounter()
            .Name("toposched_catch_up_timeouts_total")
-           .Help("filter and prioritize calls answered before the pod watch reached the pod's "
-                 "resourceVersion as kube-scheduler sent it, after --catch-up-wait")
+           .Help(
+               "filter and prioritize calls answered before the pod watch reached the pod's "
+               "resourceVersion as kube-scheduler sent it, after --catch-up-wait")
            .Register(*registry_)
            .Add({});
   ready_ = &prometheus::BuildGauge()

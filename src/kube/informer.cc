@@ -173,7 +173,6 @@ bool Informer<T>::WaitForSync(std::chrono::milliseconds timeout) {
   return synced_.load();
 }
 
-
 template <typename T>
 void Informer<T>::Delivered(std::string_view resource_version) {
   const std::optional<uint64_t> revision = RevisionOf(resource_version);
@@ -335,7 +334,6 @@ Result<ObjectList<T>> Informer<T>::DecodePageByItem(const std::string& body,
   for (const auto& [key, error] : bad) Skip(key, error, "list");
   return list;
 }
-
 
 template <typename T>
 Result<std::string> Informer<T>::ListAll(const std::string& seen) {

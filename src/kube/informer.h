@@ -133,7 +133,8 @@ class Informer {
   std::atomic<uint64_t> relists_delivered_{0};
   std::atomic<bool> synced_{false};
   std::atomic<uint64_t> delivered_rv_{0};
-  std::atomic<int> rv_waiters_{0};  // WaitForResourceVersion callers: only then is a delivery notified
+  std::atomic<int> rv_waiters_{
+      0};        // WaitForResourceVersion callers: only then is a delivery notified
   Mutex mutex_;  // guards the waits below
   CondVar wake_;
   std::chrono::milliseconds backoff_{0};
