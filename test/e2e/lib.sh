@@ -832,6 +832,11 @@ e2e_import_images() {
   log "imported $E2E_PAUSE_IMAGE and $E2E_IMAGE into containerd (k8s.io, native snapshotter)"
 }
 
+# The kubelet's default hard eviction (imagefs.available<15%, nodefs.available<10%) reads the
+# machine's whole disk: a CI machine that has just built four trees of C++ and two Kubernetes is
+# often below 15 %, the kubelet reports DiskPressure and refuses every new pod at admission (seen:
+# the plugin's Allocate never called). The thresholds are set to what the tests can live with.
+E2E_EVICTION_FLAG="memory.available<1Mi,nodefs.available<1%,nodefs.inodesFree<1%,imagefs.available<1%"
 kubelet_args() {
   local kc="${E2E_KUBELET_KUBECONFIG:-$W/admin.kubeconfig}"
   if k8s_at_least 27; then
@@ -850,6 +855,7 @@ kubelet_args() {
     --register-node=true --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE" \
     --make-iptables-util-chains=false --volume-plugin-dir="$W/kubelet/volume-plugins" \
     --image-gc-high-threshold=100 --image-gc-low-threshold=99 --node-status-update-frequency=4s \
+    --eviction-hard="$E2E_EVICTION_FLAG" \
     ${E2E_PAUSE_IMAGE:+--pod-infra-container-image=$E2E_PAUSE_IMAGE} --logtostderr --v=2
 }
 
@@ -879,6 +885,7 @@ volumePluginDir: $W/kubelet/volume-plugins
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 4s
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", nodefs.inodesFree: "1%", imagefs.available: "1%"}
 YAML
 }
 
@@ -914,7 +921,7 @@ e2e_device_plugin() {
 # last admission and device-manager lines.
 e2e_kubelet_why() {
   [ -n "${DP_LOG:-}" ] && [ -f "$DP_LOG" ] && { echo "device plugin ($(basename "$DP_LOG")):"; grep -E "Allocate|GetPreferred|refus|granted|regist|PodResources" "$DP_LOG" | tail -n 5; }
-  [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "admi|devicemanager|device_manager|manager.go.*(Allocate|endpoint|plugin)|UnexpectedAdmission|failed" "$KUBELET_LOG" | tail -n 5; }
+  [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "admi|devicemanager|device_manager|manager.go.*(Allocate|endpoint|plugin)|UnexpectedAdmission|Pressure|evict" "$KUBELET_LOG" | tail -n 5; }
   return 0
 }
 e2e_why() { e2e_kubelet_why; }
