@@ -3,7 +3,8 @@
 # second-scheduler command), `helm upgrade` with a changed value rolls the Deployments it must (the
 # extender's pod template changes; my-scheduler's changes with its configuration), and `helm
 # uninstall` leaves nothing of ours behind. Then AWS's default-scheduler command installs the other
-# mode's objects. Exits 77 without helm (scripts/install-tools.sh).
+# mode's objects, and a kube-scheduler playing the cluster's own reads the merged configuration the
+# chart rendered and places a pod through the extender. Exits 77 without helm (scripts/install-tools.sh).
 source "$(dirname "$0")/lib.sh"
 e2e_init helm
 [ -n "$(e2e_helm_bin)" ] || skip "no helm (scripts/install-tools.sh installs it)"
@@ -73,6 +74,36 @@ k -n kube-system get configmap k8s-neuron-scheduler-config >/dev/null || die "no
 k -n kube-system get deploy my-scheduler >/dev/null 2>&1 && die "default-scheduler mode installed my-scheduler"
 [ "$(k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.hostNetwork}')" = true ] ||
   die "default-scheduler mode: the extender is not on the host network"
+# The cluster's own kube-scheduler reading the merged configuration as the chart rendered it for
+# this cluster's version (v1 on 1.25+, v1beta1 on 1.20), changed only where a local process must
+# differ: its kubeconfig (kubeadm's scheduler.conf → the admin's here) and the extender's address
+# (127.0.0.1:32700 → the local extender's port). A pod that names no scheduler is placed by it,
+# through the extender.
+k -n kube-system get configmap k8s-neuron-scheduler-config -o 'jsonpath={.data.kube-scheduler-config\.yaml}' >"$W/default-sched.orig" ||
+  die "cannot read k8s-neuron-scheduler-config"
+want_api=v1; k8s_before 25 && want_api=v1beta1
+grep -qx "apiVersion: kubescheduler.config.k8s.io/$want_api" "$W/default-sched.orig" ||
+  die "the default-scheduler configuration is not $want_api on Kubernetes $E2E_K8S: $(head -1 "$W/default-sched.orig")"
+sed -e "s#^\(\s*kubeconfig:\) /etc/kubernetes/scheduler.conf\$#\1 $W/admin.kubeconfig#" \
+    -e "s#^\(\s*- urlPrefix:\) http://127.0.0.1:32700\$#\1 http://127.0.0.1:$EXT_PORT#" "$W/default-sched.orig" >"$W/default-sched.yaml"
+grep -q "$W/admin.kubeconfig" "$W/default-sched.yaml" && grep -q "127.0.0.1:$EXT_PORT" "$W/default-sched.yaml" ||
+  die "could not point the default-scheduler configuration at this cluster: $(cat "$W/default-sched.yaml")"
+if k8s_before 25; then
+  # v1beta1 serves health and metrics on 0.0.0.0:10251 unless told otherwise.
+  sed -i "s#^kind: KubeSchedulerConfiguration\$#&\nhealthzBindAddress: 127.0.0.1:$SCHED_HEALTH_PORT\nmetricsBindAddress: 127.0.0.1:$SCHED_HEALTH_PORT#" "$W/default-sched.yaml"
+fi
+e2e_node inf2-d inf2.48xlarge
+e2e_extender
+start default-scheduler "$W/default-scheduler.log" "$K8S_BIN/kube-scheduler" --config "$W/default-sched.yaml" \
+  $(sched_port_flags) $(log_flags) --v=2
+out=$(api POST /api/v1/namespaces/default/pods "$(pod_json plain-3 aws.amazon.com/neuron 3 kubernetes.io/hostname=inf2-d | sed 's/"schedulerName":"my-scheduler",//')") ||
+  die "create pod plain-3"
+grep -q '"kind": *"Pod"' <<<"$out" || die "create pod plain-3: $out"
+wait_bound 60 plain-3
+[ "$(pod_field plain-3 '{.spec.schedulerName}')" = default-scheduler ] || die "plain-3 is not the default scheduler's"
+ids_contiguous "$(pod_ids plain-3)" || die "plain-3 got $(pod_ids plain-3), not a contiguous set"
+check_annotations plain-3
+stop default-scheduler; stop extender
 h uninstall toposched --namespace kube-system >>"$W/apply.log" 2>&1 || die "helm uninstall (default-scheduler mode) failed"
-pass "AWS's default-scheduler command: extender on the host network, its configuration, no my-scheduler; uninstalled"
+pass "AWS's default-scheduler command: extender on the host network, its configuration, no my-scheduler; the cluster's kube-scheduler read the merged $want_api configuration and placed plain-3 (no schedulerName) through the extender: $(pod_ids plain-3); uninstalled"
 
