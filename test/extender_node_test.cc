@@ -45,13 +45,17 @@ class NodeTruthTest : public ::testing::Test {
     return snapshot ? snapshot->info.lnc : -1;
   }
 
+  // A record (allocation or granted) of container main holding `cores` on trn2-a.
+  static std::string CoreRecord(const std::string& cores) {
+    return R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[)" +
+           cores + "]}]}";
+  }
+
   static kube::Pod CorePod(const std::string& name, const std::string& cores) {
     kube::Pod pod =
         testing::MakePod(name, {{"main", "aws.amazon.com/neuroncore", 4}}, {}, "trn2-a");
     pod.phase = "Running";
-    pod.annotations["toposched.io/allocation"] =
-        R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[)" +
-        cores + "]}]}";
+    pod.annotations["toposched.io/allocation"] = CoreRecord(cores);
     pod.annotations["NEURON_ALLOC_TIME"] = "100";
     return pod;
   }
@@ -109,8 +113,7 @@ TEST_F(NodeTruthTest, NodeFactsFollowTheShapeTheTrackerKeeps) {
 TEST_F(NodeTruthTest, GrantedTruthIsAdopted) {
   service_.ReplaceNodes({Trn2(16, 64, 1)});
   kube::Pod pod = CorePod("g", "0,1,2,3");
-  pod.annotations[kGranted] =
-      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  pod.annotations[kGranted] = CoreRecord("8,9,10,11");
   service_.ReplacePods({pod});
   auto hold = service_.tracker().Find("g-uid");
   ASSERT_TRUE(hold.has_value());
@@ -118,8 +121,7 @@ TEST_F(NodeTruthTest, GrantedTruthIsAdopted) {
 
   kube::Pod other = CorePod("h", "4,5,6,7");
   service_.UpsertPod(other);
-  other.annotations[kGranted] =
-      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[12,13,14,15]}]})";
+  other.annotations[kGranted] = CoreRecord("12,13,14,15");
   service_.UpsertPod(other);
   hold = service_.tracker().Find("h-uid");
   ASSERT_TRUE(hold.has_value());
@@ -138,8 +140,7 @@ TEST_F(NodeTruthTest, AGrantedRecordRefusedForAConflictIsHeldOnceTheConflictGoes
   kube::Pod q = CorePod("q", "8,9,10,11");
   service_.UpsertPod(q);
   g.resource_version = "2";
-  g.annotations[kGranted] =
-      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  g.annotations[kGranted] = CoreRecord("8,9,10,11");
   service_.UpsertPod(g);  // conflicts with q: g keeps what it held
   auto hold = service_.tracker().Find("g-uid");
   ASSERT_TRUE(hold.has_value());
@@ -161,12 +162,10 @@ TEST_F(NodeTruthTest, AGrantedRecordRefusedForAConflictIsHeldOnceTheOtherPodMove
   kube::Pod q = CorePod("q", "8,9,10,11");
   service_.UpsertPod(q);
   g.resource_version = "2";
-  g.annotations[kGranted] =
-      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[8,9,10,11]}]})";
+  g.annotations[kGranted] = CoreRecord("8,9,10,11");
   service_.UpsertPod(g);  // conflicts with q
   q.resource_version = "3";
-  q.annotations[kGranted] =
-      R"({"node":"trn2-a","instanceType":"trn2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neuroncore","ids":[12,13,14,15]}]})";
+  q.annotations[kGranted] = CoreRecord("12,13,14,15");
   service_.UpsertPod(q);
   auto hold = service_.tracker().Find("g-uid");
   ASSERT_TRUE(hold.has_value());

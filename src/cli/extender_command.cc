@@ -535,16 +535,15 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     // kube-scheduler retries a pod on its own watch's events; ours may trail by a few ms. A filter
     // answered from the older state refuses what the scheduler saw freed, and on 1.2x+ nothing
     // retries it before the 5-minute flush: answer from at least the state the scheduler had.
-    const auto wait = std::chrono::microseconds(static_cast<int64_t>(o.catch_up_wait_ms * 1000));
+    const std::chrono::milliseconds wait(static_cast<int64_t>(o.catch_up_wait_ms));
     router->SetCatchUp([&pod_informer, &metrics, wait](const kube::Pod& pod) {
-      if (!pod_informer->WaitForResourceVersion(
-              pod.resource_version, std::chrono::duration_cast<std::chrono::milliseconds>(wait))) {
+      if (!pod_informer->WaitForResourceVersion(pod.resource_version, wait)) {
         metrics.CountCatchUpTimeout();
         spdlog::debug(
             "pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
             "answering from ours after {} ms",
             pod.Key(), pod_informer->DeliveredResourceVersion(), pod.resource_version,
-            std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+            wait.count());
       }
     });
   }
