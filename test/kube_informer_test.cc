@@ -31,6 +31,7 @@ using toposched::testing::RecordedRequest;
 using toposched::testing::WaitUntil;
 using namespace std::chrono_literals;
 using toposched::testing::TooOldMode;
+using toposched::testing::WatchListMode;
 
 std::string PodJson(const std::string& name, const std::string& node = "") {
   return R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"uid-)" + name +
@@ -489,6 +490,165 @@ TEST(KubeInformerTest, NodeInformerDecodesRealNodes) {
   server.DeleteNode("inf2");
   ASSERT_TRUE(WaitUntil([&] { return !recorder.Has("inf2"); }, 5s));
 }
+
+// --- watch lists (InformerOptions::watch_list) ----------------------------------------------
+
+InformerOptions WatchListOptions() {
+  InformerOptions options = FastOptions();
+  options.watch_list = true;
+  return options;
+}
+
+size_t WatchListRequests(const FakeApiServer& server) {
+  size_t count = 0;
+  for (const auto& request : server.RequestsMatching("GET", "/api/v1/pods")) {
+    if (QueryParam(request.query, "sendInitialEvents") == "true") ++count;
+  }
+  return count;
+}
+
+size_t PlainLists(const FakeApiServer& server) {
+  size_t count = 0;
+  for (const auto& request : server.RequestsMatching("GET", "/api/v1/pods")) {
+    if (QueryParam(request.query, "watch").empty()) ++count;
+  }
+  return count;
+}
+
+// The initial set arrives as one on_replace at the initial-events-end bookmark, from one request
+// that then goes on as the watch: no LIST at all.
+TEST(KubeInformerTest, WatchListDeliversTheSetAtItsBookmarkThenWatchesOnTheSameStream) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a", "node-1"));
+  server.UpsertPod(PodJson("b", "node-2"));
+  server.DeletePod("ml", "b");
+  server.UpsertPod(PodJson("c", "node-1"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), WatchListOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_THAT(recorder.Names(), ElementsAre("a", "c"));
+  EXPECT_EQ(recorder.replaces(), 1);
+  EXPECT_EQ(recorder.upserts(), 0);  // the initial events are the list, not upserts
+  EXPECT_EQ(informer.DeliveredResourceVersion(), static_cast<uint64_t>(server.resource_version()));
+  const auto requests = server.RequestsMatching("GET", "/api/v1/pods");
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(QueryParam(requests[0].query, "watch"), "1");
+  EXPECT_EQ(QueryParam(requests[0].query, "sendInitialEvents"), "true");
+  EXPECT_EQ(QueryParam(requests[0].query, "resourceVersionMatch"), "NotOlderThan");
+  EXPECT_EQ(QueryParam(requests[0].query, "allowWatchBookmarks"), "true");
+  EXPECT_EQ(QueryParam(requests[0].query, "resourceVersion"), "");  // a consistent read
+
+  server.UpsertPod(PodJson("d", "node-3"));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("d"); }, 5s));
+  EXPECT_EQ(recorder.upserts(), 1);
+  EXPECT_EQ(server.RequestsMatching("GET", "/api/v1/pods").size(), 1u);
+
+  // The stream ends (the server's timeout): a plain watch resumes from the last resourceVersion.
+  const int64_t last = server.resource_version();
+  server.EndWatches(Kind::kPod);
+  ASSERT_TRUE(WaitUntil([&] { return server.watches_started(Kind::kPod) >= 2; }, 5s));
+  const RecordedRequest resumed = server.RequestsMatching("GET", "/api/v1/pods").back();
+  EXPECT_EQ(QueryParam(resumed.query, "sendInitialEvents"), "");
+  EXPECT_EQ(QueryParam(resumed.query, "resourceVersion"), std::to_string(last));
+  const InformerCounters counters = informer.counters();
+  EXPECT_EQ(counters.lists, 1u);
+  EXPECT_EQ(counters.watch_lists, 1u);
+  EXPECT_FALSE(counters.watch_list_refused);
+  EXPECT_EQ(PlainLists(server), 0u);
+  informer.Stop();
+}
+
+// A field selector (the device plugin's spec.nodeName) applies to the initial events too.
+TEST(KubeInformerTest, WatchListHonoursTheFieldSelector) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("mine", "node-1"));
+  server.UpsertPod(PodJson("other", "node-2"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  InformerOptions options = WatchListOptions();
+  options.field_selector = "spec.nodeName=node-1";
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), options);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_THAT(recorder.Names(), ElementsAre("mine"));
+  informer.Stop();
+}
+
+// Relist() (a new leader's quorum read) is answered by a new watch list; the ticket counts only
+// once that list is delivered. History gone (410) also lists through a watch list again.
+TEST(KubeInformerTest, RelistAndGoneAreAnsweredByANewWatchList) {
+  FakeApiServer server;
+  server.UpsertPod(PodJson("a"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), WatchListOptions());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  const uint64_t ticket = informer.Relist();
+  ASSERT_TRUE(WaitUntil([&] { return informer.RelistsDelivered() >= ticket; }, 5s));
+  EXPECT_EQ(recorder.replaces(), 2);
+  EXPECT_EQ(WatchListRequests(server), 2u);
+
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.CompactHistory();
+  server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
+  server.EndWatches(Kind::kPod);  // the plain watch that resumes is refused: 410
+  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 3; }, 5s));
+  EXPECT_EQ(WatchListRequests(server), 3u);
+  EXPECT_EQ(informer.counters().watch_lists, 3u);
+  EXPECT_EQ(PlainLists(server), 0u);
+  informer.Stop();
+}
+
+// The three ways a server does not serve a watch list: each falls back to LIST + WATCH at once,
+// and the informer does not ask again (one refusal, whatever relists follow).
+class WatchListRefusedTest : public ::testing::TestWithParam<WatchListMode> {};
+
+TEST_P(WatchListRefusedTest, FallsBackToListAndWatchForGood) {
+  FakeApiServer server;
+  server.set_watch_list_mode(GetParam());
+  server.UpsertPod(PodJson("a"));
+  server.UpsertPod(PodJson("b"));
+  auto client = ClientFor(server);
+  ASSERT_NE(client, nullptr);
+  Recorder<Pod> recorder;
+  PodInformer informer(*client, kPodsPath, recorder.Handlers(), WatchListOptions());
+  informer.Start();
+  if (GetParam() == WatchListMode::kIgnore) {
+    // A server that ignores the parameters streams a plain watch; its end without the bookmark
+    // is the refusal. Until then nothing is delivered: no partial set.
+    ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+    EXPECT_FALSE(informer.Synced());
+    EXPECT_EQ(recorder.replaces(), 0);
+    server.EndWatches(Kind::kPod);
+  }
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(5)));
+  EXPECT_THAT(recorder.Names(), ElementsAre("a", "b"));
+  EXPECT_TRUE(informer.counters().watch_list_refused);
+  EXPECT_EQ(informer.counters().watch_lists, 0u);
+  EXPECT_EQ(informer.counters().lists, 1u);
+  EXPECT_EQ(PlainLists(server), 1u);
+
+  // Events, then a relist: LIST again, no second watch list.
+  ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
+  server.UpsertPod(PodJson("c"));
+  ASSERT_TRUE(WaitUntil([&] { return recorder.Has("c"); }, 5s));
+  const uint64_t ticket = informer.Relist();
+  ASSERT_TRUE(WaitUntil([&] { return informer.RelistsDelivered() >= ticket; }, 5s));
+  EXPECT_EQ(PlainLists(server), 2u);
+  EXPECT_EQ(WatchListRequests(server), 1u);
+  informer.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WatchListRefusedTest,
+                         ::testing::Values(WatchListMode::kRefuseInvalid,
+                                           WatchListMode::kRefuseErrorEvent,
+                                           WatchListMode::kIgnore));
 
 }  // namespace
 }  // namespace toposched::kube

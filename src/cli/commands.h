@@ -18,6 +18,12 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitRefused = 1;  // a well-formed question whose answer is "no"
 inline constexpr int kExitUsage = 2;    // bad flags or input
 
+// --watch-list's help: the extender and the device plugin share the flag (kube/informer.h).
+inline constexpr const char* kWatchListHelp =
+    "Read pods (and nodes) with a watch list (sendInitialEvents, Kubernetes 1.27+ with the "
+    "WatchList feature, on by default from 1.34) instead of a paginated LIST; a server that "
+    "does not serve it is read with LIST and WATCH, logged once. false: LIST and WATCH only";
+
 // The catalog to use: --catalog FILE if given, else the embedded one.
 Result<const topology::Catalog*> LoadCatalog(const std::string& path);
 

@@ -21,6 +21,7 @@ namespace toposched::cli {
 struct DevicePluginOptions {
   std::string node_name;
   std::string kubeconfig;
+  bool watch_list = true;
   std::string sysfs_root = "/sys";
   std::string dev_root = "/dev";
   std::string opt_aws_root = "/opt/aws";
@@ -49,6 +50,7 @@ std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app) {
   cmd->add_option("--kubeconfig", opts->kubeconfig,
                   "Kubeconfig for the API server (default: $KUBECONFIG, then in-cluster, then "
                   "~/.kube/config)");
+  cmd->add_option("--watch-list", opts->watch_list, kWatchListHelp)->default_str("true");
   cmd->add_option("--sysfs-root", opts->sysfs_root, "Where the host's /sys is")
       ->capture_default_str();
   cmd->add_option("--dev-root", opts->dev_root,
@@ -162,7 +164,10 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
   } else if (auto created = kube::ApiClient::FromEnvironment(opts.kubeconfig); created.ok()) {
     client = std::move(created).value();
     // A watch of this node's pods: GetPreferredAllocation and Allocate read it, not the API.
-    pods = std::make_unique<deviceplugin::WatchedPodSource>(*client, options.node_name);
+    kube::InformerOptions informer_options;
+    informer_options.watch_list = opts.watch_list;
+    pods = std::make_unique<deviceplugin::WatchedPodSource>(*client, options.node_name,
+                                                            informer_options);
   } else {
     const std::string reason = "no access to the API server: " + created.error();
     spdlog::warn("{}; only requests for one or all units will be served", reason);

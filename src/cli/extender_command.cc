@@ -45,6 +45,7 @@ struct ExtenderOptions {
   double reservation_timeout_s = 30;
   double gang_timeout_s = 120;
   double catch_up_wait_ms = 200;
+  bool watch_list = true;
   size_t body_limit_mib = 256;
   int threads = 1;
   int bind_threads = 8;
@@ -157,6 +158,7 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
          "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--watch-list", o->watch_list, kWatchListHelp)->default_str("true");
   cmd->add_option("--body-limit", o->body_limit_mib,
                   "Largest request body accepted, in MiB (413 above)")
       ->capture_default_str()
@@ -506,13 +508,16 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     spdlog::info("offline mode: {} nodes from {}; binds are kept in memory", nodes->size(),
                  o.offline_nodes);
   } else {
+    kube::InformerOptions informer_options;
+    informer_options.watch_list = o.watch_list;
     node_informer = std::make_unique<kube::Informer<kube::Node>>(
         *client, "/api/v1/nodes",
         kube::InformerHandlers<kube::Node>{
             [&](const std::vector<kube::Node>& all) { service.ReplaceNodes(all); },
             [&](const kube::Node& n) { service.UpsertNode(n); },
             [&](const kube::Node& n) { service.DeleteNode(n); }, nullptr,
-            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("nodes"); }});
+            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("nodes"); }},
+        informer_options);
     node_informer->Start();
     // Pods are placed on nodes: the first rebuild waits until the nodes are known.
     if (!node_informer->WaitForSync(std::chrono::seconds(60))) {
@@ -526,7 +531,8 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
             [&](const kube::Pod& p) { service.DeletePod(p); },
             // A relist merges: holds taken after this point are newer than the list.
             [&] { service.BeginPodList(); },
-            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("pods"); }});
+            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("pods"); }},
+        informer_options);
     pod_informer->Start();
   }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,6 +103,31 @@ Node FromIdentity(const Identity& id, const Node*) {
   Node node;
   node.name = id.name;
   return node;
+}
+
+// What a watch list's initial events are keyed by until they are handed over as one list.
+std::string KeyOf(const Pod& pod) { return pod.ns + "/" + pod.name; }
+std::string KeyOf(const Node& node) { return node.name; }
+
+// The bookmark that ends a watch list's initial events carries this annotation (any other
+// bookmark is only a resourceVersion). Bookmarks are rare: parsing the line again is cheap.
+bool EndsInitialEvents(const simdjson::padded_string& line) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element root;
+  std::string_view value;
+  return parser.parse(line).get(root) == simdjson::SUCCESS &&
+         root.at_pointer("/object/metadata/annotations/k8s.io~1initial-events-end").get(value) ==
+             simdjson::SUCCESS &&
+         value == "true";
+}
+
+// An ERROR event that answers a watch list with "not served": a 1.27+ server with the WatchList
+// gate off names sendInitialEvents; a cache without progress notifications from etcd names
+// RequestWatchProgress ("a watch stream was requested by the client but the required storage
+// feature RequestWatchProgress is disabled", a 500).
+bool RefusesWatchList(int code, std::string_view message) {
+  return code == 400 || code == 422 || message.find("RequestWatchProgress") != std::string::npos ||
+         message.find("sendInitialEvents") != std::string::npos;
 }
 
 std::string_view KindName(const Pod*) { return "pods"; }
@@ -214,6 +240,8 @@ InformerCounters Informer<T>::counters() const {
   counters.decode_errors = decode_errors_.load();
   counters.skipped = skipped_.load();
   counters.request_errors = request_errors_.load();
+  counters.watch_lists = watch_lists_.load();
+  counters.watch_list_refused = watch_list_refused_.load();
   return counters;
 }
 
@@ -249,7 +277,33 @@ void Informer<T>::Run() {
   const std::string_view kind = KindName(static_cast<const T*>(nullptr));
   bool need_list = true;
   std::string resource_version;
+  use_watch_list_ = options_.watch_list;
   while (!stop_.load()) {
+    if (need_list && use_watch_list_) {
+      // Cleared before the relist requests are read, so a Relist() after this ends the stream.
+      end_watch_.store(false);
+      const uint64_t requested = relists_requested_.load();
+      if (handlers_.on_list_start) handlers_.on_list_start();
+      bool listing = true;
+      const WatchEnd end = WatchFrom(resource_version, &listing, requested);
+      if (stop_.load()) break;
+      if (!listing) need_list = false;
+      switch (end) {
+        case WatchEnd::kRefused:
+          use_watch_list_ = false;  // and list at once
+          watch_list_refused_.store(true);
+          break;
+        case WatchEnd::kClosed:
+          break;
+        case WatchEnd::kGone:
+          need_list = true;
+          break;
+        case WatchEnd::kFailed:
+          Sleep(NextBackoff());
+          break;
+      }
+      continue;
+    }
     if (need_list) {
       // The relist requests this list answers: those made before it is sent.
       const uint64_t requested = relists_requested_.load();
@@ -284,6 +338,7 @@ void Informer<T>::Run() {
         need_list = true;
         break;
       case WatchEnd::kFailed:
+      case WatchEnd::kRefused:  // only a watch list is refused
         Sleep(NextBackoff());
         break;
     }
@@ -381,6 +436,13 @@ Result<std::string> Informer<T>::ListAll(const std::string& seen) {
     continue_token = std::move(page->continue_token);
   }
   if (stop_.load()) return Error{"stopped"};
+  return DeliverList(all, std::move(resource_version), seen);
+}
+
+template <typename T>
+Result<std::string> Informer<T>::DeliverList(const std::vector<T>& all,
+                                             std::string resource_version,
+                                             const std::string& seen) {
   // A quorum list is never older than what the watch delivered; one that is comes from a lagging
   // cache or proxy, and would take back objects changed since (a pod bound meanwhile: its hold
   // dropped, its devices given again; issue 18, row 3). List again instead.
@@ -407,20 +469,36 @@ Result<std::string> Informer<T>::ListAll(const std::string& seen) {
 }
 
 template <typename T>
-typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_version) {
+typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_version,
+                                                      bool* watch_list, uint64_t requested) {
   const T* tag = nullptr;
   const std::string_view kind = KindName(tag);
   const auto timeout =
       options_.watch_timeout +
       std::chrono::seconds(NextRandom(random_state_) % static_cast<uint64_t>(std::max<int64_t>(
                                                            1, options_.watch_timeout.count())));
-  const std::string path = fmt::format(
-      "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}{}",
-      collection_path_, EscapeUrlComponent(resource_version), timeout.count(), Selectors());
+  // A watch list names no resourceVersion: its initial events are a consistent read (the API
+  // server makes its cache catch up with etcd first), as fresh as a quorum LIST.
+  const bool listing_requested = watch_list != nullptr && *watch_list;
+  const std::string path =
+      listing_requested
+          ? fmt::format(
+                "{}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&"
+                "allowWatchBookmarks=true&timeoutSeconds={}{}",
+                collection_path_, timeout.count(), Selectors())
+          : fmt::format(
+                "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}{}",
+                collection_path_, EscapeUrlComponent(resource_version), timeout.count(),
+                Selectors());
   watches_.fetch_add(1);
+  const std::string seen = resource_version;  // what a watch list must not be older than
+  bool listing = listing_requested;           // until the initial events end
+  std::map<std::string, T> initial;           // a watch list's objects until then
 
   bool gone = false;
   bool error_event = false;
+  bool stale = false;
+  std::string refusal;  // why the server does not serve a watch list
   uint64_t handled = 0;
   simdjson::padded_string padded;
   auto on_line = [&](std::string_view line) {
@@ -437,9 +515,13 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
           root["object"].get(object) == simdjson::SUCCESS) {
         const Identity id = IdentityOf(object);
         Skip(id.Key(), fmt::format("{} (event: {})", event.error(), Excerpt(line)), "watch");
-        if (root["type"].get(type) == simdjson::SUCCESS && type == "DELETED" && !id.name.empty() &&
-            handlers_.on_delete) {
-          handlers_.on_delete(FromIdentity(id, tag));
+        if (root["type"].get(type) == simdjson::SUCCESS && type == "DELETED" && !id.name.empty()) {
+          const T deleted = FromIdentity(id, tag);
+          if (listing) {
+            initial.erase(KeyOf(deleted));
+          } else if (handlers_.on_delete) {
+            handlers_.on_delete(deleted);
+          }
         }
       } else {
         Skip({}, fmt::format("{} (event: {})", event.error(), Excerpt(line)), "watch");
@@ -448,25 +530,69 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
     }
     events_.fetch_add(1);
     ++handled;
+    // A watch list's resourceVersion counts only once its initial events are all in.
+    if (!listing && event->type != WatchEventType::kError && !event->resource_version.empty()) {
+      resource_version = event->resource_version;
+    }
+    if (listing) {
+      switch (event->type) {
+        case WatchEventType::kAdded:
+        case WatchEventType::kModified:
+          initial.insert_or_assign(KeyOf(event->object), std::move(event->object));
+          return true;
+        case WatchEventType::kDeleted:
+          initial.erase(KeyOf(event->object));
+          return true;
+        case WatchEventType::kBookmark: {
+          if (!EndsInitialEvents(padded)) return true;
+          if (event->resource_version.empty()) {
+            spdlog::warn("informer {}: a watch list ended without a resourceVersion", kind);
+            stale = true;
+            return false;
+          }
+          std::vector<T> all;
+          all.reserve(initial.size());
+          for (auto& [key, object] : initial) all.push_back(std::move(object));
+          initial.clear();
+          Result<std::string> delivered = DeliverList(all, event->resource_version, seen);
+          if (!delivered.ok()) {
+            spdlog::warn("informer {}: watch list not delivered: {}", kind, delivered.error());
+            stale = true;
+            return false;
+          }
+          resource_version = event->resource_version;
+          listing = false;
+          *watch_list = false;
+          watch_lists_.fetch_add(1);
+          relists_delivered_.store(requested);
+          backoff_ = std::chrono::milliseconds(0);
+          spdlog::log(watch_lists_.load() == 1 ? spdlog::level::info : spdlog::level::debug,
+                      "informer {}: {} objects from a watch list at resourceVersion {}", kind,
+                      all.size(), resource_version);
+          return true;
+        }
+        case WatchEventType::kError:
+          break;  // below
+      }
+    }
     switch (event->type) {
       case WatchEventType::kAdded:
       case WatchEventType::kModified:
-        if (!event->resource_version.empty()) resource_version = event->resource_version;
         if (handlers_.on_upsert) handlers_.on_upsert(event->object);
         Delivered(event->resource_version);
         return true;
       case WatchEventType::kDeleted:
-        if (!event->resource_version.empty()) resource_version = event->resource_version;
         if (handlers_.on_delete) handlers_.on_delete(event->object);
         Delivered(event->resource_version);
         return true;
       case WatchEventType::kBookmark:
-        if (!event->resource_version.empty()) resource_version = event->resource_version;
         Delivered(event->resource_version);
         return true;
       case WatchEventType::kError:
         if (event->error_code == 410) {
           gone = true;
+        } else if (listing && RefusesWatchList(event->error_code, event->error_message)) {
+          refusal = fmt::format("ERROR event {}: {}", event->error_code, event->error_message);
         } else {
           error_event = true;
           spdlog::warn("informer {}: watch error {}: {}", kind, event->error_code,
@@ -488,6 +614,27 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
   }
   if (stop_.load() || end_watch_.load()) return WatchEnd::kClosed;  // stopped, or a relist
   if (*status == 410 || gone) return WatchEnd::kGone;
+  if (stale) return WatchEnd::kFailed;
+  if (listing) {
+    // 1.20-1.26 answer 422 ("resourceVersionMatch is forbidden for watch"), as does a server with
+    // the WatchList gate off; a stream that ends before its initial events did (200, no bookmark)
+    // is one the server did not make a watch list of.
+    if (refusal.empty() && (*status == 400 || *status == 422)) {
+      refusal = fmt::format("HTTP {}", *status);
+    } else if (refusal.empty() && *status == 200 && !error_event) {
+      refusal = fmt::format(
+          "the stream ended after {} events without the bookmark that ends its "
+          "initial events",
+          handled);
+    }
+    if (!refusal.empty()) {
+      spdlog::warn(
+          "informer {}: the API server does not serve watch lists ({}); listing with "
+          "LIST and WATCH from now on",
+          kind, refusal);
+      return WatchEnd::kRefused;
+    }
+  }
   if (*status != 200 || error_event) {
     if (*status != 200) {
       request_errors_.fetch_add(1);

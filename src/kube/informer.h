@@ -1,8 +1,17 @@
 // List-then-watch informers for pods and nodes, on their own thread.
 //
-// The informer lists the collection (paginated), hands the whole set to on_replace, then watches
-// from the list's resourceVersion with bookmarks, calling on_upsert / on_delete per event. When
-// the server ends a watch it resumes from the last resourceVersion seen; when history is gone
+// With InformerOptions::watch_list the informer first asks for a watch list: one watch that
+// streams every object (sendInitialEvents=true) up to a bookmark marked k8s.io/initial-events-end,
+// a consistent snapshot the API server serves from its watch cache instead of a paginated LIST
+// from etcd (Kubernetes 1.27+ with the WatchList feature, on by default from 1.34). The set goes to
+// on_replace at that bookmark and the same stream goes on as the watch. A server that refuses it
+// (1.20-1.26: "resourceVersionMatch is forbidden for watch"; the WatchList gate off; an etcd
+// without progress notifications: an ERROR event naming RequestWatchProgress) or ends the stream
+// before the bookmark is asked with LIST+WATCH from then on (logged once, counted).
+//
+// Otherwise the informer lists the collection (paginated), hands the whole set to on_replace, then
+// watches from the list's resourceVersion with bookmarks, calling on_upsert / on_delete per event.
+// When the server ends a watch it resumes from the last resourceVersion seen; when history is gone
 // (410, as an HTTP status or an ERROR event) it lists again and calls on_replace; other failures
 // reconnect after a capped exponential backoff. Objects that fail to decode are logged (with their
 // namespace/name when it can be read), counted and skipped, in a list as in a watch: one bad
@@ -35,6 +44,8 @@ struct InformerOptions {
   std::chrono::seconds watch_timeout{std::chrono::minutes(5)};
   std::chrono::milliseconds min_backoff{200};
   std::chrono::milliseconds max_backoff{std::chrono::seconds(30)};
+  // Ask for a watch list first (see above); false: paginated LIST then WATCH only.
+  bool watch_list = false;
 };
 
 template <typename T>
@@ -52,14 +63,16 @@ struct InformerHandlers {
 
 // A snapshot of the informer's counters, for metrics.
 struct InformerCounters {
-  uint64_t lists = 0;           // completed lists, the first one included
-  uint64_t relists = 0;         // completed lists after the first (410 Gone, ...)
-  uint64_t watches = 0;         // watch requests opened
-  uint64_t watch_restarts = 0;  // watch requests after the first
-  uint64_t events = 0;          // watch events handled (bookmarks included)
-  uint64_t decode_errors = 0;   // list pages or events that failed to decode
-  uint64_t skipped = 0;         // objects skipped in lists and watches: they did not decode
-  uint64_t request_errors = 0;  // transport failures and unexpected HTTP statuses
+  uint64_t lists = 0;               // completed lists, the first one included
+  uint64_t relists = 0;             // completed lists after the first (410 Gone, ...)
+  uint64_t watches = 0;             // watch requests opened
+  uint64_t watch_restarts = 0;      // watch requests after the first
+  uint64_t events = 0;              // watch events handled (bookmarks included)
+  uint64_t decode_errors = 0;       // list pages or events that failed to decode
+  uint64_t skipped = 0;             // objects skipped in lists and watches: they did not decode
+  uint64_t request_errors = 0;      // transport failures and unexpected HTTP statuses
+  uint64_t watch_lists = 0;         // lists (in `lists`) delivered from a watch list's stream
+  bool watch_list_refused = false;  // the server refused a watch list: LIST+WATCH since
 };
 
 template <typename T>
@@ -101,7 +114,8 @@ class Informer {
   InformerCounters counters() const;
 
  private:
-  enum class WatchEnd { kClosed, kGone, kFailed };
+  // kRefused: a watch list the server does not serve (ask with LIST from then on).
+  enum class WatchEnd { kClosed, kGone, kFailed, kRefused };
 
   void Run();
   // Lists every page and calls on_replace; returns the list's resourceVersion. `seen` is the
@@ -115,7 +129,15 @@ class Informer {
   void Skip(const std::string& key, const std::string& error, std::string_view where);
   // After the handlers took something at `resource_version`: moves delivered_rv_ on, wakes waiters.
   void Delivered(std::string_view resource_version);
-  WatchEnd WatchFrom(std::string& resource_version);
+  // Watches from `resource_version` (moved on with every event). With `watch_list`: a watch list
+  // instead, whose initial set goes to on_replace at its end bookmark (then *watch_list is set to
+  // false: listed), answering the relist requests up to `requested`.
+  WatchEnd WatchFrom(std::string& resource_version, bool* watch_list = nullptr,
+                     uint64_t requested = 0);
+  // Hands a complete list (a LIST's pages or a watch list's initial events) to on_replace, unless
+  // it is older than `seen` (then an error). Marks the informer synced.
+  Result<std::string> DeliverList(const std::vector<T>& all, std::string resource_version,
+                                  const std::string& seen);
   std::string Selectors() const;
   // Sleeps unless Stop() is called first.
   void Sleep(std::chrono::milliseconds duration);
@@ -139,6 +161,9 @@ class Informer {
   CondVar wake_;
   std::chrono::milliseconds backoff_{0};
   int stale_lists_in_a_row_ = 0;  // the Run thread's only
+  bool use_watch_list_ = false;   // the Run thread's only: options_.watch_list until refused
+  std::atomic<bool> watch_list_refused_{false};
+  std::atomic<uint64_t> watch_lists_{0};
   uint64_t random_state_;
 
   std::atomic<uint64_t> lists_{0};

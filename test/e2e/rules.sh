@@ -88,4 +88,14 @@ pass "4 devices among $(grep -c 'inf2.48xlarge' "$W/nodes-fill-.txt") fill + 1 i
 for p in ring-3 ring-2 ring-5 ring-2b chain-2 trn-4 trn-8 trn-1 cores-9 all-16 allcores-16 any-4; do check_annotations "$p"; done
 pass "12 bound pods carry AWS_NEURON_IDS, NEURON_ALLOCATED, NEURON_ALLOC_TIME, toposched.io/allocation, and keep their own annotation and labels"
 check_no_double_allocation >&2 || die "an id was given twice"
+# How the extender's informers read the cluster: a watch list where the API server serves one
+# (1.34+, etcd 3.6), LIST and WATCH on 1.20, which refuses it (422). watchlist.sh: a current server
+# that refuses it.
+if k8s_at_least 34; then
+  grep -q 'informer pods: .* objects from a watch list' "$EXT_LOG" || die "the extender did not read pods with a watch list on $E2E_K8S"
+  pass "the extender read nodes and pods with watch lists: $(grep -o 'informer pods: .* objects from a watch list.*' "$EXT_LOG" | head -1)"
+else
+  grep -q 'informer pods: the API server does not serve watch lists (HTTP 422)' "$EXT_LOG" || die "no watch-list fallback logged on $E2E_K8S"
+  pass "$E2E_K8S refuses watch lists (422): the extender read with LIST and WATCH"
+fi
 grep -q 'Binding' "$SCHED_LOG" || true

@@ -295,6 +295,7 @@ class FakeApiServer::Impl {
   };
   std::deque<StoredEvent> history_;
   TooOldMode too_old_mode_ = TooOldMode::kHttp410;
+  WatchListMode watch_list_mode_ = WatchListMode::kServe;
   int reject_pod_watches_ = 0;
   int reject_node_watches_ = 0;
   std::string canned_pod_list_;  // AnswerNextPodListsWith
@@ -788,6 +789,70 @@ void FakeApiServer::Impl::HandleWatch(const std::shared_ptr<Session>& session,
   if (auto it = params.find("timeoutSeconds"); it != params.end()) {
     timeout_seconds = std::atoi(it->second.c_str());
   }
+  const auto param = [&](const char* name) {
+    auto it = params.find(name);
+    return it == params.end() ? std::string() : it->second;
+  };
+  if (param("sendInitialEvents") == "true") {
+    WatchListMode watch_list_mode;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      watch_list_mode = watch_list_mode_;
+    }
+    switch (watch_list_mode) {
+      case WatchListMode::kRefuseInvalid:
+        return session->Send(StatusResponse(
+            request, 422,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+            "resourceVersionMatch is forbidden for watch"));
+      case WatchListMode::kRefuseErrorEvent: {
+        json::object event;
+        event["type"] = "ERROR";
+        event["object"] = json::parse(StatusJson(
+            500, "InternalError",
+            "a watch stream was requested by the client but the required storage feature "
+            "RequestWatchProgress is disabled"));
+        session->StartWatch({json::serialize(event)}, 0);
+        session->EndWatch();
+        return;
+      }
+      case WatchListMode::kServe: {
+        // What the API server checks (staging apimachinery ValidateListOptions).
+        if (param("resourceVersionMatch") != "NotOlderThan" ||
+            param("allowWatchBookmarks") != "true") {
+          return session->Send(
+              StatusResponse(request, 422,
+                             "sendInitialEvents requires resourceVersionMatch=NotOlderThan and "
+                             "allowWatchBookmarks=true"));
+        }
+        std::vector<std::string> lines;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          for (const auto& [key, object] : kind == Kind::kPod ? pods_ : nodes_) {
+            const Fields fields = FieldsOf(object);
+            if (!ns.empty() && fields.ns != ns) continue;
+            if (!Matches(selector, fields)) continue;
+            lines.push_back(json::serialize(json::object{{"type", "ADDED"}, {"object", object}}));
+          }
+          json::object bookmark;
+          bookmark["kind"] = KindWord(kind);
+          bookmark["apiVersion"] = "v1";
+          bookmark["metadata"] =
+              json::object{{"resourceVersion", std::to_string(resource_version_)},
+                           {"annotations", json::object{{"k8s.io/initial-events-end", "true"}}}};
+          lines.push_back(
+              json::serialize(json::object{{"type", "BOOKMARK"}, {"object", std::move(bookmark)}}));
+          watchers_.push_back(Watcher{session, kind, ns, std::move(selector), resource_version_});
+          ++(kind == Kind::kPod ? pod_watches_started_ : node_watches_started_);
+        }
+        // Events broadcast from now on reach the session through the io thread, after these.
+        session->StartWatch(std::move(lines), timeout_seconds);
+        return;
+      }
+      case WatchListMode::kIgnore:
+        break;  // a plain watch from "now" with the history replayed, as below
+    }
+  }
 
   std::vector<std::string> replay;
   bool too_old = false;
@@ -1103,6 +1168,11 @@ void FakeApiServer::CompactHistory() {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   impl_->history_.clear();
   impl_->compacted_ = impl_->resource_version_;
+}
+
+void FakeApiServer::set_watch_list_mode(WatchListMode mode) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->watch_list_mode_ = mode;
 }
 
 void FakeApiServer::set_too_old_mode(TooOldMode mode) {

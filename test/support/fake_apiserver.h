@@ -27,6 +27,14 @@ enum class TooOldMode {
   kErrorEvent,  // 200, then one ERROR event carrying a Status with code 410
 };
 
+// How a watch list (watch=1&sendInitialEvents=true) is answered.
+enum class WatchListMode {
+  kServe,             // every object as ADDED, then the initial-events-end bookmark (1.34+)
+  kRefuseInvalid,     // 422 "resourceVersionMatch is forbidden for watch" (1.20-1.26)
+  kRefuseErrorEvent,  // 200, then an ERROR event 500 naming RequestWatchProgress (etcd < 3.4.31)
+  kIgnore,            // the parameters ignored: a plain watch, never the bookmark
+};
+
 struct RecordedRequest {
   std::string method;
   std::string target;  // path and query, as sent
@@ -106,6 +114,7 @@ class FakeApiServer {
   void set_too_old_mode(TooOldMode mode);
   // The next `count` watches of `kind` are refused as too old, whatever their resourceVersion.
   void RejectNextWatchesAsTooOld(Kind kind, int count);
+  void set_watch_list_mode(WatchListMode mode);
   // The next `count` pod LISTs (first pages) are answered 200 with `body` as-is: a stale snapshot
   // (an older resourceVersion), as a lagging cache or proxy in front of the API server would give.
   void AnswerNextPodListsWith(std::string body, int count);
