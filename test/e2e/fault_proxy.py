@@ -19,9 +19,13 @@ injects the faults a real cluster has, switched at run time by a JSON control fi
   hold_pod_lists   while true, pod LISTs wait (up to the lifetime) before they are forwarded
   refuse_pod_watches  while true, new pod watches are answered HTTP 410 (a client relists)
 
-A current client (client-go's WatchListClient, on in the kubelet of 1.35+) relists with a watch that
-asks for the initial events (sendInitialEvents=true) instead of a LIST: that request is the relist,
-so it is neither refused by refuse_pod_watches nor served stale; hold_pod_lists holds it as a LIST.
+A current client (client-go's WatchListClient, on in the kubelet of 1.35+; toposched's informers
+from 1.34) relists with a watch that asks for the initial events (sendInitialEvents=true) instead
+of a LIST: that request is the relist, so refuse_pod_watches does not refuse it, hold_pod_lists
+holds it as a LIST, and watch_410_every counts its frames only after the bookmark that ends its
+initial events (no server ends a consistent read with 410). The extender's (no fieldSelector) is
+served stale as its LIST would be: the snapshot's pods as ADDED events, then that bookmark at the
+snapshot's old resourceVersion.
 
 Everything else is forwarded as it is; watches of other resources are streamed untouched. One line
 per fault (and per Binding) goes to stderr; `--status FILE` gets a JSON summary (counts, bindings held
@@ -182,8 +186,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.binding(path, body, c)
         watch_list = watch and params.get("sendInitialEvents") == "true"
         if method == "GET" and base == POD_COLLECTION and watch_list:
+            extenders = "fieldSelector" not in params  # the kubelet's names its node
+            if extenders:
+                with lock:
+                    if list_auth is None:
+                        list_auth = (POD_COLLECTION + "?limit=500", self.headers_out())
             self.hold_pod_list(path)
-            return self.stream(path, pod=True)
+            if extenders and self.stale_watch_list(c):
+                return
+            return self.stream(path, pod=True, initial_events=True)
         if method == "GET" and base == POD_COLLECTION and watch:
             if c.get("refuse_pod_watches"):
                 count("pod_watches_refused_410")
@@ -233,25 +244,56 @@ class Handler(BaseHTTPRequestHandler):
         self.send(r.status, data, r.getheader("Content-Type", "application/json"))
         return r.status, data
 
-    def stale_list(self, c):
+    def stale_snapshot(self, c, what):
+        """A snapshot at least stale_list_ms old for the relist that follows one of our 410s."""
         global stale_pending
         stale_ms = c.get("stale_list_ms", 0)
         with lock:
             if not stale_pending or not stale_ms:
-                return False
+                return None
             stale_pending -= 1
             cutoff = time.time() - stale_ms / 1000
             old = [s for s in snapshots if s[0] <= cutoff]
             if not old:
-                return False
+                return None
             taken, body = old[-1]
             since = sum(1 for t in binds_ok if t > taken)
         rv = re.search(rb'"resourceVersion": *"(\d+)"', body)
-        say(f"stale LIST: pods as of {time.time() - taken:.1f} s ago (resourceVersion "
+        say(f"stale {what}: pods as of {time.time() - taken:.1f} s ago (resourceVersion "
             f"{rv.group(1).decode() if rv else '?'}), {since} Bindings committed since")
         count("stale_lists")
         count("binds_missing_from_stale_lists", since)
+        return body
+
+    def stale_list(self, c):
+        body = self.stale_snapshot(c, "LIST")
+        if body is None:
+            return False
         self.send(200, body)
+        return True
+
+    def stale_watch_list(self, c):
+        """The snapshot as a watch list: ADDED per pod, the initial-events-end bookmark, the end."""
+        body = self.stale_snapshot(c, "watch list")
+        if body is None:
+            return False
+        snapshot = json.loads(body)
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for item in snapshot.get("items", []):
+                self.chunk(json.dumps({"type": "ADDED", "object": item}).encode() + b"\n")
+            self.chunk(json.dumps({"type": "BOOKMARK", "object": {
+                "kind": "Pod", "apiVersion": "v1", "metadata": {
+                    "resourceVersion": snapshot.get("metadata", {}).get("resourceVersion", ""),
+                    "annotations": {"k8s.io/initial-events-end": "true"}}}}).encode() + b"\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass  # the client went away
         return True
 
     def binding(self, path, body, c):
@@ -307,8 +349,10 @@ class Handler(BaseHTTPRequestHandler):
             count("answers_to_gone_clients")
             self.close_connection = True
 
-    def stream(self, path, pod):
-        """A watch: frames forwarded as chunks; for pods, delayed or ended with 410 as told."""
+    def stream(self, path, pod, initial_events=False):
+        """A watch: frames forwarded as chunks; for pods, delayed or ended with 410 as told.
+        A watch list's (initial_events, JSON) frames count toward watch_410_every only after the
+        bookmark that ends its initial events."""
         try:
             conn = upstream(timeout=None)
             conn.request("GET", path, headers=self.headers_out())
@@ -368,6 +412,9 @@ class Handler(BaseHTTPRequestHandler):
                         count("pod_watch_frames_delayed")
                         time.sleep(wait)
                 self.chunk(line)
+                if initial_events and is_json:
+                    initial_events = b"initial-events-end" not in line
+                    continue
                 n += 1
                 every = c.get("watch_410_every", 0) if pod else 0
                 if every and n >= every and b'"type":"BOOKMARK"' not in line:
