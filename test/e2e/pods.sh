@@ -263,6 +263,12 @@ pass "extender pod Ready (kubelet's readinessProbe) and answering HTTPS on 127.0
 # The chart rendered the image for the live cluster (helm install); the imported build of this
 # control plane's kube-scheduler must be exactly that image, or the kubelet could not start it.
 api_version=$(k8s_server_version)
+if [ -z "$HELM" ]; then
+  # deploy/ (kubectl, no helm) is rendered for 1.35: its tag is set to the cluster's version, as
+  # docs/install.md tells an operator to.
+  ks set image deployment/my-scheduler "kube-scheduler=registry.k8s.io/kube-scheduler:$(k8s_release_tag "$api_version")" >/dev/null ||
+    die "set my-scheduler's image of deploy/my-scheduler.yaml"
+fi
 sched_image=$(ks get deployment my-scheduler -o 'jsonpath={.spec.template.spec.containers[0].image}')
 [ "$sched_image" = "$E2E_SCHED_IMAGE" ] ||
   die "the chart rendered my-scheduler's image $sched_image for API server $api_version; the harness built $E2E_SCHED_IMAGE"
