@@ -267,9 +267,10 @@ TEST(HelmChart, MySchedulerImageFollowsTheCluster) {
   ASSERT_EQ(aws.outcome().exit_code, 0) << aws.outcome().err;
   EXPECT_EQ(image(aws), "public.ecr.aws/eks-distro/kubernetes/kube-scheduler:v1.31.12-eks-1-31-30");
   // A mirror of registry.k8s.io: its repository, still the cluster's tag.
-  const Rendered mirror(std::string(kSecondScheduler) +
-                        " --kube-version 1.37.2 --set "
-                        "scheduler.customScheduler.image.repository=mirror.example.com/kube-scheduler");
+  const Rendered mirror(
+      std::string(kSecondScheduler) +
+      " --kube-version 1.37.2 --set "
+      "scheduler.customScheduler.image.repository=mirror.example.com/kube-scheduler");
   ASSERT_EQ(mirror.outcome().exit_code, 0) << mirror.outcome().err;
   EXPECT_EQ(image(mirror), "mirror.example.com/kube-scheduler:v1.37.2");
 }
