@@ -288,8 +288,8 @@ grep -qE "version=\"?$(k8s_release_tag "$api_version")\b" <<<"$(started_line)" |
 # It holds its lease (kube-system/my-scheduler); with hostNetwork its identity starts with this
 # machine's hostname.
 holder() { ks get lease my-scheduler -o 'jsonpath={.spec.holderIdentity}'; }
-wait_for 60 "my-scheduler to hold lease kube-system/my-scheduler" bash -c \
-  "$KUBECTL --kubeconfig $W/admin.kubeconfig -n kube-system get lease my-scheduler -o 'jsonpath={.spec.holderIdentity}' | grep -q '^$(hostname)_'"
+holds_lease() { holder | grep -q "^$(hostname)_"; }
+wait_for 60 "my-scheduler to hold lease kube-system/my-scheduler" holds_lease
 # klog's text: 1.37 `"Successfully acquired lease" lock="kube-system/my-scheduler"`, older `successfully acquired lease kube-system/my-scheduler`.
 acquired() { sched_log | grep -qiE 'successfully acquired lease.*kube-system/my-scheduler'; }
 wait_for 30 "my-scheduler's log to say it acquired the lease" acquired
