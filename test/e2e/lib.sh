@@ -452,7 +452,7 @@ e2e_scheduler_config() {
   k -n kube-system get configmap my-scheduler-config -o 'jsonpath={.data.my-scheduler-config\.yaml}' >"$file.orig" ||
     die "cannot read ConfigMap my-scheduler-config"
   [ "$where" = pod ] || [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
-  # In pod mode too: pods.sh presents my-scheduler's client certificate from there itself.
+  # Also in pod mode: pods.sh's own calls to the extender present the client certificate from there.
   case "$url" in https://*) e2e_secret_files my-scheduler-extender-client "$W/extender-tls" ;; esac
   python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" "$K8S_MINOR" "$where" <<'PY'
 import re, sys
@@ -805,7 +805,7 @@ e2e_containerd_cleanup() {
   log "containerd: killed $n tasks, $(ctr_ containers ls -q 2>/dev/null | wc -l) containers left"
 }
 
-# --- images (pods.sh): toposched and a pause program, from scratch, imported into our containerd ---
+# --- images (pods.sh): toposched, a pause program and kube-scheduler, from scratch, imported into our containerd ---
 
 E2E_IMAGE_TAG=e2e
 # e2e_images: builds the image archives into $W/images with scripts/image.sh (buildah from Debian;
