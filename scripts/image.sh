@@ -8,7 +8,7 @@
 # library `ldd` lists for it at the path ldd found it, the dynamic loader at the path the binary
 # names (PT_INTERP), a minimal /etc/passwd, /etc/group and /etc/nsswitch.conf with the nonroot user
 # 65532, an empty /tmp; ENTRYPOINT the binary, USER 65532:65532. A statically linked binary gets no
-# libraries (the e2e tier packs its pause program this way). No shell, no CA bundle: in a cluster
+# libraries (the e2e tier packs its pause program and the control plane's kube-scheduler this way). No shell, no CA bundle: in a cluster
 # the API server's CA comes from the ServiceAccount mount.
 #
 # The libraries are the build machine's (Debian 12 here), so the image runs wherever the binary does.

@@ -27,7 +27,8 @@ second=(--set scheduler.enabled=true --set extender.tls.secretName=k8s-neuron-sc
 default=(--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false
          --set scheduler.defaultScheduler.enabled=true)
 # deploy/ is for current clusters: rendered as for Kubernetes 1.35 (KubeSchedulerConfiguration v1;
-# the chart picks v1beta1 by itself on 1.19-1.22 when installed with helm).
+# the chart picks v1beta1 by itself on 1.19-1.22 when installed with helm; my-scheduler's image is
+# registry.k8s.io/kube-scheduler:v1.35.0, where helm would take the live cluster's version).
 kube=(--kube-version 1.35.0)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

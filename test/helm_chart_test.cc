@@ -243,6 +243,38 @@ TEST(HelmChart, PicksTheSchedulerConfigVersionFromTheCluster) {
             "kubescheduler.config.k8s.io/v1beta3");
 }
 
+// my-scheduler runs kube-scheduler at the cluster's own version (the API server's, as helm sees it;
+// here --kube-version), reduced to the vMAJOR.MINOR.PATCH of registry.k8s.io's tags; an explicit
+// repository and tag (AWS's keys) still win.
+TEST(HelmChart, MySchedulerImageFollowsTheCluster) {
+  auto image = [](const Rendered& r) {
+    return Container(r.Get("Deployment", "my-scheduler"))["image"].as<std::string>();
+  };
+  for (const auto& [kube, want] : std::vector<std::pair<std::string, std::string>>{
+           {"1.37.2", "v1.37.2"},
+           {"1.34.4-eks-3025e55", "v1.34.4"},  // EKS's gitVersion
+           {"v1.33.5-gke.1201000", "v1.33.5"},
+           {"1.20.2", "v1.20.2"}}) {
+    const Rendered r(std::string(kSecondScheduler) + " --kube-version " + kube);
+    ASSERT_EQ(r.outcome().exit_code, 0) << kube << ": " << r.outcome().err;
+    EXPECT_EQ(image(r), "registry.k8s.io/kube-scheduler:" + want) << kube;
+  }
+  const Rendered aws(std::string(kSecondScheduler) +
+                     " --kube-version 1.34.4 --set "
+                     "scheduler.customScheduler.image.repository=public.ecr.aws/eks-distro/"
+                     "kubernetes/kube-scheduler --set "
+                     "scheduler.customScheduler.image.tag=v1.31.12-eks-1-31-30");
+  ASSERT_EQ(aws.outcome().exit_code, 0) << aws.outcome().err;
+  EXPECT_EQ(image(aws), "public.ecr.aws/eks-distro/kubernetes/kube-scheduler:v1.31.12-eks-1-31-30");
+  // A mirror of registry.k8s.io: its repository, still the cluster's tag.
+  const Rendered mirror(
+      std::string(kSecondScheduler) +
+      " --kube-version 1.37.2 --set "
+      "scheduler.customScheduler.image.repository=mirror.example.com/kube-scheduler");
+  ASSERT_EQ(mirror.outcome().exit_code, 0) << mirror.outcome().err;
+  EXPECT_EQ(image(mirror), "mirror.example.com/kube-scheduler:v1.37.2");
+}
+
 TEST(HelmChart, AwsDefaultSchedulerCommand) {
   const Rendered r(kDefaultScheduler);
   ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
@@ -522,6 +554,11 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
            Case{"--set extender.logLevel=loud", "/extender/logLevel"},
            Case{"--set extender.scoringPolicy=random", "/extender/scoringPolicy"},
            Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},
+           Case{"--set scheduler.enabled=true --set scheduler.customScheduler.image.repository=",
+                "scheduler.customScheduler.image.repository is empty"},
+           // No patch release to name a kube-scheduler tag after.
+           Case{"--set scheduler.enabled=true --kube-version 1.34",
+                "has no MAJOR.MINOR.PATCH to take the kube-scheduler tag from"},
        }) {
     const Rendered r(c.values);
     EXPECT_NE(r.outcome().exit_code, 0) << c.values;

@@ -23,7 +23,13 @@ k -n kube-system get role k8s-neuron-scheduler >/dev/null || die "no lease Role 
   die "the extender Deployment does not have 2 replicas"
 k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
   grep -q -- '--leader-elect=true' || die "the extender runs without --leader-elect"
-pass "helm install: $(echo "$installed" | grep -c .) objects, extender with 2 replicas and leader election"
+# my-scheduler's image is kube-scheduler at the live cluster's version (helm's
+# .Capabilities.KubeVersion is the API server's gitVersion), not a fixed tag.
+api_version=$(k8s_server_version)
+sched_image=$(k -n kube-system get deploy my-scheduler -o jsonpath='{.spec.template.spec.containers[0].image}')
+[ "$sched_image" = "registry.k8s.io/kube-scheduler:$(k8s_release_tag "$api_version")" ] ||
+  die "my-scheduler's image is $sched_image on API server $api_version, expected registry.k8s.io/kube-scheduler:$(k8s_release_tag "$api_version")"
+pass "helm install: $(echo "$installed" | grep -c .) objects, extender with 2 replicas and leader election, my-scheduler image $sched_image for API server $api_version"
 
 # The authenticated default: the chart generated the CA, the extender's serving certificate and
 # my-scheduler's client certificate; the extender requires client certificates of that CA; a

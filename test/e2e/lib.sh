@@ -10,9 +10,10 @@
 #   e2e_scheduler [nodeCache] [qps] kube-scheduler `my-scheduler` with deploy/my-scheduler.yaml's config
 #   e2e_node NAME TYPE [cpu]       a Node object of an instance type, status patched, taint removed
 #   e2e_kubelet_node NAME TYPE     containerd + kubelet + `toposched device-plugin` on a fake sysfs tree
-#   e2e_images                     (pods.sh) the toposched and pause images, built by scripts/image.sh (or SKIP);
-#                                  then e2e_control_plane runs with in-cluster credentials (E2E_IN_CLUSTER=1),
-#                                  and e2e_kubelet_node imports the images and starts no local device plugin
+#   e2e_images                     (pods.sh) the toposched, pause and kube-scheduler images, built by
+#                                  scripts/image.sh (or SKIP); then e2e_control_plane runs with in-cluster
+#                                  credentials (E2E_IN_CLUSTER=1), and e2e_kubelet_node imports the images
+#                                  and starts no local device plugin
 #
 # Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
 # Environment: TOPOSCHED_E2E_K8S (the Kubernetes minor: 1.20, the default, 1.34 or 1.37),
@@ -53,6 +54,9 @@ k8s_before() { [ "$K8S_MINOR" -lt "$1" ]; }
 k8s_at_least() { [ "$K8S_MINOR" -ge "$1" ]; }
 # klog's --logtostderr went away in 1.26 (stderr is the default there).
 log_flags() { k8s_before 26 && echo --logtostderr; return 0; }
+# k8s_release_tag VERSION: the vMAJOR.MINOR.PATCH of a Kubernetes version as registry.k8s.io tags
+# it (the chart's my-scheduler tag: EKS's v1.34.4-eks-3025e55 → v1.34.4); empty when it has none.
+k8s_release_tag() { sed -nE 's/^v?([0-9]+\.[0-9]+\.[0-9]+).*$/v\1/p' <<<"$1"; }
 # kube-scheduler serving nothing: 1.20 also has the insecure --port (gone in 1.24).
 sched_port_flags() { if k8s_before 24; then echo --port 0 --secure-port 0; else echo --secure-port 0; fi; }
 
@@ -279,6 +283,9 @@ api() {
   fi
 }
 
+# k8s_server_version: the API server's gitVersion (what helm's .Capabilities.KubeVersion is).
+k8s_server_version() { api GET /version | python3 -c 'import json,sys; print(json.load(sys.stdin)["gitVersion"])'; }
+
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 e2e_control_plane() {
@@ -309,7 +316,7 @@ e2e_control_plane() {
   # The bootstrap RBAC roles and priority classes come a moment after /readyz.
   wait_for 60 "bootstrap ClusterRole system:kube-scheduler" k get clusterrole system:kube-scheduler
   wait_for 60 "priority class system-node-critical" k get priorityclass system-node-critical
-  log "kube-apiserver $(api GET /version | python3 -c 'import json,sys; print(json.load(sys.stdin)["gitVersion"])') ready on 127.0.0.1:$API_PORT"
+  log "kube-apiserver $(k8s_server_version) ready on 127.0.0.1:$API_PORT"
   [ "${E2E_IN_CLUSTER:-0}" = 1 ] && e2e_in_cluster_objects
   e2e_apply_deploy
 }
@@ -436,16 +443,21 @@ for key, value in json.load(sys.stdin)["data"].items():
 # server), with what a local process needs instead of the in-cluster setup: apiVersion v1beta1
 # (1.20), the extender's URL on 127.0.0.1, leader election off, a kubeconfig for the my-scheduler
 # ServiceAccount, and for throughput runs nodeCacheCapable and the client QPS/burst.
-# e2e_scheduler_config FILE [nodeCacheCapable] [qps] [verbs: all|filter+prioritize+bind|filter+prioritize|none] [url]
+# WHERE=pod (pods.sh: the Deployment's pod reads it from its ConfigMap): only the URL (with
+# tlsConfig.serverName) and, on v1beta1, the health/metrics address change; leader election, the
+# in-cluster credentials and the pod's certificate mount stay as the chart has them.
+# e2e_scheduler_config FILE [nodeCacheCapable] [qps] [verbs: all|filter+prioritize+bind|filter+prioritize|none] [url] [WHERE: local|pod]
 e2e_scheduler_config() {
-  local file="$1" cache="${2:-true}" qps="${3:-}" verbs="${4:-all}" url="${5:-http://127.0.0.1:$EXT_PORT}"
+  local file="$1" cache="${2:-true}" qps="${3:-}" verbs="${4:-all}" url="${5:-http://127.0.0.1:$EXT_PORT}" where="${6:-local}"
   k -n kube-system get configmap my-scheduler-config -o 'jsonpath={.data.my-scheduler-config\.yaml}' >"$file.orig" ||
     die "cannot read ConfigMap my-scheduler-config"
-  [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
+  [ "$where" = pod ] || [ -f "$W/scheduler.kubeconfig" ] || sa_kubeconfig my-scheduler "$W/scheduler.kubeconfig"
+  # Also in pod mode: pods.sh's own calls to the extender present the client certificate from there.
   case "$url" in https://*) e2e_secret_files my-scheduler-extender-client "$W/extender-tls" ;; esac
-  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" "$K8S_MINOR" <<'PY'
+  python3 - "$file.orig" "$file" "$cache" "$qps" "$verbs" "$url" "$W/scheduler.kubeconfig" "$SCHED_HEALTH_PORT" "$W/extender-tls" "$K8S_MINOR" "$where" <<'PY'
 import re, sys
-src, dst, cache, qps, verbs, url, kc, hport, tlsdir, minor = sys.argv[1:]
+src, dst, cache, qps, verbs, url, kc, hport, tlsdir, minor, where = sys.argv[1:]
+local = where == 'local'
 text = open(src).read()
 def sub(pattern, repl):
     global text
@@ -464,8 +476,9 @@ if not have or have.group(1) != want:
 if int(minor) < 25:
     # v1beta1 serves healthz and metrics on 0.0.0.0:10251 unless told otherwise (v1 dropped the fields).
     sub(r'^kind: KubeSchedulerConfiguration$', f'kind: KubeSchedulerConfiguration\nhealthzBindAddress: 127.0.0.1:{hport}\nmetricsBindAddress: 127.0.0.1:{hport}')
-sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
-sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
+if local:
+    sub(r'^(\s*)leaderElect: true$', r'\1leaderElect: false')
+    sub(r'^clientConnection:$', f'clientConnection:\n  kubeconfig: {kc}')
 sub(r'^(\s*- urlPrefix: ).*$', rf'\g<1>{url}')
 if url.startswith('http://'):
     # A local extender on loopback serves plain HTTP: no TLS, and no certificate files to look for.
@@ -473,9 +486,10 @@ if url.startswith('http://'):
     sub(r'^\s*tlsConfig:\n(?:\s+(?:insecure|serverName|certFile|keyFile|caFile): .*\n)+', '')
 else:
     # TLS with the client certificate of Secret my-scheduler-extender-client, copied to TLSDIR (the
-    # pod's mount), and the name the extender's serving certificate carries (the URL is 127.0.0.1).
+    # pod's mount; a pod has the mount itself), and the name the extender's serving certificate
+    # carries (the URL is 127.0.0.1).
     for key in ('certFile', 'keyFile', 'caFile'):
-        sub(rf'^(\s*){key}: /etc/kubernetes/my-scheduler/extender-tls/(\S+)$', rf'\g<1>{key}: {tlsdir}/\g<2>')
+        sub(rf'^(\s*){key}: /etc/kubernetes/my-scheduler/extender-tls/(\S+)$', rf'\g<1>{key}: {tlsdir}/\g<2>' if local else r'\g<0>')
     sub(r'^(\s*)insecure: false$', r'\1insecure: false\n\1serverName: k8s-neuron-scheduler.kube-system.svc')
 sub(r'^(\s*)nodeCacheCapable: true$', rf'\1nodeCacheCapable: {cache}')
 if qps:
@@ -791,11 +805,13 @@ e2e_containerd_cleanup() {
   log "containerd: killed $n tasks, $(ctr_ containers ls -q 2>/dev/null | wc -l) containers left"
 }
 
-# --- images (pods.sh): toposched and a pause program, from scratch, imported into our containerd ---
+# --- images (pods.sh): toposched, a pause program and kube-scheduler, from scratch, imported into our containerd ---
 
 E2E_IMAGE_TAG=e2e
-# e2e_images: builds both image archives into $W/images with scripts/image.sh (buildah from Debian;
-# installed when missing) and the static pause program (test/e2e/pause.c); SKIP when that fails.
+# e2e_images: builds the image archives into $W/images with scripts/image.sh (buildah from Debian;
+# installed when missing): toposched, the static pause program (test/e2e/pause.c), and kube-scheduler
+# from $K8S_BIN (a static Go binary) named as the chart names my-scheduler's image for this cluster,
+# registry.k8s.io/kube-scheduler:vMAJOR.MINOR.PATCH (E2E_SCHED_IMAGE); SKIP when that fails.
 e2e_images() {
   local d="$W/images" rc=0
   mkdir -p "$d"
@@ -807,10 +823,19 @@ e2e_images() {
   nice -n 19 "$E2E_REPO/scripts/image.sh" --tag "$E2E_IMAGE_TAG" -o "$d/toposched.tar" "$TOPOSCHED_BIN" \
     >"$d/image-toposched.log" 2>&1 || rc=$?
   [ $rc = 0 ] || { tail -5 "$d/image-toposched.log" >&2; skip "scripts/image.sh could not build the toposched image ($rc)"; }
+  local version tag
+  version=$("$K8S_BIN/kube-scheduler" --version 2>/dev/null | awk '{print $2}')
+  tag=$(k8s_release_tag "$version")
+  [ -n "$tag" ] || die "$K8S_BIN/kube-scheduler --version says '$version': no vMAJOR.MINOR.PATCH to tag its image with"
+  nice -n 19 "$E2E_REPO/scripts/image.sh" --name registry.k8s.io/kube-scheduler --tag "$tag" \
+    -o "$d/kube-scheduler.tar" "$K8S_BIN/kube-scheduler" >"$d/image-kube-scheduler.log" 2>&1 || rc=$?
+  [ $rc = 0 ] || { tail -5 "$d/image-kube-scheduler.log" >&2; skip "scripts/image.sh could not build the kube-scheduler image ($rc)"; }
   E2E_PAUSE_IMAGE="localhost/toposched-pause:$E2E_IMAGE_TAG"
   E2E_IMAGE="localhost/toposched:$E2E_IMAGE_TAG"
+  E2E_SCHED_IMAGE="registry.k8s.io/kube-scheduler:$tag"
   E2E_IMAGES=1
-  log "images: $(grep '^\[image\]' "$d/image-toposched.log" | tail -1 | cut -c9-); $(grep '^\[image\]' "$d/image-pause.log" | tail -1 | cut -c9-)"
+  local f
+  for f in toposched pause kube-scheduler; do log "image: $(grep '^\[image\]' "$d/image-$f.log" | tail -1 | cut -c9-)"; done
 }
 
 # e2e_import_images: into our containerd's k8s.io namespace (where the CRI plugin looks), unpacked
@@ -820,16 +845,16 @@ e2e_import_images() {
   # containerd 2 imports through its transfer service, which unpacks only into the snapshotters of
   # its unpack_config (overlayfs by default): --local imports directly, into native (1.6 has no flag).
   "$CTR_BIN" images import --help 2>&1 | grep -q -- '--local' && local_import=(--local)
-  for f in pause toposched; do
+  for f in pause toposched kube-scheduler; do
     ctr_ images import "${local_import[@]}" --snapshotter native --platform linux/amd64 "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
       { cat "$W/images/import.log" >&2; die "ctr images import $f.tar failed"; }
   done
   local have; have=$(ctr_ images ls -q)
-  for f in "$E2E_PAUSE_IMAGE" "$E2E_IMAGE"; do
+  for f in "$E2E_PAUSE_IMAGE" "$E2E_IMAGE" "$E2E_SCHED_IMAGE"; do
     grep -qx "$f" <<<"$have" || die "image $f is not in containerd after the import"
   done
   [ -n "$(ctr_ snapshots --snapshotter native ls 2>/dev/null | tail -n +2)" ] || die "no native snapshots after the import"
-  log "imported $E2E_PAUSE_IMAGE and $E2E_IMAGE into containerd (k8s.io, native snapshotter)"
+  log "imported $E2E_PAUSE_IMAGE, $E2E_IMAGE and $E2E_SCHED_IMAGE into containerd (k8s.io, native snapshotter)"
 }
 
 # The kubelet's default hard eviction (imagefs.available<15%, nodefs.available<10%) reads the

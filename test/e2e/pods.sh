@@ -1,33 +1,41 @@
 #!/usr/bin/env bash
-# The extender and the device plugin as real pods: an image of toposched built from scratch with
-# buildah (scripts/image.sh) and a static pause image (test/e2e/pause.c) are imported into the
-# kubelet's containerd; the device plugin runs as the pod the applied DaemonSet's template describes
-# and the extender as the pod the applied Deployment's template describes, both started by the real
-# kubelet through containerd and runc, with in-cluster ServiceAccount credentials (bound tokens) and
-# so exactly the RBAC of deploy/*-rbac.yaml. my-scheduler (a local process) calls the in-pod
-# extender; the kubelet calls the in-pod device plugin.
+# The extender, the device plugin and my-scheduler as real pods: an image of toposched built from
+# scratch with buildah (scripts/image.sh), a static pause image (test/e2e/pause.c) and a
+# kube-scheduler image of the control plane's own build (named as the chart names it for this
+# cluster: registry.k8s.io/kube-scheduler:v1.37.2 on 1.37) are imported into the kubelet's
+# containerd; the device plugin runs as the pod the applied DaemonSet's template describes, the
+# extender and my-scheduler as the pods the applied Deployments' templates describe, all started by
+# the real kubelet through containerd and runc, with in-cluster ServiceAccount credentials (bound
+# tokens) and so exactly the RBAC of deploy/*-rbac.yaml and deploy/my-scheduler.yaml. The in-pod
+# my-scheduler (holding its lease) calls the in-pod extender; the kubelet calls the in-pod device plugin.
 #
 # No controller-manager runs here, so the harness does what the DaemonSet and ReplicaSet controllers
 # would: it reads each template back from the API server and creates one pod from it, bound to the
 # kubelet node. It changes only what this one-machine harness must differ in (pod_from_template
 # below; listed in docs/e2e.md, "The pods scenario"):
-#   both        hostNetwork: true (there is no CNI); spec.nodeName: the kubelet node (no scheduler
-#               for them, as DaemonSet pods were in 1.11); image: the local image, imagePullPolicy:
-#               Never (no registry); env KUBERNETES_SERVICE_HOST=127.0.0.1 and
-#               KUBERNETES_SERVICE_PORT=<API port>, overriding the `kubernetes` Service's ClusterIP
-#               that kubelet injects (no kube-proxy routes it)
+#   all         hostNetwork: true (there is no CNI); spec.nodeName: the kubelet node (no scheduler
+#               for them, as DaemonSet pods were in 1.11); imagePullPolicy: Never (no registry); env
+#               KUBERNETES_SERVICE_HOST=127.0.0.1 and KUBERNETES_SERVICE_PORT=<API port>, overriding
+#               the `kubernetes` Service's ClusterIP that kubelet injects (no kube-proxy routes it)
+#   toposched's image: the local image localhost/toposched:e2e (plugin and extender)
 #   plugin      hostPath /sys, /dev, /opt/aws: the fake inf2.48xlarge tree under the work dir (no
 #               Neuron driver here); /var/lib/kubelet/pod-resources: the kubelet's --root-dir
 #               (the work dir); the DaemonSet controller's default tolerations are added, as it does
 #   extender    --listen 127.0.0.1:<EXT_PORT> and containerPort <EXT_PORT> instead of 0.0.0.0:12345
 #               (the harness's port range; hostNetwork would open 12345 on every interface)
+#   my-scheduler  the image as the chart rendered it (the imported build must carry exactly that
+#               name); in its ConfigMap my-scheduler-config the extender's URL is
+#               https://127.0.0.1:<EXT_PORT> with tlsConfig.serverName the Service's DNS name (no
+#               cluster DNS; lib.sh's e2e_scheduler_config, WHERE=pod); its probes' port 10259 stays
+#               (outside the harness's range; checked free first)
 # A problem of the manifests themselves (not of this harness) is a FINDING: the scenario works around
 # it where it can, to check everything else, and fails at the end naming it. Watched for:
 #   * a read-only /dev at /dev (as deploy/device-plugin.yaml had it, found here and fixed: the host's
 #     /dev is now at /host/dev): runc cannot create /dev/termination-log in it and the container never
 #     starts ("read-only file system"), on any node; the pod is made again with
 #     terminationMessagePath /tmp/termination-log to check the rest.
-#   * a 403/forbidden in either pod's log: a verb missing from deploy/*-rbac.yaml.
+#   * a 403/forbidden in any of the pods' logs: a verb missing from deploy/*-rbac.yaml or
+#     deploy/my-scheduler.yaml.
 # Skips (77) when buildah cannot be installed or the images cannot be built.
 source "$(dirname "$0")/lib.sh"
 e2e_init pods
@@ -35,10 +43,14 @@ e2e_images
 E2E_IN_CLUSTER=1
 e2e_control_plane
 # The chart's transport: the in-pod extender serves TLS and requires a client certificate signed by
-# the CA of its Secret; my-scheduler presents the one of Secret my-scheduler-extender-client
-# (e2e_scheduler_config copies it where the pod would mount it; the URL is 127.0.0.1, so the config
-# names the serving certificate's DNS name in tlsConfig.serverName).
-e2e_scheduler true "" all "https://127.0.0.1:$EXT_PORT"
+# the CA of its Secret; my-scheduler presents the one of Secret my-scheduler-extender-client from its
+# pod's mount. The URL is 127.0.0.1, so the config names the serving certificate's DNS name in
+# tlsConfig.serverName; the ConfigMap the my-scheduler pod mounts gets that configuration.
+e2e_scheduler_config "$W/my-scheduler.yaml" true "" all "https://127.0.0.1:$EXT_PORT" pod
+out=$(api PATCH /api/v1/namespaces/kube-system/configmaps/my-scheduler-config \
+  "$(python3 -c 'import json,sys; print(json.dumps({"data": {"my-scheduler-config.yaml": open(sys.argv[1]).read()}}))' "$W/my-scheduler.yaml")" \
+  application/merge-patch+json) || die "patch ConfigMap my-scheduler-config"
+grep -q "127.0.0.1:$EXT_PORT" <<<"$out" || die "patch ConfigMap my-scheduler-config: $out"
 e2e_kubelet_node kn inf2.48xlarge
 # `kubectl logs` goes through the API server to the kubelet at the Node's address, but kubelet 1.20
 # refuses to publish a loopback address ("nodeIP can't be loopback address") and leaves
@@ -95,6 +107,7 @@ if role == "device-plugin":
 else:
     # As a ReplicaSet of the Deployment would name its pod (no ReplicaSet exists here: no owner).
     pod_meta["generateName"] = owner["metadata"]["name"] + "-e2e-"
+if role == "extender":
     c = spec["containers"][0]
     cmd = c["command"]
     i = cmd.index("--listen")
@@ -108,7 +121,8 @@ else:
 spec["nodeName"] = node
 spec["hostNetwork"] = True
 for c in spec["containers"]:
-    c["image"] = image
+    if role != "my-scheduler":  # my-scheduler keeps the chart's image: the one built must match it
+        c["image"] = image
     c["imagePullPolicy"] = "Never"
     env = [e for e in c.get("env", []) if e["name"] not in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")]
     env += [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}, {"name": "KUBERNETES_SERVICE_PORT", "value": api_port}]
@@ -150,18 +164,19 @@ wait_running() {
     sleep 0.5
   done
 }
-# the_container POD: the container's id in containerd and its process on this machine.
+# container_of POD: the container's id in containerd.
 container_of() { ks get pod "$1" -o 'jsonpath={.status.containerStatuses[0].containerID}' | sed 's#^containerd://##'; }
-# check_in_container POD: containerd runs the container from our image; runc's init is our binary.
+# check_in_container POD [IMAGE] [EXE]: containerd runs the container from IMAGE (default our
+# toposched image); runc's init is EXE (default /usr/local/bin/toposched) of the image.
 check_in_container() {
-  local pod="$1" id img pid exe
+  local pod="$1" want_img="${2:-$E2E_IMAGE}" want_exe="${3:-/usr/local/bin/toposched}" id img pid exe
   id=$(container_of "$pod"); [ -n "$id" ] || die "$pod has no container id"
   img=$(ctr_ containers info "$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Image"])')
-  [ "$img" = "$E2E_IMAGE" ] || die "$pod's container runs image $img, not $E2E_IMAGE"
+  [ "$img" = "$want_img" ] || die "$pod's container runs image $img, not $want_img"
   pid=$(ctr_ tasks ls | awk -v id="$id" '$1 == id {print $2}')
   [ -n "$pid" ] && [ "$pid" != 0 ] || die "$pod's container has no task in containerd"
   exe=$(readlink "/proc/$pid/exe")
-  case "$exe" in */usr/local/bin/toposched|/usr/local/bin/toposched) ;; *) die "$pod's process $pid runs $exe";; esac
+  case "$exe" in "$want_exe"|*"$want_exe") ;; *) die "$pod's process $pid runs $exe, not $want_exe";; esac
   in_our_container "$W" "/proc/$pid" && grep -q "k8s.io/$id\$" "/proc/$pid/cgroup" || die "$pod's process $pid is not in the container's cgroup /k8s.io/$id"
   echo "container ${id:0:12}, pid $pid, uid $(awk '/^Uid:/ {print $2}' "/proc/$pid/status"), image $img"
 }
@@ -244,6 +259,43 @@ code=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$tls/ca.crt" --cert "$tl
 [ "$code" != 000 ] && [ "$code" != 403 ] || die "POST /filter with my-scheduler's client certificate answered $code"
 pass "extender pod Ready (kubelet's readinessProbe) and answering HTTPS on 127.0.0.1:$EXT_PORT: /filter 403 without a client certificate, none in plain HTTP, $code with my-scheduler's (verified against the Secret's CA)"
 
+# --- my-scheduler, from the Deployment ----------------------------------------------------------
+# The chart rendered the image for the live cluster (helm install); the imported build of this
+# control plane's kube-scheduler must be exactly that image, or the kubelet could not start it.
+api_version=$(k8s_server_version)
+if [ -z "$HELM" ]; then
+  # deploy/ (kubectl, no helm) is rendered for 1.35: its tag is set to the cluster's version, as
+  # docs/install.md tells an operator to.
+  ks set image deployment/my-scheduler "kube-scheduler=registry.k8s.io/kube-scheduler:$(k8s_release_tag "$api_version")" >/dev/null ||
+    die "set my-scheduler's image of deploy/my-scheduler.yaml"
+fi
+sched_image=$(ks get deployment my-scheduler -o 'jsonpath={.spec.template.spec.containers[0].image}')
+[ "$sched_image" = "$E2E_SCHED_IMAGE" ] ||
+  die "the chart rendered my-scheduler's image $sched_image for API server $api_version; the harness built $E2E_SCHED_IMAGE"
+# kube-scheduler serves HTTPS on 0.0.0.0:10259 (the probes' port), which hostNetwork puts on this machine.
+port_free 10259 || die "127.0.0.1:10259 is in use: my-scheduler's pod (hostNetwork) serves its probes there"
+run_pod deployment my-scheduler my-scheduler
+SCHED_POD=$POD
+wait_running 90 "$SCHED_POD"
+info=$(check_in_container "$SCHED_POD" "$E2E_SCHED_IMAGE" /usr/local/bin/kube-scheduler) || exit 1
+pass "my-scheduler pod $SCHED_POD Running: $info"
+check_token "$SCHED_POD" my-scheduler >&2
+sched_log() { ks logs "$SCHED_POD" 2>/dev/null; }
+started_line() { sched_log | grep -m1 'Starting Kubernetes Scheduler'; }
+wait_for 60 "my-scheduler's start line in its log" started_line
+grep -qE "version=\"?$(k8s_release_tag "$api_version")\b" <<<"$(started_line)" ||
+  die "my-scheduler's pod is not kube-scheduler $api_version: $(started_line)"
+# It holds its lease (kube-system/my-scheduler); with hostNetwork its identity starts with this
+# machine's hostname.
+holder() { ks get lease my-scheduler -o 'jsonpath={.spec.holderIdentity}'; }
+holds_lease() { holder | grep -q "^$(hostname)_"; }
+wait_for 60 "my-scheduler to hold lease kube-system/my-scheduler" holds_lease
+# klog's text: 1.37 `"Successfully acquired lease" lock="kube-system/my-scheduler"`, older `successfully acquired lease kube-system/my-scheduler`.
+acquired() { sched_log | grep -qiE 'successfully acquired lease.*kube-system/my-scheduler'; }
+wait_for 30 "my-scheduler's log to say it acquired the lease" acquired
+wait_for 60 "the my-scheduler pod Ready (its readinessProbe, HTTPS :10259/healthz)" ready "$SCHED_POD"
+pass "my-scheduler pod runs kube-scheduler $api_version from $E2E_SCHED_IMAGE (its log: $(started_line | grep -oE 'version="?[^ "]+"?')), holds lease kube-system/my-scheduler ($(holder)) and is Ready by the chart's probe"
+
 # --- a Neuron pod through my-scheduler, the in-pod extender and the in-pod device plugin -----------
 # The workload uses the same image: `toposched allocate` prints a plan and exits 0. hostNetwork: a pod
 # network needs a CNI plugin, which this node has not.
@@ -258,7 +310,8 @@ wait_bound 60 dev-3
 check_annotations dev-3
 ids=$(pod_ids dev-3)
 grep -q "dev-3" <<<"$(ks logs "$EXT_POD")" || die "the in-pod extender's log does not mention dev-3 (did it bind it?)"
-pass "dev-3 bound by the in-pod extender to $KUBELET_NODE with AWS_NEURON_IDS=$ids (my-scheduler over TLS with its client certificate: the extender refuses plain HTTP and verbs without one)"
+grep -q 'Successfully bound pod to node.*dev-3' <<<"$(sched_log)" || die "the in-pod my-scheduler's log does not say it bound dev-3"
+pass "dev-3 scheduled by the in-pod my-scheduler and bound by the in-pod extender to $KUBELET_NODE with AWS_NEURON_IDS=$ids (over TLS with my-scheduler's client certificate: the extender refuses plain HTTP and verbs without one)"
 dp_log() { ks logs "$DP_POD" 2>/dev/null; }
 allocate_logged() { grep -q "Allocate aws.amazon.com/neuron .*dev-3" <<<"$(dp_log)"; }
 wait_for 60 "the in-pod plugin's Allocate for dev-3" allocate_logged
@@ -293,15 +346,16 @@ out=$(api POST /api/v1/namespaces/default/pods "$(workload cpu-only 1 | python3 
 wait_for 90 "cpu-only Succeeded" bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig -n default get pod cpu-only -o 'jsonpath={.status.phase}')\" = Succeeded ]"
 pass "cpu-only ran our image to completion: $(k -n default logs cpu-only | head -2 | tr '\n' ' ')"
 
-# --- both pods: still running, no restarts, never refused by the API server ---------------------
-for p in "$DP_POD" "$EXT_POD"; do
+# --- the three pods: still running, no restarts, never refused by the API server ---------------
+for p in "$DP_POD" "$EXT_POD" "$SCHED_POD"; do
   running "$p" || die "$p is no longer running"
   [ "$(ks get pod "$p" -o 'jsonpath={.status.containerStatuses[0].restartCount}')" = 0 ] || die "$p restarted"
 done
 forbidden=0
 no_forbidden "$DP_POD" deploy/device-plugin-rbac.yaml || forbidden=1
 no_forbidden "$EXT_POD" deploy/extender-rbac.yaml || forbidden=1
-[ $forbidden = 1 ] || pass "neither pod restarted, neither log shows a 403/forbidden: the RBAC of deploy/*-rbac.yaml is enough"
+no_forbidden "$SCHED_POD" deploy/my-scheduler.yaml || forbidden=1
+[ $forbidden = 1 ] || pass "no pod restarted, no log shows a 403/forbidden: the RBAC of deploy/*-rbac.yaml and deploy/my-scheduler.yaml is enough"
 
 if [ ${#FINDINGS[@]} -gt 0 ]; then
   log "everything else passed; the manifests in deploy/ have ${#FINDINGS[@]} problem(s):"

@@ -21,6 +21,26 @@ app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
 {{ printf "%s:%s" .repository (toString .tag) }}
 {{- end }}
 
+{{/* my-scheduler's image: scheduler.customScheduler.image, an empty tag meaning the cluster's own
+     version as vMAJOR.MINOR.PATCH (kube-scheduler's release tags on registry.k8s.io): EKS reports
+     v1.34.4-eks-3025e55, GKE v1.33.5-gke.1201000, both with a suffix no registry.k8s.io tag has. */}}
+{{- define "toposched.myScheduler.image" -}}
+{{- $i := .Values.scheduler.customScheduler.image -}}
+{{- if not $i.repository -}}
+{{- fail "scheduler.customScheduler.image.repository is empty: name the kube-scheduler image (default registry.k8s.io/kube-scheduler)" -}}
+{{- end -}}
+{{- $tag := toString ($i.tag | default "") -}}
+{{- if not $tag -}}
+{{- $kube := .Capabilities.KubeVersion.Version -}}
+{{- $tag = regexFind "^v?[0-9]+[.][0-9]+[.][0-9]+" $kube | trimPrefix "v" -}}
+{{- if not $tag -}}
+{{- fail (printf "scheduler.customScheduler.image.tag is empty and the cluster's version %q has no MAJOR.MINOR.PATCH to take the kube-scheduler tag from: set scheduler.customScheduler.image.tag (or, with helm template, give --kube-version as MAJOR.MINOR.PATCH)" $kube) -}}
+{{- end -}}
+{{- $tag = printf "v%s" $tag -}}
+{{- end -}}
+{{ printf "%s:%s" $i.repository $tag }}
+{{- end }}
+
 {{/* Refuses combinations that cannot work, with the reason (AWS's chart has the same rules). */}}
 {{- define "toposched.validate" -}}
 {{- $s := .Values.scheduler -}}
