@@ -443,8 +443,8 @@ TEST_F(LeaderFencingBinary, SigtermReleasesTheLeaseOnlyAfterTheInFlightBindRetur
       << extender.log();
 }
 
-// A new leader serves only from a list it made after it became the leader (a quorum read: no
-// resourceVersion), not from a watch that may be behind.
+// A new leader serves only from a list it made after it became the leader (a quorum read or a
+// watch list: no resourceVersion), not from a watch that may be behind.
 TEST_F(LeaderFencingBinary, ANewLeaderListsPodsAfreshBeforeItTurnsReady) {
   server_.PutLease(LeaseHeldBy(""));  // released by a previous leader: free to take
   ExtenderProcess extender(Args(), dir_.path() + "/extender.log");
@@ -455,8 +455,10 @@ TEST_F(LeaderFencingBinary, ANewLeaderListsPodsAfreshBeforeItTurnsReady) {
   for (int i = 0; i < static_cast<int>(requests.size()); ++i) {
     const auto& r = requests[static_cast<size_t>(i)];
     if (r.method == "PUT" && r.path == kLeasePath && took < 0) took = i;
-    if (took >= 0 && r.method == "GET" && r.path == "/api/v1/pods" &&
-        r.query.find("watch=") == std::string::npos) {
+    // A LIST, or a watch list (the fake serves them, as 1.34+ does): both are consistent reads.
+    const bool lists = r.query.find("watch=") == std::string::npos ||
+                       r.query.find("sendInitialEvents=true") != std::string::npos;
+    if (took >= 0 && r.method == "GET" && r.path == "/api/v1/pods" && lists) {
       fresh_list = i;
       EXPECT_EQ(r.query.find("resourceVersion="), std::string::npos)
           << "a takeover's list must be a quorum read: " << r.query;
