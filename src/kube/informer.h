@@ -93,8 +93,9 @@ class Informer {
 
   // True once the first list has been delivered to on_replace.
   bool Synced() const { return synced_.load(); }
-  // Ends the watch under way and lists again (every list is a quorum read: no resourceVersion, so
-  // the API server answers from etcd, not from a cache that may lag). Returns a ticket:
+  // Ends the watch under way and lists again (every list is a consistent read: no resourceVersion,
+  // so a LIST is answered from etcd and a watch list from a cache made to catch up with etcd
+  // first, never from a cache that may lag). Returns a ticket:
   // RelistsDelivered() >= ticket once a list *sent after this call* has been delivered to
   // on_replace; a list already under way when it is called does not count. A new leader calls it
   // and serves only once its ticket is delivered (docs/extender.md, "Leadership and fencing").
