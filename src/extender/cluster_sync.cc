@@ -248,6 +248,8 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     for (const auto& [uid, requests] : pods_) {
       if (requests.gang) gang_members_[requests.gang->id].insert(uid);
     }
+    std::erase_if(gang_sizes_,
+                  [&](const auto& entry) { return !gang_members_.contains(entry.first); });
   }
   tracker::RebuildScope scope;
   scope.keep_reservations = true;

@@ -38,11 +38,11 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
-  if (requests->gang) {
-    RememberPod(*requests);
-    return FilterGangMember(*requests, names, result);
-  }
-  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+  if (requests->gang) RememberPod(*requests);  // first: its gang's size is kept while it has pods
+  // A PodGroup (or Workload group) whose policy is basic is no gang: its pod is placed alone.
+  const PodRequests decided = WithGangSize(*requests, /*may_ask=*/true);
+  if (decided.gang) return FilterGangMember(decided, names, result);
+  tracker_.ForEachFit(decided.spec, names, [&](size_t i, tracker::FitResult&& fit) {
     if (fit.fits) {
       result.passed.push_back(names[i]);
     } else if (fit.unresolvable) {
@@ -67,6 +67,7 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
+  requests = WithGangSize(std::move(requests).value(), /*may_ask=*/false);
   if (requests->gang) {
     // A seated member has one node: its seat.
     const auto gang = tracker_.FindGang(requests->gang->id);
@@ -93,6 +94,7 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
   }
   std::map<std::string, Victims> out;
   if (!Ready()) return EncodePreemptionResult(out);  // no victims for ids we cannot see yet
+  requests = WithGangSize(std::move(requests).value(), /*may_ask=*/false);
   if (requests->gang) {
     // A gang needs whole groups of nodes; victims on one node cannot free them
     // (docs/ultraserver.md).
@@ -110,7 +112,11 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
       (hold && hold->allocation.node == node ? holders : others).push_back(uid);
       ReaderLock lock(mu_);
       auto it = pods_.find(uid);
-      gang_victim = gang_victim || (it != pods_.end() && it->second.gang.has_value());
+      if (it != pods_.end() && it->second.gang) {
+        // A member of a basic PodGroup (size 0) is no gang's.
+        const auto size = gang_sizes_.find(it->second.gang->id);
+        gang_victim = gang_victim || size == gang_sizes_.end() || size->second > 0;
+      }
     }
     // Evicting one member of a gang would break the whole job: such nodes are not offered.
     if (gang_victim) {
