@@ -77,6 +77,12 @@ TEST(Workload, ThePodsGroupsPolicy) {
   ASSERT_FALSE(bad_policy.ok());  // every group is checked, not only the one asked for
   EXPECT_THAT(bad_policy.error(), HasSubstr("spec.podGroups[0].policy.gang.minCount"));
   EXPECT_FALSE(DecodeWorkloadMinCount(R"({"spec":{}})", "workers").ok());
+  // Found by scheduling_groups_fuzz: a null (or null-looking) list was iterated.
+  auto null_groups = DecodeWorkloadMinCount(R"({"spec":{"podGroups":null}})", "workers");
+  ASSERT_FALSE(null_groups.ok());
+  EXPECT_EQ(null_groups.error(), "Workload: spec: no podGroups");
+  EXPECT_FALSE(
+      DecodeWorkloadMinCount(R"({"spec":{"podGroups":n[{"name":"workers"}]}})", "workers").ok());
   EXPECT_EQ(WorkloadPath("ml", "wl"),
             "/apis/scheduling.k8s.io/v1alpha1/namespaces/ml/workloads/wl");
 }

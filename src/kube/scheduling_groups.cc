@@ -160,6 +160,7 @@ Result<int> DecodeWorkloadMinCount(std::string_view text, std::string_view pod_g
               bool present = false;
               TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(field, at, groups, present));
               has_groups = present;
+              if (!present) return OkStatus();  // null: reported as no podGroups
               return json::ForEachElement(
                   groups, at,
                   [&](size_t, ondemand::value& element, const Path& element_at) -> Status {
