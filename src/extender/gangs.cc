@@ -49,8 +49,9 @@ PodRequests ExtenderService::WithGangSize(PodRequests requests, bool may_ask) {
     if (read.ok()) {
       size = *read;
       MutexLock lock(mu_);
-      // Only while the gang has pods: ForgetPod drops it with the last one.
-      if (gang_members_.count(gang.id) > 0) gang_sizes_[gang.id] = *read;
+      // Kept while the gang has pods (the caller remembers this one): ForgetPod drops it with
+      // the last.
+      gang_sizes_[gang.id] = *read;
       if (*read == 0) {
         spdlog::info("{} {}/{}: its policy is basic, not gang: its pods are placed one by one",
                      gang.source, requests.ns, gang.job_name);

@@ -1,6 +1,7 @@
 // Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
 // without changing what is held (filter only remembers the pod and its demand).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,19 +39,26 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
-  if (requests->gang) RememberPod(*requests);  // first: its gang's size is kept while it has pods
-  // A PodGroup (or Workload group) whose policy is basic is no gang: its pod is placed alone.
-  const PodRequests decided = WithGangSize(*requests, /*may_ask=*/true);
-  if (decided.gang) return FilterGangMember(decided, names, result);
-  tracker_.ForEachFit(decided.spec, names, [&](size_t i, tracker::FitResult&& fit) {
-    if (fit.fits) {
-      result.passed.push_back(names[i]);
-    } else if (fit.unresolvable) {
-      result.failed_unresolvable[names[i]] = std::move(fit.reason);
-    } else {
-      result.failed[names[i]] = std::move(fit.reason);
+  // A PodGroup (or Workload group) whose policy is basic is no gang: its pod is placed alone,
+  // with the gang's id dropped from its spec. Single pods are not copied.
+  std::optional<PodRequests> resolved;
+  if (requests->gang) {
+    resolved = WithGangSize(*requests, /*may_ask=*/true);
+    if (resolved->gang) {
+      RememberPod(*requests);
+      return FilterGangMember(*resolved, names, result);
     }
-  });
+  }
+  tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
+                      [&](size_t i, tracker::FitResult&& fit) {
+                        if (fit.fits) {
+                          result.passed.push_back(names[i]);
+                        } else if (fit.unresolvable) {
+                          result.failed_unresolvable[names[i]] = std::move(fit.reason);
+                        } else {
+                          result.failed[names[i]] = std::move(fit.reason);
+                        }
+                      });
   RememberPod(std::move(requests).value());
   return EncodeFilterResult(result);
 }
