@@ -225,6 +225,60 @@ TEST(GangOf, AffinityAsDecodedFromAwsGuideYaml) {
   EXPECT_EQ(PodHostName(*pod), "w-worker-0.w.default.svc");
 }
 
+TEST(GangOf, UpstreamPodGroupAsDecodedFromA137Pod) {
+  // 1.36+: spec.schedulingGroup names a PodGroup; its size is read from the object (size 0 here).
+  auto pod = kube::DecodePod(std::string_view(R"({
+    "metadata": {"name": "w-0", "namespace": "ml", "annotations": {"toposched.io/gang-rank": "3"}},
+    "spec": {"schedulingGroup": {"podGroupName": "train-0"}, "affinity": {"podAffinity": {
+      "requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {}, "topologyKey": "neuron.amazonaws.com/ultraserver-server-id-4"}]}}}})"));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  const GangMembership gang = MustBeMember(*pod);
+  EXPECT_EQ(gang.id, "ml/podgroup:train-0");
+  EXPECT_EQ(gang.source, "PodGroup");
+  EXPECT_EQ(gang.job_name, "train-0");
+  EXPECT_EQ(gang.size, 0);
+  EXPECT_EQ(gang.group_nodes, 4);
+  EXPECT_EQ(gang.index, 3);
+}
+
+TEST(GangOf, UpstreamWorkloadRefAsDecodedFromA135Pod) {
+  auto pod = kube::DecodePod(std::string_view(R"({
+    "metadata": {"name": "w-0", "namespace": "ml"},
+    "spec": {"workloadRef": {"name": "job", "podGroup": "workers", "podGroupReplicaKey": "1"}}})"));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  GangMembership gang = MustBeMember(*pod);
+  EXPECT_EQ(gang.id, "ml/workload:job/workers/1");
+  EXPECT_EQ(gang.source, "Workload");
+  EXPECT_EQ(gang.job_name, "job");
+  EXPECT_EQ(gang.pod_group, "workers");
+  pod->workload_ref->pod_group_replica_key.clear();
+  EXPECT_EQ(MustBeMember(*pod).id, "ml/workload:job/workers");
+  pod->workload_ref->pod_group.clear();
+  auto bad = GangOf(*pod);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "spec.workloadRef: podGroup is empty");
+}
+
+TEST(GangOf, PrecedenceOurAnnotationThenUpstreamThenJobLabels) {
+  kube::Pod pod = MpiWorker("train-a", "1");
+  Label(pod, kLabelLwsName, "serve");
+  Label(pod, kLabelLwsGroupIndex, "0");
+  pod.workload_ref = kube::Pod::WorkloadRef{"job", "workers", ""};
+  EXPECT_EQ(MustBeMember(pod).source, "Workload");
+  pod.scheduling_group = "pg";
+  EXPECT_EQ(MustBeMember(pod).id, "default/podgroup:pg");
+  // The MPIJob's replica index is not the PodGroup's rank.
+  EXPECT_EQ(MustBeMember(pod).index, -1);
+  Note(pod, kAnnotationGang, "mine");
+  EXPECT_EQ(MustBeMember(pod).id, "default/gang:mine");
+  // Our size annotation gives an upstream group its size without reading the object.
+  kube::Pod sized = PodIn();
+  sized.scheduling_group = "pg";
+  Note(sized, kAnnotationGangSize, "8");
+  EXPECT_EQ(MustBeMember(sized).size, 8);
+}
+
 TEST(GangOf, NodeConfigPrecedence) {
   kube::Pod pod = LwsPod("serve", "0", "0", "4");
   pod.pod_affinity_topology_keys = {kServerId2};

@@ -2,6 +2,7 @@
 // a whole UltraServer, each member passes only its seat, bind writes the gang record, a gang that
 // cannot be placed keeps every member out, expiry releases it whole, single pods stay off held
 // nodes, a restart completes a half-bound gang, and gang members are never preemption victims.
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,6 +50,20 @@ std::string MemberJson(const std::string& name, const std::string& gang, int siz
       name, labels, annotations, gang, devices);
 }
 
+// A member of an upstream group: `group` is the pod's spec field, spec.schedulingGroup or
+// spec.workloadRef, as JSON ("schedulingGroup":{...}); `nodes` 0 sets no ultraserver-nodes.
+std::string UpstreamMemberJson(const std::string& name, const std::string& group, int nodes,
+                               int devices) {
+  const std::string annotations =
+      nodes > 0 ? fmt::format(R"("toposched.io/ultraserver-nodes":"{}")", nodes) : "";
+  return fmt::format(
+      R"({{"metadata":{{"name":"{0}","namespace":"default","uid":"uid-{0}",)"
+      R"("annotations":{{{1}}}}},"spec":{{"schedulerName":"my-scheduler","hostname":"{0}",)"
+      R"("subdomain":"job",{2},"containers":[{{"name":"main","resources":{{"limits":{{)"
+      R"("aws.amazon.com/neuron":"{3}"}}}}}}]}},"status":{{"phase":"Pending"}}}})",
+      name, annotations, group, devices);
+}
+
 kube::Node UltraServerNode(const std::string& name, const std::string& us, int id) {
   auto node = kube::DecodeNode(testing::EksNodeJson(name, "trn2u.48xlarge", 16, 64));
   EXPECT_TRUE(node.ok()) << node.error();
@@ -67,10 +82,16 @@ class GangServiceTest : public ::testing::Test {
   void Start() {
     ExtenderOptions options;
     options.gang_timeout = std::chrono::seconds(60);
-    options.mpijob_workers = [this](const std::string& ns, const std::string& job) -> Result<int> {
-      asked_ += ns + "/" + job + " ";
-      if (job == "train") return 2;
-      return Error{"no such MPIJob"};
+    options.gang_size = [this](const std::string& ns,
+                               const claims::GangMembership& gang) -> Result<int> {
+      asked_ += ns + "/" + gang.job_name + " ";
+      if (gang.source == "MPIJob" && gang.job_name == "train") return 2;
+      if (gang.source == "PodGroup" && gang.job_name == "pg-gang") return 4;
+      if (gang.source == "PodGroup" && gang.job_name == "pg-basic") return 0;
+      if (gang.source == "Workload" && gang.job_name == "wl" && gang.pod_group == "workers") {
+        return 2;
+      }
+      return Error{"no such " + gang.source};
     };
     service_ = std::make_unique<ExtenderService>(
         topology::Catalog::Embedded(), options, writer_, metrics_, [this] { return now_; },
@@ -303,6 +324,66 @@ TEST_F(GangServiceTest, MpiJobWorkersRankByReplicaIndexAndAskTheJobForTheirSize)
   const json r = Filter(MemberJson("other-worker-0", "other", 0, 2, 16, 0, true));
   EXPECT_THAT(r["NodeNames"], IsEmpty());
   EXPECT_THAT(r["FailedNodes"]["plain"].get<std::string>(), HasSubstr("size is unknown"));
+}
+
+TEST_F(GangServiceTest, PodGroupGangTakesItsSizeFromThePodGroupOnce) {
+  const std::string group = R"("schedulingGroup":{"podGroupName":"pg-gang"})";
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(Schedule(UpstreamMemberJson(fmt::format("pg-{}", i), group, 4, 16)));
+    ASSERT_FALSE(nodes.back().empty()) << "member " << i;
+  }
+  for (const auto& node : nodes) EXPECT_EQ(node.substr(0, 3), nodes[0].substr(0, 3));
+  std::vector<int> ranks;
+  for (int i = 0; i < 4; ++i) {
+    const claims::GangRecord record = RecordOf(fmt::format("pg-{}", i));
+    EXPECT_EQ(record.gang, "default/podgroup:pg-gang");
+    EXPECT_EQ(record.size, 4);
+    EXPECT_EQ(record.group_nodes, 4);
+    ranks.push_back(record.rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_THAT(ranks, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(asked_, "default/pg-gang ");  // read once, kept while the gang has pods
+}
+
+TEST_F(GangServiceTest, BasicPodGroupPodsArePlacedAsSinglePods) {
+  const std::string group = R"("schedulingGroup":{"podGroupName":"pg-basic"})";
+  // One device: as a single pod it may go to any node; a gang member would get one seat.
+  const json r = Filter(UpstreamMemberJson("basic-0", group, 0, 1));
+  EXPECT_GT(r["NodeNames"].size(), 1U) << r.dump();
+  EXPECT_FALSE(service_->tracker().FindGang("default/podgroup:pg-basic").has_value());
+  const std::string node = r["NodeNames"][0];
+  const json b =
+      json::parse(service_->Bind(BindingArgs{"basic-0", "default", "uid-basic-0", node}));
+  EXPECT_EQ(b["Error"], "") << b.dump();
+  EXPECT_EQ(writer_.Bindings()
+                .at("uid-basic-0")
+                .annotations.count(std::string(claims::kAnnotationGangRecord)),
+            0U);
+}
+
+TEST_F(GangServiceTest, UnreadablePodGroupKeepsItsMembersPendingSayingWhy) {
+  const json r =
+      Filter(UpstreamMemberJson("lost-0", R"("schedulingGroup":{"podGroupName":"gone"})", 4, 16));
+  EXPECT_THAT(r["NodeNames"], IsEmpty());
+  EXPECT_THAT(r["FailedNodes"]["plain"].get<std::string>(),
+              HasSubstr("let toposched read the PodGroup gone (RBAC: get podgroups)"));
+  // Not cached: the next try asks again.
+  Filter(UpstreamMemberJson("lost-0", R"("schedulingGroup":{"podGroupName":"gone"})", 4, 16));
+  EXPECT_EQ(asked_, "default/gone default/gone ");
+}
+
+TEST_F(GangServiceTest, WorkloadPodGroupReplicaIsAGang) {
+  const std::string group =
+      R"("workloadRef":{"name":"wl","podGroup":"workers","podGroupReplicaKey":"0"})";
+  const std::string n0 = Schedule(UpstreamMemberJson("wl-0", group, 2, 16));
+  const std::string n1 = Schedule(UpstreamMemberJson("wl-1", group, 2, 16));
+  ASSERT_FALSE(n0.empty());
+  ASSERT_FALSE(n1.empty());
+  EXPECT_EQ(RecordOf("wl-0").gang, "default/workload:wl/workers/0");
+  EXPECT_EQ(RecordOf("wl-1").size, 2);
+  EXPECT_EQ(RecordOf("wl-0").server_id, RecordOf("wl-1").server_id);
 }
 
 TEST_F(GangServiceTest, GangMembersAreNeverPreemptionVictims) {

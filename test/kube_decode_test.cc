@@ -171,6 +171,26 @@ TEST(KubeDecodeTest, PodKeepsGangLabelsHostnameAndPodAffinityKeys) {
   EXPECT_EQ(sidecar->hostname, "");
 }
 
+TEST(KubeDecodeTest, PodUpstreamSchedulingGroupAndWorkloadRef) {
+  Result<Pod> pod = DecodePod(std::string_view(
+      R"({"metadata":{"name":"p"},"spec":{"schedulingGroup":{"podGroupName":"train-0"},)"
+      R"("workloadRef":{"name":"job","podGroup":"workers","podGroupReplicaKey":"2"}}})"));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  EXPECT_EQ(pod->scheduling_group, "train-0");
+  ASSERT_TRUE(pod->workload_ref.has_value());
+  EXPECT_EQ(*pod->workload_ref, (Pod::WorkloadRef{"job", "workers", "2"}));
+  // Absent (1.20) or null: nothing.
+  Result<Pod> none = DecodePod(std::string_view(
+      R"({"metadata":{"name":"p"},"spec":{"schedulingGroup":null,"workloadRef":null}})"));
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_EQ(none->scheduling_group, "");
+  EXPECT_FALSE(none->workload_ref.has_value());
+  Result<Pod> bad =
+      DecodePod(std::string_view(R"({"spec":{"schedulingGroup":{"podGroupName":4}}})"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.error(), HasSubstr("spec.schedulingGroup.podGroupName"));
+}
+
 TEST(KubeDecodeTest, NullAffinityPartsAreEmpty) {
   const char* const docs[] = {
       R"({"metadata":{"labels":null},"spec":{"affinity":null,"hostname":null,"subdomain":null}})",

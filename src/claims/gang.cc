@@ -59,7 +59,7 @@ Status NonEmpty(std::string_view kind, std::string_view key, const std::string& 
   return OkStatus();
 }
 
-enum class Source { kAnnotation, kLeaderWorkerSet, kMpiJob };
+enum class Source { kAnnotation, kUpstream, kLeaderWorkerSet, kMpiJob };
 
 // --- The gang record's JSON. ---
 
@@ -151,6 +151,24 @@ Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
     TOPOSCHED_RETURN_IF_ERROR(NonEmpty("annotation", kAnnotationGang, *name));
     gang.id = fmt::format("{}/gang:{}", pod.ns, *name);
     gang.source = kAnnotationGang;
+  } else if (!pod.scheduling_group.empty()) {
+    gang.id = fmt::format("{}/podgroup:{}", pod.ns, pod.scheduling_group);
+    gang.source = "PodGroup";
+    gang.job_name = pod.scheduling_group;
+    source = Source::kUpstream;
+  } else if (pod.workload_ref) {
+    const kube::Pod::WorkloadRef& ref = *pod.workload_ref;
+    if (ref.name.empty() || ref.pod_group.empty()) {
+      return Error{
+          fmt::format("spec.workloadRef: {} is empty", ref.name.empty() ? "name" : "podGroup")};
+    }
+    // Each replica key is its own group of the pod group's size (upstream's rule).
+    gang.id = fmt::format("{}/workload:{}/{}", pod.ns, ref.name, ref.pod_group);
+    if (!ref.pod_group_replica_key.empty()) gang.id += "/" + ref.pod_group_replica_key;
+    gang.source = "Workload";
+    gang.job_name = ref.name;
+    gang.pod_group = ref.pod_group;
+    source = Source::kUpstream;
   } else if (const std::string* lws = Find(labels, kLabelLwsName),
              *group = Find(labels, kLabelLwsGroupIndex);
              lws != nullptr || group != nullptr) {
@@ -180,8 +198,9 @@ Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
          {kAnnotationGangSize, kAnnotationUltraServerNodes, kAnnotationGangRank}) {
       if (notes.count(key) > 0) {
         return Error{fmt::format(
-            "annotation {} is set, but the pod names no gang (annotation {}, LeaderWorkerSet "
-            "labels, or MPIJob worker labels)",
+            "annotation {} is set, but the pod names no gang (annotation {}, "
+            "spec.schedulingGroup, spec.workloadRef, LeaderWorkerSet labels, or MPIJob worker "
+            "labels)",
             key, kAnnotationGang)};
       }
     }

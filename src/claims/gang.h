@@ -22,15 +22,22 @@ namespace toposched::claims {
 inline constexpr int kMaxGangSize = 65536;
 
 struct GangMembership {
-  // "<namespace>/<kind>:<name>": "default/gang:my-gang", "default/lws:serve/2" (group 2 of the
-  // LeaderWorkerSet serve), "default/mpijob:train-a".
+  // "<namespace>/<kind>:<name>": "default/gang:my-gang", "default/podgroup:train-0" (upstream's
+  // PodGroup), "default/workload:train/workers" (a 1.35 Workload's pod group, "/<replica key>"
+  // appended when the pod has one), "default/lws:serve/2" (group 2 of the LeaderWorkerSet
+  // serve), "default/mpijob:train-a".
   std::string id;
-  // Where the identity came from, for messages: "toposched.io/gang", "LeaderWorkerSet", "MPIJob".
+  // Where the identity came from, for messages: "toposched.io/gang", "PodGroup", "Workload",
+  // "LeaderWorkerSet", "MPIJob".
   std::string source;
-  int size = 0;  // members in the gang; 0 = not known from the pod (an MPIJob's: read the job)
-  int group_nodes = 1;   // UltraServer node config: 1, 2 or 4
-  int index = -1;        // the member's own index (a rank hint); -1 = none
-  std::string job_name;  // the MPIJob's name when source is MPIJob
+  // Members in the gang; 0 = not known from the pod: the extender reads it from the object
+  // job_name names (an MPIJob's Worker replicas, a PodGroup's or Workload pod group's gang
+  // minCount).
+  int size = 0;
+  int group_nodes = 1;    // UltraServer node config: 1, 2 or 4
+  int index = -1;         // the member's own index (a rank hint); -1 = none
+  std::string job_name;   // the MPIJob's, PodGroup's or Workload's name (by source)
+  std::string pod_group;  // the Workload's pod group (source Workload)
 
   bool operator==(const GangMembership&) const = default;
 };
@@ -40,20 +47,28 @@ struct GangMembership {
 //
 // Identity, first found wins:
 //   1. annotation toposched.io/gang (any pods; the name is namespace-local);
-//   2. labels leaderworkerset.sigs.k8s.io/name and group-index (both required): one group;
-//   3. label training.kubeflow.org/job-name with job-role=worker: the MPIJob's workers.
+//   2. upstream's group, which kube-scheduler itself gates on (1.35+, GenericWorkload): pod field
+//      spec.schedulingGroup.podGroupName (a PodGroup, 1.36+), else spec.workloadRef (a Workload's
+//      pod group, 1.35). It comes before the job labels because a job controller that sets it
+//      (1.37's Job controller does, behind WorkloadWithJob) means this group, not its own;
+//   3. labels leaderworkerset.sigs.k8s.io/name and group-index (both required): one group;
+//   4. label training.kubeflow.org/job-name with job-role=worker: the MPIJob's workers.
+// Whether an upstream group is a gang at all is its object's policy (basic: no), which the
+// extender reads with its size; here it is one with size 0.
 // A job's own keys (LeaderWorkerSet's size, worker-index and exclusive-topology; the MPIJob's
 // replica-index) count only when that job is the identity: a toposched.io/gang that regroups
 // such pods takes its size and ranks from toposched.io/ annotations.
-// Size: annotation leaderworkerset.sigs.k8s.io/size (the job's own) > toposched.io/gang-size > 0.
+// Size: annotation leaderworkerset.sigs.k8s.io/size (the job's own) > toposched.io/gang-size > 0
+//   (for an MPIJob, PodGroup or Workload: read from the object).
 // Group nodes: toposched.io/ultraserver-nodes > LeaderWorkerSet's exclusive-topology naming
 //   neuron.amazonaws.com/ultraserver-server-id-2 or -4 > the first pod-affinity topologyKey
 //   that is one of those two labels (AWS's UltraServer guide's MPIJob rules) > 1.
 // Index: toposched.io/gang-rank > leaderworkerset.sigs.k8s.io/worker-index >
 //   training.kubeflow.org/replica-index > -1.
 // Errors: a number that is not a decimal integer in range (size 1..kMaxGangSize, nodes 1, 2 or
-// 4, index 0..kMaxGangSize-1), an empty name, one LeaderWorkerSet label without the other, a size
-// that is not a multiple of group_nodes, an index not below a known size.
+// 4, index 0..kMaxGangSize-1), an empty name, one LeaderWorkerSet label without the other, a
+// workloadRef without name or podGroup, a size that is not a multiple of group_nodes, an index
+// not below a known size.
 Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod);
 
 // What bind decided for one member, written on it as annotation toposched.io/gang-record.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/gang.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "cli/commands.h"
@@ -28,6 +30,7 @@
 #include "kube/informer.h"
 #include "kube/leader_election.h"
 #include "kube/mpijob.h"
+#include "kube/scheduling_groups.h"
 #include "net/http_server.h"
 
 namespace toposched::cli {
@@ -476,13 +479,21 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write, fence);
   }
   if (client) {
-    // An MPIJob's workers are its gang: its size is read from the job itself.
+    // A gang's size from its job object: an MPIJob's workers, upstream's PodGroup or Workload
+    // group (kube::SchedulingGroups finds the PodGroup version once).
     kube::ApiClient* api = client.get();
-    service_options.mpijob_workers = [api](const std::string& ns,
-                                           const std::string& job) -> Result<int> {
-      TOPOSCHED_ASSIGN_OR_RETURN(auto response, api->Get(kube::MpiJobPath(ns, job)));
+    auto groups = std::make_shared<kube::SchedulingGroups>(
+        [api](std::string_view path) { return api->Get(path); });
+    service_options.gang_size = [api, groups](const std::string& ns,
+                                              const claims::GangMembership& gang) -> Result<int> {
+      if (gang.source == "PodGroup") return groups->PodGroupMinCount(ns, gang.job_name);
+      if (gang.source == "Workload") {
+        return groups->WorkloadMinCount(ns, gang.job_name, gang.pod_group);
+      }
+      TOPOSCHED_ASSIGN_OR_RETURN(auto response, api->Get(kube::MpiJobPath(ns, gang.job_name)));
       if (response.status != 200) {
-        return Error{fmt::format("reading MPIJob {}/{}: HTTP {}", ns, job, response.status)};
+        return Error{
+            fmt::format("reading MPIJob {}/{}: HTTP {}", ns, gang.job_name, response.status)};
       }
       return kube::DecodeMpiJobWorkers(response.body);
     };

@@ -404,6 +404,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
     }
     requests = it->second;
   }
+  requests = WithGangSize(std::move(requests), /*may_ask=*/false);
   if (!requests.node_name.empty()) {
     return EncodeBindingResult(
         fmt::format("pod {} is already bound to node {}", key, requests.node_name));

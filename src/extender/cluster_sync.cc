@@ -2,6 +2,7 @@
 // offline file), the tracker rebuilt from the pods' own records after a start, and the partition
 // service reconciled with the live pods.
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -247,6 +248,10 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     gang_members_.clear();
     for (const auto& [uid, requests] : pods_) {
       if (requests.gang) gang_members_[requests.gang->id].insert(uid);
+    }
+    // A loop, not erase_if: the thread-safety analysis cannot see mu_ held inside a lambda.
+    for (auto it = gang_sizes_.begin(); it != gang_sizes_.end();) {
+      it = gang_members_.contains(it->first) ? std::next(it) : gang_sizes_.erase(it);
     }
   }
   tracker::RebuildScope scope;

@@ -22,7 +22,57 @@ std::chrono::nanoseconds ToNs(std::chrono::milliseconds ms) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(ms);
 }
 
+// The API resource a gang's size is read from, for messages.
+std::string_view ResourceOf(std::string_view source) {
+  if (source == "PodGroup") return "podgroups";
+  if (source == "Workload") return "workloads";
+  return "mpijobs";
+}
+
 }  // namespace
+
+PodRequests ExtenderService::WithGangSize(PodRequests requests, bool may_ask) {
+  if (!requests.gang || requests.gang->size > 0 || requests.gang->job_name.empty()) {
+    return requests;
+  }
+  const claims::GangMembership& gang = *requests.gang;
+  std::optional<int> size;
+  {
+    ReaderLock lock(mu_);
+    if (auto it = gang_sizes_.find(gang.id); it != gang_sizes_.end()) size = it->second;
+  }
+  if (!size && may_ask && options_.gang_size) {
+    auto read = options_.gang_size(requests.ns, gang);
+    if (read.ok() && (*read < 0 || *read > claims::kMaxGangSize)) {
+      read = Error{fmt::format("{} members is not 0..{}", *read, claims::kMaxGangSize)};
+    }
+    if (read.ok()) {
+      size = *read;
+      MutexLock lock(mu_);
+      // Kept while the gang has pods (the caller remembers this one): ForgetPod drops it with
+      // the last.
+      gang_sizes_[gang.id] = *read;
+      if (*read == 0) {
+        spdlog::info("{} {}/{}: its policy is basic, not gang: its pods are placed one by one",
+                     gang.source, requests.ns, gang.job_name);
+      } else {
+        spdlog::info("gang {}: {} members, read from its {} {}", gang.id, *read, gang.source,
+                     gang.job_name);
+      }
+    } else {
+      spdlog::warn("gang {}: {}", gang.id, read.error());
+    }
+  }
+  if (!size) return requests;
+  if (*size == 0) {
+    requests.gang.reset();
+    requests.spec.gang.clear();
+    requests.host.clear();
+  } else {
+    requests.gang->size = *size;
+  }
+  return requests;
+}
 
 tracker::GangRequest ExtenderService::GangRequestFor(const PodRequests& member, int size) const {
   tracker::GangRequest request;
@@ -61,21 +111,15 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
   const claims::GangMembership& gang = *member.gang;
   const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
   if (!tracker_.HoldsGang(gang.id)) {
-    int size = gang.size;
-    if (size == 0 && !gang.job_name.empty() && options_.mpijob_workers) {
-      auto workers = options_.mpijob_workers(member.ns, gang.job_name);
-      if (workers.ok()) {
-        size = *workers;
-      } else {
-        spdlog::warn("gang {}: {}", gang.id, workers.error());
-      }
-    }
-    tracker::GangRequest request = GangRequestFor(member, size);
+    tracker::GangRequest request = GangRequestFor(member, gang.size);
     if (request.size == 0) {
-      return Error{fmt::format(
-          "gang {} ({}): its size is unknown; set the annotation {} on its pods{}", gang.id,
-          gang.source, claims::kAnnotationGangSize,
-          gang.job_name.empty() ? "" : " or let toposched read the MPIJob (RBAC: get mpijobs)")};
+      return Error{
+          fmt::format("gang {} ({}): its size is unknown; set the annotation {} on its pods{}",
+                      gang.id, gang.source, claims::kAnnotationGangSize,
+                      gang.job_name.empty()
+                          ? ""
+                          : fmt::format(" or let toposched read the {} {} (RBAC: get {})",
+                                        gang.source, gang.job_name, ResourceOf(gang.source)))};
     }
     if (static_cast<int>(request.bound.size()) >= request.size) {
       return Error{fmt::format("gang {} has all {} members bound already; pod {} is one too many",

@@ -1,6 +1,7 @@
 // Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
 // without changing what is held (filter only remembers the pod and its demand).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,19 +39,26 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
+  // A PodGroup (or Workload group) whose policy is basic is no gang: its pod is placed alone,
+  // with the gang's id dropped from its spec. Single pods are not copied.
+  std::optional<PodRequests> resolved;
   if (requests->gang) {
-    RememberPod(*requests);
-    return FilterGangMember(*requests, names, result);
-  }
-  tracker_.ForEachFit(requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
-    if (fit.fits) {
-      result.passed.push_back(names[i]);
-    } else if (fit.unresolvable) {
-      result.failed_unresolvable[names[i]] = std::move(fit.reason);
-    } else {
-      result.failed[names[i]] = std::move(fit.reason);
+    resolved = WithGangSize(*requests, /*may_ask=*/true);
+    if (resolved->gang) {
+      RememberPod(*requests);
+      return FilterGangMember(*resolved, names, result);
     }
-  });
+  }
+  tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
+                      [&](size_t i, tracker::FitResult&& fit) {
+                        if (fit.fits) {
+                          result.passed.push_back(names[i]);
+                        } else if (fit.unresolvable) {
+                          result.failed_unresolvable[names[i]] = std::move(fit.reason);
+                        } else {
+                          result.failed[names[i]] = std::move(fit.reason);
+                        }
+                      });
   RememberPod(std::move(requests).value());
   return EncodeFilterResult(result);
 }
@@ -67,6 +75,7 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
   if (args.nodes) {
     for (const auto& node : *args.nodes) LearnNode(node);
   }
+  requests = WithGangSize(std::move(requests).value(), /*may_ask=*/false);
   if (requests->gang) {
     // A seated member has one node: its seat.
     const auto gang = tracker_.FindGang(requests->gang->id);
@@ -93,6 +102,7 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
   }
   std::map<std::string, Victims> out;
   if (!Ready()) return EncodePreemptionResult(out);  // no victims for ids we cannot see yet
+  requests = WithGangSize(std::move(requests).value(), /*may_ask=*/false);
   if (requests->gang) {
     // A gang needs whole groups of nodes; victims on one node cannot free them
     // (docs/ultraserver.md).
@@ -110,7 +120,11 @@ std::string ExtenderService::Preempt(const PreemptionArgs& args) {
       (hold && hold->allocation.node == node ? holders : others).push_back(uid);
       ReaderLock lock(mu_);
       auto it = pods_.find(uid);
-      gang_victim = gang_victim || (it != pods_.end() && it->second.gang.has_value());
+      if (it != pods_.end() && it->second.gang) {
+        // A member of a basic PodGroup (size 0) is no gang's.
+        const auto size = gang_sizes_.find(it->second.gang->id);
+        gang_victim = gang_victim || size == gang_sizes_.end() || size->second > 0;
+      }
     }
     // Evicting one member of a gang would break the whole job: such nodes are not offered.
     if (gang_victim) {

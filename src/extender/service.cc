@@ -83,6 +83,7 @@ void ExtenderService::ForgetPod(const std::string& uid) {
         members->second.erase(uid);
         if (members->second.empty()) {
           last_of_gang = members->first;
+          gang_sizes_.erase(members->first);
           gang_members_.erase(members);
         }
       }

@@ -100,9 +100,12 @@ struct ExtenderOptions {
   // How long a gang's seats stay held without a new member arriving or binding: a gang whose
   // members do not all come is released whole (docs/ultraserver.md).
   std::chrono::milliseconds gang_timeout{120000};
-  // The size of an MPIJob's gang (its Worker replicas), read from the job when a member carries
-  // no size of its own; null, or an error, falls back to toposched.io/gang-size.
-  std::function<Result<int>(const std::string& ns, const std::string& job)> mpijob_workers;
+  // The size of a gang whose members carry none (GangMembership::size 0), read from the object
+  // GangMembership::job_name names by its source: an MPIJob's Worker replicas, a PodGroup's or
+  // a Workload pod group's gang minCount, where 0 means the group's policy is basic (its pods are
+  // placed one by one, as single pods). Read once per gang while it has pods (WithGangSize).
+  // Null, or an error, leaves the size unknown: the member is refused and retried.
+  std::function<Result<int>(const std::string& ns, const claims::GangMembership& gang)> gang_size;
   // After a Binding whose outcome is unknown (a timeout, a 5xx), how long the write may still
   // land at the API server: the pod read back unbound is taken as "not applied" only after this
   // (kube-apiserver abandons a request after its --request-timeout, 60 s by default). Until then,
@@ -213,7 +216,12 @@ class ExtenderService {
   void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
   void ForgetPod(const std::string& uid) TS_EXCLUDES(mu_);
 
-  // Gangs (gangs.cc). The member's seat, reserving the whole gang first if it is not held.
+  // Gangs (gangs.cc). `requests` with its gang's size filled in from the gang's object (read
+  // through options_.gang_size only when `may_ask`, else only if read before), or as a single pod
+  // when that object says the group is no gang. pods_ keeps the pod's own view (its identity and
+  // gang_members_ entry); this is applied where a verb decides.
+  PodRequests WithGangSize(PodRequests requests, bool may_ask) TS_EXCLUDES(mu_);
+  // The member's seat, reserving the whole gang first if it is not held.
   Result<tracker::GangSeat> SeatGangMember(const PodRequests& member,
                                            std::span<const std::string> candidates)
       TS_EXCLUDES(mu_);
@@ -270,6 +278,9 @@ class ExtenderService {
   std::unordered_map<std::string, PodRequests> pods_ TS_GUARDED_BY(mu_);  // by uid
   // Gang id -> the uids of its members in pods_.
   std::unordered_map<std::string, std::unordered_set<std::string>> gang_members_ TS_GUARDED_BY(mu_);
+  // Gang id -> its size read through options_.gang_size (0: no gang), kept while gang_members_
+  // has the id.
+  std::unordered_map<std::string, int> gang_sizes_ TS_GUARDED_BY(mu_);
   // Bound pods whose node is not known (not yet listed, or deleted while they run): node ->
   // uid -> pod. Adopted into the tracker when the node is learned, before it can be used.
   std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced_

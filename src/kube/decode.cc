@@ -249,6 +249,39 @@ Status DecodeAffinity(ondemand::value& value, const Path& path, Pod& pod) {
       });
 }
 
+// spec.schedulingGroup (1.36+): only podGroupName.
+Status DecodeSchedulingGroup(ondemand::value& value, const Path& path, Pod& pod) {
+  ondemand::object object;
+  bool present = false;
+  Status status = json::OpenObject(value, path, object, present);
+  if (!status.ok() || !present) return status;
+  return ForEachField(object, path,
+                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+                        if (key != "podGroupName") return OkStatus();
+                        return json::ReadString(field, at, pod.scheduling_group);
+                      });
+}
+
+// spec.workloadRef (1.35 only; replaced by schedulingGroup in 1.36).
+Status DecodeWorkloadRef(ondemand::value& value, const Path& path, Pod& pod) {
+  ondemand::object object;
+  bool present = false;
+  Status status = json::OpenObject(value, path, object, present);
+  if (!status.ok() || !present) return status;
+  Pod::WorkloadRef ref;
+  status = ForEachField(
+      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "name") return json::ReadString(field, at, ref.name);
+        if (key == "podGroup") return json::ReadString(field, at, ref.pod_group);
+        if (key == "podGroupReplicaKey") {
+          return json::ReadString(field, at, ref.pod_group_replica_key);
+        }
+        return OkStatus();
+      });
+  if (status.ok()) pod.workload_ref = std::move(ref);
+  return status;
+}
+
 Status DecodePodSpec(ondemand::value& value, const Path& path, Pod& pod) {
   ondemand::object object;
   bool present = false;
@@ -262,6 +295,8 @@ Status DecodePodSpec(ondemand::value& value, const Path& path, Pod& pod) {
                         if (key == "hostname") return json::ReadString(field, at, pod.hostname);
                         if (key == "subdomain") return json::ReadString(field, at, pod.subdomain);
                         if (key == "affinity") return DecodeAffinity(field, at, pod);
+                        if (key == "schedulingGroup") return DecodeSchedulingGroup(field, at, pod);
+                        if (key == "workloadRef") return DecodeWorkloadRef(field, at, pod);
                         if (key == "containers")
                           return DecodeContainers(field, at, false, pod.containers);
                         if (key == "initContainers")

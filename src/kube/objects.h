@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,17 @@ struct Pod {
   // The topologyKey of every spec.affinity.podAffinity term, required and preferred, in spec
   // order (AWS's UltraServer guide states a gang's node config as one of these).
   std::vector<std::string> pod_affinity_topology_keys;
+  // Upstream's workload-aware scheduling (docs/ultraserver.md, "Gangs"), absent before 1.35:
+  // spec.schedulingGroup.podGroupName (1.36+: a PodGroup in the pod's namespace) and
+  // spec.workloadRef {name, podGroup, podGroupReplicaKey} (1.35 only: a Workload's pod group).
+  std::string scheduling_group;  // podGroupName; "" when unset
+  struct WorkloadRef {
+    std::string name;
+    std::string pod_group;
+    std::string pod_group_replica_key;
+    bool operator==(const WorkloadRef&) const = default;
+  };
+  std::optional<WorkloadRef> workload_ref;
   std::vector<Container> containers;
   std::vector<Container> init_containers;
 

@@ -10,9 +10,20 @@
 #   4. the extender is killed while a gang is half bound: the restarted extender completes it on
 #      its recorded nodes, with no id given twice;
 #   5. an MPIJob-labelled gang member on the kubelet node gets NEURON_RT_ULTRASERVER_* and
-#      NEURON_GLOBAL_TOPOID* from the device plugin's Allocate (no init script).
+#      NEURON_GLOBAL_TOPOID* from the device plugin's Allocate (no init script);
+#   6. (1.36+, upstream gang scheduling on: GenericWorkload in the API server and kube-scheduler)
+#      pods naming a PodGroup with gang minCount 4 by spec.schedulingGroup are held by upstream's
+#      GangScheduling plugin until the fourth exists, then land whole on one UltraServer with the
+#      PodGroup's size in their records; a pod of a basic PodGroup is placed as a single pod.
 source "$(dirname "$0")/lib.sh"
 e2e_init gang
+if k8s_at_least 36; then
+  # 1.37 serves PodGroups as scheduling.k8s.io/v1beta1 (beta APIs are off by default), 1.36 as
+  # v1alpha2. The gate makes kube-scheduler add its GangScheduling plugin to every profile.
+  pg_version=v1beta1; k8s_before 37 && pg_version=v1alpha2
+  E2E_APISERVER_EXTRA_FLAGS=(--feature-gates=GenericWorkload=true "--runtime-config=scheduling.k8s.io/$pg_version=true")
+  E2E_SCHED_EXTRA_FLAGS=(--feature-gates=GenericWorkload=true)
+fi
 e2e_control_plane
 
 # label_ultraserver NODE SERVER NODE_ID: AWS's UltraServer labels (4-node server SERVER, its halves
@@ -186,3 +197,67 @@ check_no_double_allocation >&2 || die "an id was given twice"
 denied=$(grep -hE "HTTP 40[13]|[Ff]orbidden" "$W"/extender-*.log "$W"/device-plugin-*.log | head -3 || true)
 [ -z "$denied" ] || die "the API server refused a request of ours (the chart's RBAC): $denied"
 pass "the extender and the device plugin were refused nothing (the chart's RBAC covers reading MPIJobs)"
+
+# 6. Upstream's PodGroup (1.36+): its identity is spec.schedulingGroup.podGroupName, its size the
+# PodGroup's gang minCount, read by the extender with the chart's RBAC (get podgroups).
+if k8s_at_least 36; then
+  # us1 or us2 is freed (f's UltraServer).
+  k delete pod f-0 f-1 f-2 f-3 --wait=false >/dev/null
+  wait_for 60 "f's pods gone" bash -c "! $KUBECTL --kubeconfig $W/admin.kubeconfig get pods -o name | grep -q pod/f-"
+  pod_group() {  # pod_group NAME POLICY_JSON
+    local out
+    out=$(api POST "/apis/scheduling.k8s.io/$pg_version/namespaces/default/podgroups" "{\"apiVersion\":\"scheduling.k8s.io/$pg_version\",
+      \"kind\":\"PodGroup\",\"metadata\":{\"name\":\"$1\"},\"spec\":{\"schedulingPolicy\":$2}}") || die "create PodGroup $1"
+    grep -q '"kind": *"PodGroup"' <<<"$out" || die "create PodGroup $1 (scheduling.k8s.io/$pg_version): $out"
+  }
+  pg_pod() {  # pg_pod NAME GROUP DEVICES [ANNOTATIONS_JSON]
+    local out
+    out=$(api POST /api/v1/namespaces/default/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"$1\",
+      \"labels\":{\"app\":\"e2e\"},\"annotations\":{${4:-}}},
+      \"spec\":{\"schedulerName\":\"my-scheduler\",\"terminationGracePeriodSeconds\":0,
+      \"schedulingGroup\":{\"podGroupName\":\"$2\"},
+      \"nodeSelector\":{\"node.kubernetes.io/instance-type\":\"trn2u.48xlarge\"},
+      \"containers\":[{\"name\":\"main\",\"image\":\"registry.invalid/neuron-app:1\",
+      \"resources\":{\"limits\":{\"aws.amazon.com/neuron\":\"$3\"},\"requests\":{\"cpu\":\"100m\"}}}]}}") ||
+      die "create pod $1"
+    grep -q '"kind": *"Pod"' <<<"$out" || die "create pod $1: $out"
+  }
+  pod_group pg '{"gang":{"minCount":4}}'
+  for i in 0 1 2; do pg_pod "pg-$i" pg 16 '"toposched.io/ultraserver-nodes":"4"'; done
+  [ "$(pod_field pg-0 '{.spec.schedulingGroup.podGroupName}')" = pg ] ||
+    die "the API server dropped spec.schedulingGroup (is GenericWorkload on?): $(k get pod pg-0 -o json | head -c 600)"
+  # Upstream's gang plugin holds the three at PreEnqueue (fewer than minCount): nothing may bind.
+  sleep 5
+  none_bound pg-0 pg-1 pg-2 || die "a member of PodGroup pg was bound before its minCount of 4 pods existed"
+  pg_pod pg-3 pg 16 '"toposched.io/ultraserver-nodes":"4"'
+  wait_bound 90 pg-0 pg-1 pg-2 pg-3
+  check_gang pg 4 pg-0 pg-1 pg-2 pg-3
+  rec=$(record_of pg-0)
+  python3 -c 'import json,sys; r=json.loads(sys.argv[1]); assert r["gang"]=="default/podgroup:pg" and r["size"]==4, r' "$rec" ||
+    die "pg-0's gang record is not the PodGroup's: $rec"
+  # 1.37's kube-scheduler schedules the group in one pod-group cycle and says so on the PodGroup.
+  pg_scheduled() {
+    api GET "/apis/scheduling.k8s.io/$pg_version/namespaces/default/podgroups/pg" | python3 -c '
+import json, sys
+conds = json.load(sys.stdin).get("status", {}).get("conditions", [])
+sys.exit(0 if any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "True" for c in conds) else 1)'
+  }
+  if k8s_at_least 37; then
+    wait_for 30 "kube-scheduler's PodGroupInitiallyScheduled=True on PodGroup pg" pg_scheduled
+  fi
+  grep -q "gang default/podgroup:pg: 4 members, read from its PodGroup pg" "$EXT_LOG" ||
+    die "the extender did not read the PodGroup's size: $(grep -m3 'podgroup' "$EXT_LOG" || true)"
+  pass "PodGroup pg (gang minCount 4, scheduling.k8s.io/$pg_version): held by upstream until complete, scheduled in its pod-group cycle, whole on one UltraServer: $rec"
+  # A basic PodGroup is no gang: its pod is placed alone, without a gang record.
+  pod_group web '{"basic":{}}'
+  pg_pod web-0 web 1
+  wait_bound 60 web-0
+  [ -z "$(record_of web-0)" ] || die "web-0 of a basic PodGroup got a gang record: $(record_of web-0)"
+  pass "a basic PodGroup's pod was placed as a single pod on $(pod_node web-0)"
+  check_no_double_allocation >&2 || die "an id was given twice"
+  denied=$(grep -hE "HTTP 40[13]|[Ff]orbidden" "$W"/extender-*.log | head -3 || true)
+  [ -z "$denied" ] || die "the API server refused a request of ours (the chart's RBAC): $denied"
+  pass "the extender read PodGroups with the chart's RBAC (get podgroups), refused nothing"
+else
+  log "step 6 (upstream PodGroup) needs 1.36+: not run on $(api GET /version | python3 -c 'import json,sys; print(json.load(sys.stdin)["gitVersion"])')"
+fi

@@ -52,6 +52,9 @@ pass() { log "ok: $*"; }
 # k8s_before MINOR / k8s_at_least MINOR: the control plane under test is older than 1.MINOR / at least it.
 k8s_before() { [ "$K8S_MINOR" -lt "$1" ]; }
 k8s_at_least() { [ "$K8S_MINOR" -ge "$1" ]; }
+# Extra flags a scenario sets before e2e_control_plane / e2e_scheduler (feature gates, APIs).
+E2E_APISERVER_EXTRA_FLAGS=()
+E2E_SCHED_EXTRA_FLAGS=()
 # klog's --logtostderr went away in 1.26 (stderr is the default there).
 log_flags() { k8s_before 26 && echo --logtostderr; return 0; }
 # k8s_release_tag VERSION: the vMAJOR.MINOR.PATCH of a Kubernetes version as registry.k8s.io tags
@@ -309,7 +312,7 @@ e2e_control_plane() {
     --service-account-issuer https://kubernetes.default.svc --api-audiences https://kubernetes.default.svc \
     --service-cluster-ip-range 10.96.0.0/16 $(e2e_sa_admission_flags) \
     --enable-priority-and-fairness=false --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
-    --profiling=false $(log_flags) --v=0
+    --profiling=false $(log_flags) --v=0 "${E2E_APISERVER_EXTRA_FLAGS[@]}"
   kubeconfig "$W/admin.kubeconfig" "$ADMIN_TOKEN"
   wait_for 60 "kube-apiserver /readyz" api GET /readyz
   wait_for 60 "kube-apiserver ready" bash -c "[ \"\$(curl -s --cacert $W/pki/ca.crt -H 'Authorization: Bearer $ADMIN_TOKEN' https://127.0.0.1:$API_PORT/readyz)\" = ok ]"
@@ -511,7 +514,7 @@ e2e_scheduler() {
   SCHED_LOG_N=$((${SCHED_LOG_N:-0} + 1))
   SCHED_LOG="$W/scheduler-$SCHED_LOG_N.log"
   start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/my-scheduler.yaml" \
-    $(sched_port_flags) $(log_flags) --v="${E2E_SCHED_V:-2}"
+    $(sched_port_flags) $(log_flags) --v="${E2E_SCHED_V:-2}" "${E2E_SCHED_EXTRA_FLAGS[@]}"
   wait_for 60 "my-scheduler started" grep -q -E 'Attempting to acquire leader lease|Starting Kubernetes Scheduler|Started' "$SCHED_LOG"
   sleep 1
   kill -0 "$(pid_of my-scheduler)" 2>/dev/null || { cat "$SCHED_LOG" >&2; die "kube-scheduler exited"; }
