@@ -12,13 +12,17 @@
 # pods/s is (pods - 1) / (last bind - first bind) from the scheduler's own "Successfully bound" log
 # lines; CPU per pod is the process's user+system time over that window / pods.
 #   test/e2e/throughput.sh [--rounds N] [--nodes N] [--pods N] [--configs "a b c d"] [--out FILE]
+#                          [--profile SECONDS]
+# --profile: kube-scheduler's CPU profile (its /debug/pprof, on its secure port) over SECONDS from
+# the first bind, per configuration and round, summarised by `go tool pprof -top` into
+# $W/profile-<config>-<round>.txt (kept with TOPOSCHED_E2E_KEEP=1): where the scheduler's time goes.
 # A configuration that does not bind every pod in 300 s is reported as such, not measured.
 source "$(dirname "$0")/lib.sh"
-rounds=2 nodes=500 pods=2000 out="" configs="a b c d"
+rounds=2 nodes=500 pods=2000 out="" configs="a b c d" profile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2;; --nodes) nodes="$2"; shift 2;; --pods) pods="$2"; shift 2;;
-    --out) out="$2"; shift 2;; --configs) configs="$2"; shift 2;; *) echo "unknown flag $1" >&2; exit 2;;
+    --out) out="$2"; shift 2;; --configs) configs="$2"; shift 2;; --profile) profile="$2"; shift 2;; *) echo "unknown flag $1" >&2; exit 2;;
   esac
 done
 export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-1500}"
@@ -49,10 +53,17 @@ run() {
        e2e_scheduler_config "$W/sched-e.yaml" true 1000 filter+prioritize ;;
   esac
   SCHED_LOG="$W/sched-$cfg-$round.log"
-  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/sched-$cfg.yaml" $(sched_port_flags) $(log_flags) --v=2
+  local ports; ports=$(sched_port_flags)
+  [ "$profile" != 0 ] && ports="--secure-port $SCHED_HEALTH_PORT --authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*"
+  start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/sched-$cfg.yaml" $ports $(log_flags) --v=2
   local spid; spid=$(pid_of my-scheduler)
   local deadline=$(($(date +%s) + 300))
   until [ "$(bound_lines)" -ge 1 ]; do [ "$(date +%s)" -lt $deadline ] || die "($cfg) nothing bound"; sleep 0.05; done
+  local prof_pid=""
+  if [ "$profile" != 0 ]; then
+    curl -sk --max-time $((profile + 30)) -o "$W/profile-$cfg-$round.pb.gz" \
+      "https://127.0.0.1:$SCHED_HEALTH_PORT/debug/pprof/profile?seconds=$profile" & prof_pid=$!
+  fi
   local s0 e0; s0=$(cpu_ticks "$spid"); e0=$([ -n "$ext_pid" ] && cpu_ticks "$ext_pid" || echo 0)
   local finished=1
   until [ "$(bound_lines)" -ge "$pods" ]; do
@@ -66,6 +77,12 @@ run() {
     return 0
   fi
   local s1 e1; s1=$(cpu_ticks "$spid"); e1=$([ -n "$ext_pid" ] && cpu_ticks "$ext_pid" || echo 0)
+  if [ -n "$prof_pid" ]; then
+    wait "$prof_pid" || log "($cfg) the CPU profile could not be fetched"
+    GOTOOLCHAIN=local /usr/local/go/bin/go tool pprof -top -nodecount=45 "$W/profile-$cfg-$round.pb.gz" \
+      >"$W/profile-$cfg-$round.txt" 2>&1 || true
+    log "($cfg) kube-scheduler CPU profile: $W/profile-$cfg-$round.txt"
+  fi
   # Connections to the extender that kube-scheduler closed in this run (TIME_WAIT lasts 60 s): its
   # HTTP client keeps 2 idle connections per host, so concurrent binds cost new connections.
   local port=$EXT_PORT; [ "$cfg" = b ] && port=$NOOP_PORT
