@@ -3,8 +3,11 @@
 #ifndef TOPOSCHED_CLI_COMMANDS_H_
 #define TOPOSCHED_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -17,6 +20,10 @@ namespace toposched::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRefused = 1;  // a well-formed question whose answer is "no"
 inline constexpr int kExitUsage = 2;    // bad flags or input
+
+// "HOST:PORT" ("[::1]:PORT"; an empty host is 0.0.0.0) as host and port; errors name `flag`.
+Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen,
+                                                     std::string_view flag);
 
 // The catalog to use: --catalog FILE if given, else the embedded one.
 Result<const topology::Catalog*> LoadCatalog(const std::string& path);

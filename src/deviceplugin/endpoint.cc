@@ -148,13 +148,9 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
 
   v1beta1::ListAndWatchResponse DeviceList(const std::vector<bool>& healthy) const {
     v1beta1::ListAndWatchResponse response;
-    const int cpd = std::max(context_.shape->cores_per_device, 1);
-    for (int id = 0; id < Units(); ++id) {
-      const int device = resource_.unit == topology::Unit::kDevice ? id : id / cpd;
-      const bool ok =
-          static_cast<size_t>(device) < healthy.size() && healthy[static_cast<size_t>(device)];
+    for (const auto& [id, ok] : AdvertisedDevices(resource_, *context_.shape, healthy)) {
       auto* out = response.add_devices();
-      out->set_id(UnitId(resource_.unit, id));
+      out->set_id(id);
       out->set_health(std::string(ok ? kHealthy : kUnhealthy));
     }
     return response;
@@ -164,6 +160,21 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
   const EndpointContext& context_;
   std::atomic<bool> stopping_{false};
 };
+
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& resource,
+                                                            const topology::NodeShape& shape,
+                                                            const std::vector<bool>& healthy) {
+  const int units = resource.unit == topology::Unit::kDevice ? shape.devices : shape.cores;
+  const int cpd = std::max(shape.cores_per_device, 1);
+  std::vector<std::pair<std::string, bool>> out;
+  for (int id = 0; id < units; ++id) {
+    const int device = resource.unit == topology::Unit::kDevice ? id : id / cpd;
+    const bool ok =
+        static_cast<size_t>(device) < healthy.size() && healthy[static_cast<size_t>(device)];
+    out.emplace_back(UnitId(resource.unit, id), ok);
+  }
+  return out;
+}
 
 PluginEndpoint::PluginEndpoint(ResourceSpec resource, std::string directory,
                                std::string socket_name, EndpointContext context)
