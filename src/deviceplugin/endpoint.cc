@@ -128,8 +128,9 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
       spdlog::info(
           "Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}{}", resource_.name,
           topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
-          grant->by_annotation ? fmt::format(" for {} container {}", grant->pod, grant->container)
-                               : " (no annotation)",
+          grant->pod.empty() ? std::string(" (no annotation, matched to no pod)")
+                             : fmt::format(" for {} container {}{}", grant->pod, grant->container,
+                                           grant->by_annotation ? "" : " (no annotation)"),
           fmt::join(setup.device_nodes, ","), setup.envs.at("NEURON_RT_VISIBLE_CORES"), gang_env);
     }
     return grpc::Status::OK;

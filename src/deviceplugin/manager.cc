@@ -169,11 +169,9 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
     }
     if (run && !SleepUnlessStopped(stop, options_.reconcile_delay)) break;
     const auto now = std::chrono::steady_clock::now();
-    if (options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval) {
-      run = true;
-      every_pod = true;
-    }
-    if (!run) continue;
+    const bool due =
+        options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval;
+    if (!run && !due) continue;
     if (!lnc_published_) PublishLnc();
     std::string error;
     if (!every_pod) {
@@ -190,10 +188,10 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
         }
       }
     }
-    if (every_pod) {
+    if (every_pod || due) {
       last_run = now;
       auto patched = RecordKubeletAssignments(*pod_resources_, pods_, context);
-      error = patched.ok() ? "" : patched.error();
+      if (!patched.ok()) error = patched.error();
     }
     if (!error.empty() && error != last_error) {
       spdlog::warn("recording kubelet's assignments: {}", error);
@@ -338,6 +336,8 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
                      server.resource().name);
         endpoint.registered = false;
         endpoint.next_attempt = now;
+        // Not ready from here on: the new kubelet holds no devices until it reads our list.
+        readiness_.Set(false, "kubelet restarted: registering again");
         // A new kubelet (maybe upgraded) may offer other PodResources calls.
         if (pod_resources_ != nullptr) pod_resources_->KubeletRestarted();
       }
@@ -346,6 +346,8 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
         if (server.serving()) {
           spdlog::info("{} was removed (kubelet restarted?): serving a new socket",
                        server.socket_path());
+          readiness_.Set(false, fmt::format("{} was removed: serving and registering again",
+                                            server.socket_path()));
         }
         if (Status started = server.Start(); !started.ok()) {
           if (started.error() != endpoint.last_error) spdlog::warn("{}", started.error());

@@ -31,12 +31,15 @@ void SetDeadline(grpc::ClientContext& context, std::chrono::milliseconds timeout
   context.set_deadline(std::chrono::system_clock::now() + timeout);
 }
 
-// kubelet has no such call: UNIMPLEMENTED (1.20 has List only), or for Get the error of kubelet
-// 1.27-1.35 with the feature gate KubeletPodResourcesGet off (server_v1.go answers it as a plain
-// error, code UNKNOWN).
+// kubelet has no such call: UNIMPLEMENTED (1.20 has List only), or the plain error (code
+// UNKNOWN) a kubelet answers with the call's feature gate off: "PodResources API Get method
+// disabled" (server_v1.go, 1.27-1.35 with KubeletPodResourcesGet off), and likewise for
+// GetAllocatableResources before its gate was on by default (1.21-1.22).
 bool NotOffered(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNIMPLEMENTED ||
-         status.error_message() == "PodResources API Get method disabled";
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return true;
+  const std::string& message = status.error_message();
+  return status.error_code() == grpc::StatusCode::UNKNOWN &&
+         message.find("Resources API") != std::string::npos && message.ends_with("disabled");
 }
 
 // Get for a pod kubelet does not know: server_v1.go answers "pod NAME in namespace NS not found"
