@@ -376,9 +376,12 @@ class FakePodResources final : public v1::PodResourcesLister::Service {
     }
     auto* c = entry->add_containers();
     c->set_name(container);
-    auto* devices = c->add_devices();
-    devices->set_resource_name(resource);
-    for (const std::string& id : ids) devices->add_device_ids(id);
+    // As kubelet 1.21+ answers (containerDevicesFromResourceDeviceInstances): one entry per id.
+    for (const std::string& id : ids) {
+      auto* devices = c->add_devices();
+      devices->set_resource_name(resource);
+      devices->add_device_ids(id);
+    }
   }
   void Offer(bool get, bool allocatable) {
     std::lock_guard lock(mutex_);

@@ -61,6 +61,17 @@ TEST_F(PodResourcesTest, GetReadsOnePodWhenOffered) {
   EXPECT_THAT(kubelet_.gets(), ElementsAre("default/web"));
 }
 
+// kubelet 1.21+ sends one ContainerDevices per device id (the fake does too): a container's ids
+// come back together, from List as from Get.
+TEST_F(PodResourcesTest, OneItemPerContainerAndResource) {
+  auto listed = client_.List(5s);
+  ASSERT_TRUE(listed.ok()) << listed.error();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].pod, "web");
+  EXPECT_THAT((*listed)[0].device_ids, ElementsAre("neuron3", "neuron4"));
+  EXPECT_THAT((*listed)[1].device_ids, ElementsAre("neuron0"));
+}
+
 TEST_F(PodResourcesTest, GetOfAPodKubeletDoesNotKnowIsEmptyNotAnError) {
   kubelet_.Offer(true, false);
   auto gone = client_.Get("default", "gone", 5s);

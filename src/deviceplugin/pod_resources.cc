@@ -59,18 +59,34 @@ void RememberRefused(std::atomic<bool>& refused, const std::string& socket_path,
                status.error_message(), instead);
 }
 
-// A pod's containers and devices as AssignedDevices items (see List).
+// A pod's containers and devices as AssignedDevices items (see List): one per container and
+// resource. kubelet 1.21+ sends one ContainerDevices per device id (per NUMA node with topology:
+// containerDevicesFromResourceDeviceInstances), 1.20 one per resource; both are merged here, so
+// no reader takes one device of a container for all it holds.
 void AppendPod(const v1::PodResources& pod, std::vector<AssignedDevices>& out) {
   const size_t before = out.size();
   for (const v1::ContainerResources& container : pod.containers()) {
+    const size_t first = out.size();
     for (const v1::ContainerDevices& devices : container.devices()) {
-      AssignedDevices item;
-      item.ns = pod.namespace_();
-      item.pod = pod.name();
-      item.container = container.name();
-      item.resource = devices.resource_name();
-      item.device_ids.assign(devices.device_ids().begin(), devices.device_ids().end());
-      out.push_back(std::move(item));
+      auto same = std::find_if(
+          out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+          [&](const AssignedDevices& item) { return item.resource == devices.resource_name(); });
+      if (same == out.end()) {
+        AssignedDevices item;
+        item.ns = pod.namespace_();
+        item.pod = pod.name();
+        item.container = container.name();
+        item.resource = devices.resource_name();
+        out.push_back(std::move(item));
+        same = out.end() - 1;
+      }
+      for (const std::string& id : devices.device_ids()) {
+        // A device on two NUMA nodes is listed under each.
+        if (std::find(same->device_ids.begin(), same->device_ids.end(), id) ==
+            same->device_ids.end()) {
+          same->device_ids.push_back(id);
+        }
+      }
     }
   }
   if (out.size() == before) {
