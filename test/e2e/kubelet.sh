@@ -67,7 +67,7 @@ if k8s_at_least 21; then
 else
   grep -q "does not offer GetAllocatableResources (UNIMPLEMENTED" "$DP_LOG" ||
     die "kubelet 1.20: the plugin did not log that GetAllocatableResources is not offered"
-  pass "kubelet 1.20: $(dp_line "does not offer GetAllocatableResources"); $(dp_line "ready: ")"
+  pass "kubelet 1.20: $(dp_line "does not offer GetAllocatableResources"); $(dp_line "\[info\] ready: ")"
 fi
 
 create_pod dev-3 aws.amazon.com/neuron 3 kubernetes.io/hostname=kn
@@ -180,7 +180,7 @@ if k8s_at_least 34; then
   pass "direct-1 (no allocation) recorded from PodResources Get: $(dp_line "PodResources Get default/direct-1")"
 else
   grep -q "does not offer Get (UNIMPLEMENTED" "$DP_LOG" || die "the plugin did not log that Get is not offered"
-  pass "direct-1 (no allocation) recorded with List: $(dp_line "does not offer Get"); $(dp_line "recorded kubelet's assignment on default/direct-1")"
+  pass "direct-1 (no allocation) recorded with List: $(dp_line "does not offer Get ("); $(dp_line "recorded kubelet's assignment on default/direct-1")"
 fi
 all_ids="$all_ids,$direct_ids"; live+=(direct-1)
 ids_disjoint ${all_ids//,/ } || die "device ids overlap among the live pods on kn (${live[*]}): $all_ids"
