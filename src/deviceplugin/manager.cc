@@ -257,6 +257,7 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
                                      [](const AllocatableDiff& d) { return d.missing.empty(); });
   readiness_.Record(matches ? Readiness::Check::kMatch : Readiness::Check::kMismatch, diffs);
   std::vector<std::string> counts;
+  counts.reserve(diffs.size());
   for (const AllocatableDiff& diff : diffs) {
     counts.push_back(fmt::format("{} {} ids", diff.resource, diff.advertised));
   }

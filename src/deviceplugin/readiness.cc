@@ -15,11 +15,11 @@ namespace toposched::deviceplugin {
 std::vector<AllocatableDiff> CompareAllocatable(
     const std::map<std::string, std::set<std::string>>& advertised,
     const std::map<std::string, std::set<std::string>>& kubelet) {
-  static const std::set<std::string> kNone;
+  const std::set<std::string> none;
   std::vector<AllocatableDiff> out;
   for (const auto& [resource, ours] : advertised) {
     const auto held = kubelet.find(resource);
-    const std::set<std::string>& theirs = held == kubelet.end() ? kNone : held->second;
+    const std::set<std::string>& theirs = held == kubelet.end() ? none : held->second;
     AllocatableDiff diff;
     diff.resource = resource;
     diff.advertised = ours.size();
