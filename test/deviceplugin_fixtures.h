@@ -211,6 +211,9 @@ class FakeKubelet {
     Start();
   }
 
+  // Answers every Register as kubelet does for an endpoint it already holds.
+  void AnswerAlreadyConnected() { already_connected_ = true; }
+
   std::vector<Registration> registrations() {
     std::lock_guard lock(mutex_);
     return registrations_;
@@ -285,6 +288,11 @@ class FakeKubelet {
   }
 
   grpc::Status OnRegister(const v1beta1::RegisterRequest& request) {
+    if (already_connected_) {
+      // kubelet 1.2x+ refusing an endpoint it holds (manager.go PluginConnected).
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "device plugin already connected: " +
+                                                         directory_ + "/" + request.endpoint());
+    }
     if (request.version() != "v1beta1") {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unsupported version");
     }
@@ -341,6 +349,7 @@ class FakeKubelet {
   std::vector<Registration> registrations_;
   std::vector<Stream> streams_;
   std::map<std::string, DeviceView> devices_;
+  std::atomic<bool> already_connected_{false};
 };
 
 // kubelet's PodResources v1: List and Get answer from a fixed list of pods, GetAllocatableResources

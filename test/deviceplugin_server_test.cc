@@ -607,5 +607,17 @@ TEST_F(DevicePluginServerTest, RecordsAGrantWithGetOrElseList) {
   }
 }
 
+// kubelet refuses to register an endpoint it already holds ("device plugin already connected",
+// as 1.37 answered a second restart signal for the same kubelet in e2e): that is registered, not a
+// failure to retry for ever (the plugin would never be ready).
+TEST_F(DevicePluginServerTest, AnEndpointKubeletAlreadyHoldsCountsAsRegistered) {
+  Install("inf2.48xlarge");
+  kubelet_->AnswerAlreadyConnected();
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  const Readiness& readiness = plugin.manager().readiness();
+  ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
+  EXPECT_EQ(plugin.manager().registrations(), 2);
+}
+
 }  // namespace
 }  // namespace toposched::deviceplugin

@@ -236,6 +236,14 @@ Status PluginEndpoint::Register(const std::string& kubelet_socket,
   *request.mutable_options() = Options();
   v1beta1::Empty response;
   const grpc::Status status = stub->Register(&context, request, &response);
+  if (!status.ok() && status.error_message().rfind("device plugin already connected:", 0) == 0) {
+    // kubelet (PluginConnected, manager.go) already holds this very socket: we registered with
+    // this kubelet and a second restart signal for it (the inotify event after the socket's
+    // identity changed) made us try again. Retrying would be refused for as long as it runs.
+    spdlog::info("kubelet already has {} connected (endpoint {}): registered", resource_.name,
+                 socket_name_);
+    return OkStatus();
+  }
   if (!status.ok()) {
     return Error{fmt::format("registering {} with kubelet on {}: {}", resource_.name,
                              kubelet_socket, status.error_message())};
