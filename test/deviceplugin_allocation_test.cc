@@ -272,7 +272,11 @@ TEST_F(DevicePluginAllocationTest, AwsIdsAloneAreSplitInContainerOrder) {
 
 TEST_F(DevicePluginAllocationTest, OneOrAllWorkWithoutAnnotation) {
   int kicks = 0;
-  service_.set_on_grant_to_record([&] { ++kicks; });
+  std::vector<std::string> kicked;  // the pod each grant is to be recorded for
+  service_.set_on_grant_to_record([&](const std::string& pod) {
+    ++kicks;
+    kicked.push_back(pod);
+  });
   pods_.Add(MakePod("plain", {{"main", kNeuron, 1}}));
   auto one = service_.Allocate(devices(), {6});
   ASSERT_TRUE(one.ok()) << one.error();
@@ -289,6 +293,8 @@ TEST_F(DevicePluginAllocationTest, OneOrAllWorkWithoutAnnotation) {
   pods_.Remove("plain");
   EXPECT_TRUE(service_.Allocate(devices(), all).ok());
   EXPECT_EQ(kicks, 2);
+  // The first for its pod (Get can read it alone); the second matched no pod (a List pass).
+  EXPECT_THAT(kicked, ElementsAre("default/plain", ""));
   auto four = service_.Allocate(devices(), {0, 1, 2, 3});
   ASSERT_FALSE(four.ok());
   EXPECT_THAT(four.error(), HasSubstr("toposched extender"));

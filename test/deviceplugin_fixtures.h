@@ -211,6 +211,9 @@ class FakeKubelet {
     Start();
   }
 
+  // Answers every Register as kubelet does for an endpoint it already holds.
+  void AnswerAlreadyConnected() { already_connected_ = true; }
+
   std::vector<Registration> registrations() {
     std::lock_guard lock(mutex_);
     return registrations_;
@@ -285,6 +288,11 @@ class FakeKubelet {
   }
 
   grpc::Status OnRegister(const v1beta1::RegisterRequest& request) {
+    if (already_connected_) {
+      // kubelet 1.2x+ refusing an endpoint it holds (manager.go PluginConnected).
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "device plugin already connected: " +
+                                                         directory_ + "/" + request.endpoint());
+    }
     if (request.version() != "v1beta1") {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "unsupported version");
     }
@@ -341,11 +349,18 @@ class FakeKubelet {
   std::vector<Registration> registrations_;
   std::vector<Stream> streams_;
   std::map<std::string, DeviceView> devices_;
+  std::atomic<bool> already_connected_{false};
 };
 
-// kubelet's PodResources List, answering from a fixed list.
+// kubelet's PodResources v1: List and Get answer from a fixed list of pods, GetAllocatableResources
+// from `allocatable` (or a provider, e.g. what a FakeKubelet received in ListAndWatch). Like
+// kubelet 1.20 it offers List only until told otherwise: Get and GetAllocatableResources answer
+// UNIMPLEMENTED (or, with RefuseGetAsGateOff, as kubelet 1.27-1.35 with KubeletPodResourcesGet
+// off). Counts every call.
 class FakePodResources final : public v1::PodResourcesLister::Service {
  public:
+  using Allocatable = std::map<std::string, std::vector<std::string>>;
+
   explicit FakePodResources(const std::string& socket_path) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix://" + socket_path, grpc::InsecureServerCredentials());
@@ -370,20 +385,114 @@ class FakePodResources final : public v1::PodResourcesLister::Service {
     }
     auto* c = entry->add_containers();
     c->set_name(container);
-    auto* devices = c->add_devices();
-    devices->set_resource_name(resource);
-    for (const std::string& id : ids) devices->add_device_ids(id);
+    // As kubelet 1.21+ answers (containerDevicesFromResourceDeviceInstances): one entry per id.
+    for (const std::string& id : ids) {
+      auto* devices = c->add_devices();
+      devices->set_resource_name(resource);
+      devices->add_device_ids(id);
+    }
   }
+  void Offer(bool get, bool allocatable) {
+    std::lock_guard lock(mutex_);
+    offer_get_ = get;
+    offer_allocatable_ = allocatable;
+  }
+  void RefuseGetAsGateOff() {
+    std::lock_guard lock(mutex_);
+    offer_get_ = false;
+    gate_off_ = true;
+  }
+  // Get answers with this pod instead of the one asked for (a broken kubelet).
+  void AnswerGetWith(const std::string& ns, const std::string& name) {
+    std::lock_guard lock(mutex_);
+    wrong_pod_ = {ns, name};
+  }
+  void SetAllocatable(Allocatable devices) {
+    std::lock_guard lock(mutex_);
+    allocatable_ = std::move(devices);
+    provider_ = nullptr;
+  }
+  void SetAllocatableProvider(std::function<Allocatable()> provider) {
+    std::lock_guard lock(mutex_);
+    provider_ = std::move(provider);
+  }
+  int list_calls() const { return list_calls_; }
+  int get_calls() const { return get_calls_; }
+  int allocatable_calls() const { return allocatable_calls_; }
+  std::vector<std::string> gets() {
+    std::lock_guard lock(mutex_);
+    return gets_;
+  }
+
   grpc::Status List(grpc::ServerContext*, const v1::ListPodResourcesRequest*,
                     v1::ListPodResourcesResponse* response) override {
+    ++list_calls_;
     std::lock_guard lock(mutex_);
     *response = response_;
+    return grpc::Status::OK;
+  }
+  grpc::Status Get(grpc::ServerContext*, const v1::GetPodResourcesRequest* request,
+                   v1::GetPodResourcesResponse* response) override {
+    ++get_calls_;
+    std::lock_guard lock(mutex_);
+    gets_.push_back(request->pod_namespace() + "/" + request->pod_name());
+    if (gate_off_)
+      return grpc::Status(grpc::StatusCode::UNKNOWN, "PodResources API Get method disabled");
+    if (!offer_get_) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "unknown method Get");
+    if (wrong_pod_) {
+      response->mutable_pod_resources()->set_namespace_(wrong_pod_->first);
+      response->mutable_pod_resources()->set_name(wrong_pod_->second);
+      return grpc::Status::OK;
+    }
+    for (const v1::PodResources& pod : response_.pod_resources()) {
+      if (pod.namespace_() == request->pod_namespace() && pod.name() == request->pod_name()) {
+        *response->mutable_pod_resources() = pod;
+        return grpc::Status::OK;
+      }
+    }
+    // kubelet's own answer (server_v1.go): a plain error, code UNKNOWN.
+    return grpc::Status(grpc::StatusCode::UNKNOWN, "pod " + request->pod_name() + " in namespace " +
+                                                       request->pod_namespace() + " not found");
+  }
+  grpc::Status GetAllocatableResources(grpc::ServerContext*, const v1::AllocatableResourcesRequest*,
+                                       v1::AllocatableResourcesResponse* response) override {
+    ++allocatable_calls_;
+    std::function<Allocatable()> provider;
+    Allocatable devices;
+    {
+      std::lock_guard lock(mutex_);
+      if (!offer_allocatable_) {
+        return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                            "unknown method GetAllocatableResources");
+      }
+      provider = provider_;
+      devices = allocatable_;
+    }
+    if (provider) devices = provider();
+    // As kubelet answers: one entry per device.
+    for (const auto& [resource, ids] : devices) {
+      for (const std::string& id : ids) {
+        auto* entry = response->add_devices();
+        entry->set_resource_name(resource);
+        entry->add_device_ids(id);
+      }
+    }
     return grpc::Status::OK;
   }
 
  private:
   std::mutex mutex_;
   v1::ListPodResourcesResponse response_;
+  bool offer_get_ = false;
+  bool offer_allocatable_ = false;
+  bool gate_off_ = false;
+  std::optional<std::pair<std::string, std::string>> wrong_pod_;
+  Allocatable allocatable_;
+  std::function<Allocatable()> provider_;
+  std::vector<std::string> gets_;
+  std::atomic<int> list_calls_{0};
+  std::atomic<int> get_calls_{0};
+  std::atomic<int> allocatable_calls_{0};
   std::unique_ptr<grpc::Server> server_;
 };
 

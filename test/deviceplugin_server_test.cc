@@ -21,6 +21,7 @@
 namespace toposched::deviceplugin {
 namespace {
 
+using ::testing::ElementsAre;
 using testing::FakeHost;
 using testing::FakeKubelet;
 using testing::FakePodResources;
@@ -480,6 +481,142 @@ TEST_F(DevicePluginServerTest, RecordsKubeletsAssignmentForUnannotatedPods) {
               HasSubstr(R"("resource":"aws.amazon.com/neuron","ids":[7])"));
   EXPECT_EQ(pod.annotations.at("AWS_NEURON_IDS"), "7");
   EXPECT_EQ(pod.annotations.at("NEURON_ALLOCATED"), "true");
+}
+
+// What kubelet holds as allocatable: the ids FakeKubelet last received healthy in ListAndWatch
+// (kubelet's GetAllocatableDevices is its devices filtered by health), as long as `holds`.
+FakePodResources::Allocatable HeldByKubelet(FakeKubelet& kubelet, const std::atomic<bool>& holds,
+                                            const std::string& drop = "") {
+  FakePodResources::Allocatable out;
+  if (!holds) return out;
+  for (const char* resource : {kNeuron, kCore}) {
+    std::vector<std::string>& ids = out[resource];
+    for (const auto& [id, health] : kubelet.Devices(resource).health) {
+      if (health == "Healthy" && id != drop) ids.push_back(id);
+    }
+  }
+  return out;
+}
+
+TEST_F(DevicePluginServerTest, ReadyOnlyOnceKubeletHoldsTheAdvertisedDevices) {
+  Install("inf2.48xlarge");
+  const std::string socket = host_.root + "/pod-resources.sock";
+  FakePodResources pod_resources(socket);
+  pod_resources.Offer(false, true);
+  std::atomic<bool> holds{false};
+  std::atomic<bool> drop_neuron5{true};
+  pod_resources.SetAllocatableProvider(
+      [&] { return HeldByKubelet(*kubelet_, holds, drop_neuron5 ? "neuron5" : ""); });
+  PluginOptions options = FastOptions(host_);
+  options.pod_resources_socket = socket;
+  options.allocatable_retry = 20ms;
+  RunningPlugin plugin(options, pods_);
+  const Readiness& readiness = plugin.manager().readiness();
+  // Registered, but kubelet has not taken our list yet: not ready.
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return readiness.reason().find("waiting for kubelet to hold the advertised devices") !=
+               std::string::npos;
+      },
+      5s))
+      << readiness.reason();
+  EXPECT_FALSE(readiness.ready());
+  EXPECT_THAT(readiness.reason(), HasSubstr("kubelet lacks 12 of the 12 advertised healthy"));
+  // kubelet holds all but neuron5: still not ready, and the metric names the gap.
+  holds = true;
+  ASSERT_TRUE(WaitUntil(
+      [&] { return readiness.reason().find("lacks 1 of the 12") != std::string::npos; }, 5s))
+      << readiness.reason();
+  EXPECT_FALSE(readiness.ready());
+  EXPECT_THAT(readiness.reason(), HasSubstr("(neuron5)"));
+  EXPECT_THAT(readiness.Metrics(),
+              HasSubstr("toposched_device_plugin_allocatable_mismatch_ids{resource=\"aws.amazon."
+                        "com/neuron\",side=\"missing\"} 1"));
+  drop_neuron5 = false;
+  ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
+  EXPECT_THAT(readiness.reason(), HasSubstr("kubelet holds every advertised healthy id ("
+                                            "aws.amazon.com/neuron 12 ids, "
+                                            "aws.amazon.com/neuroncore 24 ids)"));
+  EXPECT_THAT(readiness.Metrics(),
+              HasSubstr("toposched_device_plugin_allocatable_mismatch_ids{resource=\"aws.amazon."
+                        "com/neuron\",side=\"missing\"} 0"));
+  EXPECT_THAT(readiness.Metrics(), HasSubstr("toposched_device_plugin_ready 1"));
+
+  // kubelet restarts: the plugin registers again and asks again before it counts as ready.
+  const int asked = pod_resources.allocatable_calls();
+  kubelet_->Restart();
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 4; }, 10s));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return pod_resources.allocatable_calls() > asked && readiness.ready(); }, 10s))
+      << readiness.reason();
+}
+
+TEST_F(DevicePluginServerTest, ReadyOnceRegisteredWhenKubeletHasNoAllocatable) {
+  Install("inf2.48xlarge");
+  const std::string socket = host_.root + "/pod-resources.sock";
+  FakePodResources pod_resources(socket);  // kubelet 1.20: List only
+  PluginOptions options = FastOptions(host_);
+  options.pod_resources_socket = socket;
+  RunningPlugin plugin(options, pods_);
+  const Readiness& readiness = plugin.manager().readiness();
+  ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
+  EXPECT_THAT(readiness.reason(), HasSubstr("does not offer PodResources GetAllocatableResources"));
+  EXPECT_EQ(kubelet_->registrations().size(), 2u);
+  EXPECT_EQ(pod_resources.allocatable_calls(), 1);  // not asked again
+  EXPECT_THAT(
+      readiness.Metrics(),
+      HasSubstr("toposched_device_plugin_allocatable_checks_total{result=\"not_offered\"} 1"));
+}
+
+// A grant without a record is recorded from PodResources: with Get for that pod where kubelet
+// offers it, with List where it does not (asked once, then remembered).
+TEST_F(DevicePluginServerTest, RecordsAGrantWithGetOrElseList) {
+  for (const bool offer_get : {true, false}) {
+    SCOPED_TRACE(offer_get ? "Get offered" : "Get not offered");
+    ShortTempDir dir;
+    FakeHost host{dir.path()};
+    host.Install("inf2.48xlarge");
+    FakeKubelet kubelet(host.kubelet());
+    FakePodSource pods;
+    const std::string socket = host.root + "/pod-resources.sock";
+    FakePodResources pod_resources(socket);
+    pod_resources.Offer(offer_get, false);
+    PluginOptions options = FastOptions(host);
+    options.pod_resources_socket = socket;
+    RunningPlugin plugin(options, pods);
+    ASSERT_TRUE(WaitUntil([&] { return kubelet.registrations().size() == 2; }, 5s));
+    auto stub = kubelet.PluginStub(kNeuron);
+    for (const auto& [name, id] : {std::pair{"plain-a", "neuron7"}, {"plain-b", "neuron9"}}) {
+      pod_resources.AddContainer("default", name, "main", kNeuron, {id});
+      pods.Add(MakePod(name, {{"main", kNeuron, 1}}));
+      grpc::ClientContext context;
+      v1beta1::AllocateRequest request;
+      request.add_container_requests()->add_devices_ids(id);
+      v1beta1::AllocateResponse response;
+      ASSERT_TRUE(stub->Allocate(&context, request, &response).ok());
+      ASSERT_TRUE(WaitUntil(
+          [&] { return pods.Get(name).annotations.count("toposched.io/allocation") > 0; }, 5s));
+      EXPECT_EQ(pods.Get(name).annotations.at("AWS_NEURON_IDS"), std::string(id).substr(6));
+    }
+    if (offer_get) {
+      EXPECT_THAT(pod_resources.gets(), ElementsAre("default/plain-a", "default/plain-b"));
+    } else {
+      EXPECT_EQ(pod_resources.get_calls(), 1);  // refused once, then List only
+    }
+  }
+}
+
+// kubelet refuses to register an endpoint it already holds ("device plugin already connected",
+// as 1.37 answered a second restart signal for the same kubelet in e2e): that is registered, not a
+// failure to retry for ever (the plugin would never be ready).
+TEST_F(DevicePluginServerTest, AnEndpointKubeletAlreadyHoldsCountsAsRegistered) {
+  Install("inf2.48xlarge");
+  kubelet_->AnswerAlreadyConnected();
+  RunningPlugin plugin(FastOptions(host_), pods_);
+  const Readiness& readiness = plugin.manager().readiness();
+  ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
+  EXPECT_EQ(plugin.manager().registrations(), 2);
 }
 
 }  // namespace

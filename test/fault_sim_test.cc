@@ -479,7 +479,9 @@ class Simulation {
       // The binary kicks its reconcile loop (DevicePluginManager::KickReconcile); here the pass
       // is an event of its own, so the watch can deliver and binds can run before it.
       it->second.plugin->set_on_grant_to_record(
-          [this, node = std::string(name)] { nodes_.at(node).record_due = true; });
+          [this, node = std::string(name)](const std::string& /*pod*/) {
+            nodes_.at(node).record_due = true;
+          });
     }
     for (const char* name : {"A", "B"}) {
       Instance inst;

@@ -130,7 +130,12 @@ TEST(HelmChart, DefaultsInstallTheDevicePluginOnlyAsAwsDoes) {
   EXPECT_THAT(Strings(terms[1]["values"]), ElementsAre("fargate", "hybrid", "auto"));
   const YAML::Node c = Container(ds);
   EXPECT_THAT(Strings(c["command"]),
-              ElementsAre("/usr/local/bin/toposched", "device-plugin", "--dev-root", "/host/dev"));
+              ElementsAre("/usr/local/bin/toposched", "device-plugin", "--dev-root", "/host/dev",
+                          "--probe-listen", "0.0.0.0:8081"));
+  // Ready once kubelet holds the advertised devices (docs/device-plugin.md, "Readiness").
+  EXPECT_EQ(c["ports"][0]["containerPort"].as<int>(), 8081);
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["port"].as<std::string>(), "probe");
   EXPECT_EQ(c["image"].as<std::string>(), "toposched:latest");
   ASSERT_EQ(c["env"].size(), 1u);
   EXPECT_EQ(c["env"][0]["name"].as<std::string>(), "NODE_NAME");
@@ -457,6 +462,13 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
               Not(Contains("--leader-elect=true")));
   EXPECT_FALSE(single.Get("Role", "k8s-neuron-scheduler").IsMap());
+
+  // No probe port: neither the flag nor a readinessProbe.
+  const Rendered no_probe("--set devicePlugin.probePort=0");
+  ASSERT_EQ(no_probe.outcome().exit_code, 0) << no_probe.outcome().err;
+  const YAML::Node plugin = Container(no_probe.Get("DaemonSet", "neuron-device-plugin-daemonset"));
+  EXPECT_THAT(Strings(plugin["command"]), Not(Contains("--probe-listen")));
+  EXPECT_FALSE(plugin["readinessProbe"].IsDefined());
 
   const Rendered r(
       "--set scheduler.enabled=true --set extender.replicas=3 --set extender.logLevel=debug "

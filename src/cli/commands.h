@@ -3,8 +3,11 @@
 #ifndef TOPOSCHED_CLI_COMMANDS_H_
 #define TOPOSCHED_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -23,6 +26,10 @@ inline constexpr const char* kWatchListHelp =
     "Read pods (and nodes) with a watch list (sendInitialEvents, Kubernetes 1.27+ with the "
     "WatchList feature, on by default from 1.34) instead of a paginated LIST; a server that "
     "does not serve it is read with LIST and WATCH, logged once. false: LIST and WATCH only";
+
+// "HOST:PORT" ("[::1]:PORT"; an empty host is 0.0.0.0) as host and port; errors name `flag`.
+Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen,
+                                                     std::string_view flag);
 
 // The catalog to use: --catalog FILE if given, else the embedded one.
 Result<const topology::Catalog*> LoadCatalog(const std::string& path);

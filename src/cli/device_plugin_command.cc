@@ -15,6 +15,7 @@
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/api_pod_source.h"
 #include "deviceplugin/manager.h"
+#include "deviceplugin/probe.h"
 
 namespace toposched::cli {
 
@@ -35,6 +36,7 @@ struct DevicePluginOptions {
   int health_interval_ms = 250;
   int discovery_interval_s = 10;
   int reconcile_interval_s = 30;
+  std::string probe_listen;
   std::string log_level = "info";
 };
 
@@ -94,6 +96,11 @@ std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app) {
                   "Period of the PodResources pass; 0 = only after a grant without annotation")
       ->check(CLI::Range(0, 86400))
       ->capture_default_str();
+  cmd->add_option("--probe-listen", opts->probe_listen,
+                  "Serve GET /healthz, /readyz and /metrics in plain HTTP on HOST:PORT (e.g. "
+                  ":8081). /readyz answers 200 once every resource is registered and kubelet "
+                  "holds the advertised devices (PodResources GetAllocatableResources; without "
+                  "it, once registered). Empty: no probe endpoint");
   cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
@@ -181,6 +188,24 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
   sigaction(SIGTERM, &action, nullptr);
 
   deviceplugin::DevicePluginManager manager(options, **catalog, *pods);
+  std::unique_ptr<net::HttpServer> probe;
+  if (!opts.probe_listen.empty()) {
+    auto listen = SplitListen(opts.probe_listen, "--probe-listen");
+    if (!listen.ok()) {
+      fmt::print(stderr, "error: {}\n", listen.error());
+      return kExitUsage;
+    }
+    auto started =
+        deviceplugin::StartProbeServer(listen->first, listen->second, manager.readiness());
+    if (!started.ok()) {
+      // A readinessProbe against a port we could not take would never pass: say so and stop.
+      fmt::print(stderr, "error: --probe-listen {}: {}\n", opts.probe_listen, started.error());
+      return kExitUsage;
+    }
+    probe = std::move(started).value();
+    spdlog::info("probe endpoint on {}:{} (/healthz, /readyz, /metrics)", listen->first,
+                 probe->port());
+  }
   if (Status status = manager.Run(g_stop); !status.ok()) {
     fmt::print(stderr, "error: {}\n", status.error());
     return kExitUsage;

@@ -226,6 +226,27 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
   return o;
 }
 
+Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen,
+                                                     std::string_view flag) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos)
+    return Error{fmt::format("{} must be HOST:PORT, e.g. 127.0.0.1:12345", flag)};
+  std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int port = -1;
+  try {
+    size_t used = 0;
+    port = std::stoi(listen.substr(colon + 1), &used);
+    if (used != listen.size() - colon - 1) port = -1;
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) return Error{fmt::format("{}: bad port in '{}'", flag, listen)};
+  if (host.empty()) host = "0.0.0.0";
+  return std::pair{host, static_cast<uint16_t>(port)};
+}
+
 namespace {
 
 int64_t SteadyNs() {
@@ -238,25 +259,6 @@ int64_t WallNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen) {
-  const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) return Error{"--listen must be HOST:PORT, e.g. 127.0.0.1:12345"};
-  std::string host = listen.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    size_t used = 0;
-    port = std::stoi(listen.substr(colon + 1), &used);
-    if (used != listen.size() - colon - 1) port = -1;
-  } catch (...) {
-    port = -1;
-  }
-  if (port < 0 || port > 65535) return Error{fmt::format("--listen: bad port in '{}'", listen)};
-  if (host.empty()) host = "0.0.0.0";
-  return std::pair{host, static_cast<uint16_t>(port)};
 }
 
 // The Lease settings from the flags; bad durations name their flag.
@@ -324,7 +326,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
                                               : policy.error());
     return kExitUsage;
   }
-  auto listen = SplitListen(o.listen);
+  auto listen = SplitListen(o.listen, "--listen");
   if (!listen.ok()) {
     spdlog::error("{}", listen.error());
     return kExitUsage;

@@ -768,7 +768,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
     }
     return Error{std::move(refusal)};
   }
-  if (record_truth && on_grant_to_record_) on_grant_to_record_();
+  if (record_truth && on_grant_to_record_) on_grant_to_record_(grant.pod);
   return grant;
 }
 

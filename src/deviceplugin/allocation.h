@@ -164,8 +164,9 @@ class AllocationService {
 
   // Called (outside the lock) after a grant whose ids the pod's annotations do not record (no
   // record, or kubelet chose other ids), so that what the container really got is recorded from
-  // PodResources once kubelet has booked it.
-  void set_on_grant_to_record(std::function<void()> callback) {
+  // PodResources once kubelet has booked it. With the pod's namespace/name; empty when the grant
+  // was matched to no pod.
+  void set_on_grant_to_record(std::function<void(const std::string& pod)> callback) {
     on_grant_to_record_ = std::move(callback);
   }
 
@@ -193,7 +194,7 @@ class AllocationService {
   PodSource& pods_;
   const topology::NodeShape shape_;
   const AllocatorOptions options_;
-  std::function<void()> on_grant_to_record_;
+  std::function<void(const std::string& pod)> on_grant_to_record_;
 
   Mutex mutex_;
   KubeletView* kubelet_ TS_GUARDED_BY(mutex_) = nullptr;

@@ -128,8 +128,9 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
       spdlog::info(
           "Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}{}", resource_.name,
           topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
-          grant->by_annotation ? fmt::format(" for {} container {}", grant->pod, grant->container)
-                               : " (no annotation)",
+          grant->pod.empty() ? std::string(" (no annotation, matched to no pod)")
+                             : fmt::format(" for {} container {}{}", grant->pod, grant->container,
+                                           grant->by_annotation ? "" : " (no annotation)"),
           fmt::join(setup.device_nodes, ","), setup.envs.at("NEURON_RT_VISIBLE_CORES"), gang_env);
     }
     return grpc::Status::OK;
@@ -148,13 +149,9 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
 
   v1beta1::ListAndWatchResponse DeviceList(const std::vector<bool>& healthy) const {
     v1beta1::ListAndWatchResponse response;
-    const int cpd = std::max(context_.shape->cores_per_device, 1);
-    for (int id = 0; id < Units(); ++id) {
-      const int device = resource_.unit == topology::Unit::kDevice ? id : id / cpd;
-      const bool ok =
-          static_cast<size_t>(device) < healthy.size() && healthy[static_cast<size_t>(device)];
+    for (const auto& [id, ok] : AdvertisedDevices(resource_, *context_.shape, healthy)) {
       auto* out = response.add_devices();
-      out->set_id(UnitId(resource_.unit, id));
+      out->set_id(id);
       out->set_health(std::string(ok ? kHealthy : kUnhealthy));
     }
     return response;
@@ -164,6 +161,21 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
   const EndpointContext& context_;
   std::atomic<bool> stopping_{false};
 };
+
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& resource,
+                                                            const topology::NodeShape& shape,
+                                                            const std::vector<bool>& healthy) {
+  const int units = resource.unit == topology::Unit::kDevice ? shape.devices : shape.cores;
+  const int cpd = std::max(shape.cores_per_device, 1);
+  std::vector<std::pair<std::string, bool>> out;
+  for (int id = 0; id < units; ++id) {
+    const int device = resource.unit == topology::Unit::kDevice ? id : id / cpd;
+    const bool ok =
+        static_cast<size_t>(device) < healthy.size() && healthy[static_cast<size_t>(device)];
+    out.emplace_back(UnitId(resource.unit, id), ok);
+  }
+  return out;
+}
 
 PluginEndpoint::PluginEndpoint(ResourceSpec resource, std::string directory,
                                std::string socket_name, EndpointContext context)
@@ -224,6 +236,14 @@ Status PluginEndpoint::Register(const std::string& kubelet_socket,
   *request.mutable_options() = Options();
   v1beta1::Empty response;
   const grpc::Status status = stub->Register(&context, request, &response);
+  if (!status.ok() && status.error_message().rfind("device plugin already connected:", 0) == 0) {
+    // kubelet (PluginConnected, manager.go) already holds this very socket: we registered with
+    // this kubelet and a second restart signal for it (the inotify event after the socket's
+    // identity changed) made us try again. Retrying would be refused for as long as it runs.
+    spdlog::info("kubelet already has {} connected (endpoint {}): registered", resource_.name,
+                 socket_name_);
+    return OkStatus();
+  }
   if (!status.ok()) {
     return Error{fmt::format("registering {} with kubelet on {}: {}", resource_.name,
                              kubelet_socket, status.error_message())};

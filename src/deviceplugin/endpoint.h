@@ -6,6 +6,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
@@ -27,6 +29,12 @@ struct EndpointContext {
   AllocationService* allocations = nullptr;
   CoreNumbering numbering = CoreNumbering::kContainer;
 };
+
+// The ids `resource` advertises in ListAndWatch, each with its health (a core is as healthy as
+// its device; `healthy` is per device).
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& resource,
+                                                            const topology::NodeShape& shape,
+                                                            const std::vector<bool>& healthy);
 
 // Not thread-safe itself: one owner starts, stops and registers it. The gRPC handlers run on
 // gRPC's threads and only read shared state that is thread-safe.

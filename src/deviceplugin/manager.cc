@@ -11,7 +11,6 @@
 #include "claims/keys.h"
 #include "deviceplugin/endpoint.h"
 #include "deviceplugin/kubelet_watch.h"
-#include "deviceplugin/pod_resources.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -135,45 +134,178 @@ void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
   while (SleepUnlessStopped(stop, options_.health_interval)) PollHealth(options_.host, *health_);
 }
 
-void DevicePluginManager::KickReconcile() {
+void DevicePluginManager::KickReconcile(const std::string& pod) {
   {
     MutexLock lock(reconcile_mutex_);
-    reconcile_kicked_ = true;
+    if (pod.empty()) {
+      reconcile_kicked_ = true;
+    } else {
+      kicked_pods_.insert(pod);
+    }
   }
   reconcile_wake_.NotifyAll();
 }
 
 void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
-  const PodResourcesClient kubelet(options_.pod_resources_socket);
   const RecordContext context{options_.node_name, topology_->type->name, &topology_->shape,
                               options_.resources};
   auto last_run = std::chrono::steady_clock::now();
   std::string last_error;
   while (!stop) {
     bool run = false;
+    bool every_pod = false;
+    std::set<std::string> pods;
     {
       MutexLock lock(reconcile_mutex_);
-      reconcile_wake_.WaitFor(reconcile_mutex_, kTick,
-                              [&]() TS_REQUIRES(reconcile_mutex_) { return reconcile_kicked_; });
-      if (reconcile_kicked_) {
-        reconcile_kicked_ = false;
+      reconcile_wake_.WaitFor(reconcile_mutex_, kTick, [&]() TS_REQUIRES(reconcile_mutex_) {
+        return reconcile_kicked_ || !kicked_pods_.empty();
+      });
+      if (reconcile_kicked_ || !kicked_pods_.empty()) {
         run = true;
+        every_pod = reconcile_kicked_;
+        pods.swap(kicked_pods_);
+        reconcile_kicked_ = false;
       }
     }
     if (run && !SleepUnlessStopped(stop, options_.reconcile_delay)) break;
     const auto now = std::chrono::steady_clock::now();
-    if (options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval) {
-      run = true;
-    }
-    if (!run) continue;
-    last_run = now;
+    const bool due =
+        options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval;
+    if (!run && !due) continue;
     if (!lnc_published_) PublishLnc();
-    auto patched = RecordKubeletAssignments(kubelet, pods_, context);
-    if (!patched.ok() && patched.error() != last_error) {
-      spdlog::warn("recording kubelet's assignments: {}", patched.error());
+    std::string error;
+    if (!every_pod) {
+      // After a grant only its pod changed: Get asks kubelet for that pod alone, where List
+      // makes kubelet build every pod's devices, CPUs, memory and DRA claims, and we plan
+      // patches for every pod again. Without Get (kubelet < 1.34 by default), the List pass.
+      for (const std::string& pod : pods) {
+        auto one = RecordKubeletAssignment(*pod_resources_, pods_, context, pod);
+        if (!one.ok()) {
+          error = one.error();
+        } else if (!one->has_value()) {
+          every_pod = true;
+          break;
+        }
+      }
     }
-    last_error = patched.ok() ? "" : patched.error();
+    if (every_pod || due) {
+      last_run = now;
+      auto patched = RecordKubeletAssignments(*pod_resources_, pods_, context);
+      if (!patched.ok()) error = patched.error();
+    }
+    if (!error.empty() && error != last_error) {
+      spdlog::warn("recording kubelet's assignments: {}", error);
+    }
+    last_error = error;
   }
+}
+
+// The state of the GetAllocatableResources comparison since the last registration.
+struct DevicePluginManager::AllocatableWatch {
+  bool holds = false;        // kubelet held every advertised id at least once
+  bool not_offered = false;  // kubelet has no GetAllocatableResources
+  bool mismatching = false;
+  std::chrono::steady_clock::time_point next_check{};
+  std::chrono::steady_clock::time_point mismatch_since{};
+  std::string logged;  // the last mismatch or error logged
+};
+
+void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
+  if (pod_resources_ == nullptr) {
+    readiness_.Set(true,
+                   "registered with kubelet (PodResources off: that kubelet holds the devices is "
+                   "not confirmed)");
+    return;
+  }
+  if (watch.not_offered) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < watch.next_check) return;
+  constexpr auto kSlowRetry = std::chrono::seconds(2);
+  auto held = pod_resources_->Allocatable(std::chrono::seconds(2));
+  if (!held.ok()) {
+    readiness_.Record(Readiness::Check::kError, {});
+    if (held.error() != watch.logged) spdlog::warn("{}", held.error());
+    watch.logged = held.error();
+    watch.next_check = now + (watch.holds ? options_.allocatable_recheck : kSlowRetry);
+    if (!watch.holds) {
+      readiness_.Set(false,
+                     "registered; cannot ask kubelet which devices it holds: " + held.error());
+    }
+    return;
+  }
+  if (!held->has_value()) {
+    readiness_.Record(Readiness::Check::kNotOffered, {});
+    watch.not_offered = true;
+    readiness_.Set(true,
+                   "registered with kubelet, which does not offer PodResources "
+                   "GetAllocatableResources (kubelet < 1.21): that it holds the devices is not "
+                   "confirmed");
+    return;
+  }
+  const HealthBoard::Snapshot health = health_->Get();
+  std::map<std::string, std::set<std::string>> advertised;
+  for (const ResourceSpec& resource : options_.resources) {
+    std::set<std::string>& ids = advertised[resource.name];
+    for (const auto& [id, ok] : AdvertisedDevices(resource, topology_->shape, health.healthy)) {
+      if (ok) ids.insert(id);
+    }
+  }
+  const std::vector<AllocatableDiff> diffs = CompareAllocatable(advertised, **held);
+  const bool matches =
+      std::all_of(diffs.begin(), diffs.end(), [](const AllocatableDiff& d) { return d.matches(); });
+  const bool holds_all = std::all_of(diffs.begin(), diffs.end(),
+                                     [](const AllocatableDiff& d) { return d.missing.empty(); });
+  readiness_.Record(matches ? Readiness::Check::kMatch : Readiness::Check::kMismatch, diffs);
+  std::vector<std::string> counts;
+  counts.reserve(diffs.size());
+  for (const AllocatableDiff& diff : diffs) {
+    counts.push_back(fmt::format("{} {} ids", diff.resource, diff.advertised));
+  }
+  if (matches) {
+    if (!watch.holds || watch.mismatching) {
+      spdlog::info("kubelet's allocatable matches the advertised ids ({} healthy)",
+                   fmt::join(counts, ", "));
+    }
+    watch.holds = true;
+    watch.mismatching = false;
+    watch.logged.clear();
+    readiness_.Set(true, fmt::format("registered; kubelet holds every advertised healthy id ({})",
+                                     fmt::join(counts, ", ")));
+    watch.next_check = now + options_.allocatable_recheck;
+    return;
+  }
+  if (!watch.mismatching) {
+    watch.mismatching = true;
+    watch.mismatch_since = now;
+  }
+  // Right after registering, kubelet has not read our ListAndWatch list yet: only a mismatch
+  // that lasts is news.
+  const bool lasting = now - watch.mismatch_since >= options_.allocatable_grace;
+  const std::string mismatch = DescribeMismatch(diffs);
+  if (lasting && mismatch != watch.logged) {
+    spdlog::warn(
+        "kubelet's allocatable does not match the advertised ids for {} ms: {}",
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - watch.mismatch_since).count(),
+        mismatch);
+    watch.logged = mismatch;
+  }
+  if (holds_all && !watch.holds) {
+    // Only extras: kubelet has our whole list, and admits against it.
+    spdlog::info("kubelet holds every advertised id ({} healthy), and more: {}",
+                 fmt::join(counts, ", "), mismatch);
+  }
+  if (holds_all) {
+    watch.holds = true;
+    readiness_.Set(true,
+                   "registered; kubelet holds every advertised healthy id, and more: " + mismatch);
+  } else if (!watch.holds) {
+    readiness_.Set(false,
+                   "registered; waiting for kubelet to hold the advertised devices: " + mismatch);
+  } else if (lasting) {
+    readiness_.Set(false, "kubelet lacks advertised devices: " + mismatch);
+  }
+  watch.next_check =
+      now + (lasting ? std::chrono::milliseconds(kSlowRetry) : options_.allocatable_retry);
 }
 
 void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
@@ -188,6 +320,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
     endpoints.push_back(std::move(endpoint));
   }
   DirectoryWatch watch(options_.kubelet_dir);
+  AllocatableWatch allocatable;
   while (!stop) {
     bool kubelet_restarted = false;
     for (const DirectoryWatch::Event& event : watch.Wait(kWatchTick)) {
@@ -195,6 +328,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
     }
     const FileIdentity kubelet_now = Identify(kubelet_socket);
     const auto now = std::chrono::steady_clock::now();
+    bool registered_now = false;
     for (Endpoint& endpoint : endpoints) {
       PluginEndpoint& server = *endpoint.server;
       if (endpoint.registered &&
@@ -203,12 +337,18 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
                      server.resource().name);
         endpoint.registered = false;
         endpoint.next_attempt = now;
+        // Not ready from here on: the new kubelet holds no devices until it reads our list.
+        readiness_.Set(false, "kubelet restarted: registering again");
+        // A new kubelet (maybe upgraded) may offer other PodResources calls.
+        if (pod_resources_ != nullptr) pod_resources_->KubeletRestarted();
       }
       if (!server.serving() || !server.SocketExists()) {
         if (now < endpoint.next_attempt) continue;
         if (server.serving()) {
           spdlog::info("{} was removed (kubelet restarted?): serving a new socket",
                        server.socket_path());
+          readiness_.Set(false, fmt::format("{} was removed: serving and registering again",
+                                            server.socket_path()));
         }
         if (Status started = server.Start(); !started.ok()) {
           if (started.error() != endpoint.last_error) spdlog::warn("{}", started.error());
@@ -241,6 +381,18 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
       endpoint.registered_with = kubelet_now;
       endpoint.last_error.clear();
       ++registrations_;
+      registered_now = true;
+    }
+    const auto unregistered = std::find_if(endpoints.begin(), endpoints.end(),
+                                           [](const Endpoint& e) { return !e.registered; });
+    if (unregistered != endpoints.end()) {
+      readiness_.Set(
+          false, fmt::format("registering {} with kubelet", unregistered->server->resource().name));
+      allocatable = {};
+    } else {
+      // kubelet reads our device list only after the registration returns: compare afresh.
+      if (registered_now) allocatable = {};
+      CheckKubeletHolds(allocatable);
     }
   }
   for (Endpoint& endpoint : endpoints) endpoint.server->Stop();
@@ -257,6 +409,7 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
                       resource.name)};
     }
   }
+  readiness_.Set(false, "waiting for the Neuron driver's devices");
   if (!WaitForDevices(stop)) return OkStatus();
   health_ = std::make_unique<HealthBoard>(topology_->shape.devices);
   PollHealth(options_.host, *health_);
@@ -265,12 +418,13 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
       std::make_unique<AllocationService>(pods_, topology_->shape, std::move(allocator_options));
   const bool reconcile = !options_.pod_resources_socket.empty();
   if (reconcile) {
-    // Both calls read kubelet's books (who holds what, which pods kubelet knows); a short
-    // deadline, as kubelet waits on them.
-    kubelet_view_ = std::make_unique<PodResourcesClient>(options_.pod_resources_socket,
-                                                         std::chrono::seconds(2));
-    allocations_->set_kubelet_view(kubelet_view_.get());
-    allocations_->set_on_grant_to_record([this] { KickReconcile(); });
+    // GetPreferredAllocation and Allocate read kubelet's books (who holds what, which pods
+    // kubelet knows) with List, not Get: they weigh every pod on the node. A short deadline
+    // (the client's default), as kubelet waits on them.
+    pod_resources_ = std::make_unique<PodResourcesClient>(options_.pod_resources_socket,
+                                                          std::chrono::seconds(2));
+    allocations_->set_kubelet_view(pod_resources_.get());
+    allocations_->set_on_grant_to_record([this](const std::string& pod) { KickReconcile(pod); });
   }
   PublishLnc();
   discovered_ = true;

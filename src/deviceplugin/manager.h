@@ -1,14 +1,16 @@
 // The device plugin process: waits for the driver, resolves the node's topology, keeps device
 // health, serves one endpoint per resource, registers with kubelet and registers again whenever
-// kubelet restarts, records kubelet's real assignment on pods that had no allocation and on pods
-// whose containers got other ids than their record (toposched.io/granted), and labels the node
-// with the LNC it serves at (toposched.io/neuron-lnc).
+// kubelet restarts, turns ready once kubelet holds the advertised devices (readiness.h), records
+// kubelet's real assignment on pods that had no allocation and on pods whose containers got other
+// ids than their record (toposched.io/granted), and labels the node with the LNC it serves at
+// (toposched.io/neuron-lnc).
 #ifndef TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 #define TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +20,9 @@
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/health.h"
 #include "deviceplugin/node_topology.h"
+#include "deviceplugin/pod_resources.h"
 #include "deviceplugin/pod_source.h"
+#include "deviceplugin/readiness.h"
 #include "deviceplugin/sysfs.h"
 #include "topology/catalog.h"
 
@@ -48,6 +52,12 @@ struct PluginOptions {
   // such a grant (kubelet records the ids only once Allocate has returned).
   std::chrono::milliseconds reconcile_interval{30000};
   std::chrono::milliseconds reconcile_delay{2000};
+  // After registering: how often to ask kubelet's GetAllocatableResources until it holds the
+  // advertised devices; how long a mismatch may last before it is logged (and, when kubelet
+  // lacks ids, the plugin is no longer ready); how often to compare again once it matched.
+  std::chrono::milliseconds allocatable_retry{250};
+  std::chrono::milliseconds allocatable_grace{10000};
+  std::chrono::milliseconds allocatable_recheck{30000};
 };
 
 // The default resources (claims/resources.h): devices as aws.amazon.com/neuron (alias
@@ -72,13 +82,19 @@ class DevicePluginManager {
   // For tests and logs.
   bool discovered() const { return discovered_; }
   int registrations() const { return registrations_; }
+  // For the probe endpoint (probe.h); valid from construction.
+  const Readiness& readiness() const { return readiness_; }
 
  private:
   struct Endpoint;
+  struct AllocatableWatch;
   bool WaitForDevices(const std::atomic<bool>& stop);
   void HealthLoop(const std::atomic<bool>& stop);
   void ReconcileLoop(const std::atomic<bool>& stop);
-  void KickReconcile();
+  // Records what kubelet booked for `pod` (namespace/name) soon; empty: for every pod.
+  void KickReconcile(const std::string& pod);
+  // Readiness once every endpoint is registered: does kubelet hold what we advertise?
+  void CheckKubeletHolds(AllocatableWatch& watch);
   // Labels the node with the LNC this plugin serves at (claims::kLabelNeuronLnc), for the
   // extender; lnc_published_ once done (or when the type has no LNC).
   void PublishLnc();
@@ -91,12 +107,14 @@ class DevicePluginManager {
   std::unique_ptr<NodeTopology> topology_;
   std::unique_ptr<HealthBoard> health_;
   std::unique_ptr<AllocationService> allocations_;
-  std::unique_ptr<KubeletView> kubelet_view_;
+  std::unique_ptr<PodResourcesClient> pod_resources_;  // null when PodResources is off
+  Readiness readiness_;
   std::atomic<bool> lnc_published_{false};
 
   Mutex reconcile_mutex_;
   CondVar reconcile_wake_;
-  bool reconcile_kicked_ TS_GUARDED_BY(reconcile_mutex_) = false;
+  bool reconcile_kicked_ TS_GUARDED_BY(reconcile_mutex_) = false;  // a pass over every pod
+  std::set<std::string> kicked_pods_ TS_GUARDED_BY(reconcile_mutex_);
 
   std::atomic<bool> discovered_{false};
   std::atomic<int> registrations_{0};

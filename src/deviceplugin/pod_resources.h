@@ -1,14 +1,17 @@
-// kubelet's PodResources API (v1 List over its unix socket): which device ids kubelet really
-// assigned to each container. The plugin uses it to record the ids on pods that reached the node
-// without a toposched allocation (e.g. scheduled by the default scheduler for one device), so the
-// extender, which rebuilds its state from pod annotations, sees those devices as used.
+// kubelet's PodResources API (v1 over its unix socket): which device ids kubelet really assigned
+// to each container (List, or Get for one pod), and which it holds as allocatable. The plugin uses
+// it to record the ids on pods that reached the node without a toposched allocation (e.g. scheduled
+// by the default scheduler for one device), so the extender, which rebuilds its state from pod
+// annotations, sees those devices as used.
 #ifndef TOPOSCHED_DEVICEPLUGIN_POD_RESOURCES_H_
 #define TOPOSCHED_DEVICEPLUGIN_POD_RESOURCES_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,15 @@
 
 namespace toposched::deviceplugin {
 
+// kubelet's devices of every resource it holds as allocatable (GetAllocatableResources): resource
+// name -> ids. kubelet answers with the ids a plugin advertised healthy in ListAndWatch.
+using AllocatableDevices = std::map<std::string, std::set<std::string>>;
+
+// The client of kubelet's PodResources v1. List is in every kubelet; GetAllocatableResources and
+// Get are not (kubelet 1.20 answers both UNIMPLEMENTED; Get is behind KubeletPodResourcesGet, off
+// before 1.34, GA in 1.36). A call kubelet does not offer answers nullopt, and the client remembers
+// that (it is not asked again) until KubeletRestarted(): an upgraded kubelet may offer it.
+// Thread-safe.
 class PodResourcesClient : public KubeletView {
  public:
   explicit PodResourcesClient(std::string socket_path,
@@ -28,10 +40,23 @@ class PodResourcesClient : public KubeletView {
   // item with an empty container (kubelet knows it: it runs or is being admitted).
   Result<std::vector<AssignedDevices>> List(std::chrono::milliseconds timeout) const;
   Result<std::vector<AssignedDevices>> List() override { return List(timeout_); }
+  // One pod's containers and devices, as List would give them for that pod; an empty list when
+  // kubelet does not know the pod. nullopt when kubelet does not offer Get.
+  Result<std::optional<std::vector<AssignedDevices>>> Get(const std::string& ns,
+                                                          const std::string& name,
+                                                          std::chrono::milliseconds timeout) const;
+  // The devices kubelet holds as allocatable, by resource. nullopt when kubelet does not offer
+  // GetAllocatableResources.
+  Result<std::optional<AllocatableDevices>> Allocatable(std::chrono::milliseconds timeout) const;
+  // kubelet was restarted (maybe upgraded): ask it again what it offers.
+  void KubeletRestarted();
+  const std::string& socket_path() const { return socket_path_; }
 
  private:
   const std::string socket_path_;
   const std::chrono::milliseconds timeout_;
+  mutable std::atomic<bool> get_refused_{false};
+  mutable std::atomic<bool> allocatable_refused_{false};
 };
 
 struct RecordPatch {
@@ -63,6 +88,11 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
 // the rest still tried.
 Result<int> RecordKubeletAssignments(const PodResourcesClient& kubelet, PodSource& pods,
                                      const RecordContext& context);
+// The same for one pod (namespace/name), with Get. nullopt when kubelet does not offer Get: the
+// caller does the whole pass with List.
+Result<std::optional<int>> RecordKubeletAssignment(const PodResourcesClient& kubelet,
+                                                   PodSource& pods, const RecordContext& context,
+                                                   const std::string& pod_key);
 
 }  // namespace toposched::deviceplugin
 

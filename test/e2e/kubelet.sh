@@ -56,6 +56,19 @@ served() {
 grep -q "registered aws.amazon.com/neuron" "$DP_LOG" || die "device plugin did not register aws.amazon.com/neuron"
 grep -q "registered aws.amazon.com/neuroncore" "$DP_LOG" || die "device plugin did not register aws.amazon.com/neuroncore"
 pass "device plugin registered both resources; kn advertises $(node_allocatable kn aws.amazon.com/neuron) devices and $(node_allocatable kn aws.amazon.com/neuroncore) cores"
+# Readiness: kubelet 1.21+ answers PodResources GetAllocatableResources, and the plugin is ready
+# (/readyz) only once the kubelet holds the ids it advertises; kubelet 1.20 has List only.
+wait_for 30 "the device plugin's /readyz" dp_ready
+dp_line() { grep -m1 "$1" "$DP_LOG" | sed 's/^.*\] //' | cut -c1-220; }
+if k8s_at_least 21; then
+  grep -q "kubelet's allocatable matches the advertised ids" "$DP_LOG" ||
+    die "the plugin did not confirm the kubelet's allocatable: $(grep -E "allocatable|ready" "$DP_LOG" | tail -3)"
+  pass "ready once the kubelet held the advertised ids: $(dp_line "kubelet's allocatable matches")"
+else
+  grep -q "does not offer GetAllocatableResources (UNIMPLEMENTED" "$DP_LOG" ||
+    die "kubelet 1.20: the plugin did not log that GetAllocatableResources is not offered"
+  pass "kubelet 1.20: $(dp_line "does not offer GetAllocatableResources"); $(dp_line "\[info\] ready: ")"
+fi
 
 create_pod dev-3 aws.amazon.com/neuron 3 kubernetes.io/hostname=kn
 served dev-3 aws.amazon.com/neuron
@@ -85,7 +98,16 @@ grep -q "kubelet.sock was re-created" "$DP_LOG" || die "the plugin did not log t
 # the kubelet's own race, not the plugin's: wait until the new kubelet says it has the device list
 # of the re-registered plugin (its v=2 line "State pushed for device plugin", 1.20 and current).
 wait_for 60 "the restarted kubelet's ListAndWatch on the plugin" bash -c "[ \$(grep -c 'kubelet opened ListAndWatch for aws.amazon.com/neuron\$' $DP_LOG) -gt $lw_before ]"
-wait_for 60 "the restarted kubelet to take the plugin's device list" grep -qE "State pushed for device plugin.*aws.amazon.com/neuron([^c]|$)" "$KUBELET_LOG"
+# From 1.21 the plugin's readiness says it (GetAllocatableResources), and nothing else is waited
+# for; 1.20 cannot say, so there the kubelet's log is read.
+if k8s_at_least 21; then
+  wait_for 60 "the device plugin ready again (the restarted kubelet holds its ids)" dp_ready
+  [ "$(grep -c "kubelet's allocatable matches the advertised ids" "$DP_LOG")" -ge 2 ] ||
+    die "the plugin turned ready after the kubelet restart without comparing the kubelet's allocatable"
+  pass "kubelet restarted: the plugin was ready again only once the kubelet held its ids ($(grep "not ready: \|ready: " "$DP_LOG" | tail -3 | sed 's/^.*\] //' | cut -c1-90 | paste -sd'|'))"
+else
+  wait_for 60 "the restarted kubelet to take the plugin's device list" grep -qE "State pushed for device plugin.*aws.amazon.com/neuron([^c]|$)" "$KUBELET_LOG"
+fi
 create_pod dev-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=kn
 served dev-1 aws.amazon.com/neuron
 pass "kubelet restarted: the plugin registered again and served the next pod"
@@ -139,6 +161,28 @@ PY
   pass "native sidecar: sidecar-2-1's sidecar got $(python3 -c 'import json,sys; r=json.loads(json.load(open(sys.argv[1]))["metadata"]["annotations"]["toposched.io/allocation"]); print(" and main ".join(",".join(map(str,c["ids"])) for c in r["containers"]))' "$W/pod-sidecar.json") as recorded, allocated by the kubelet in its order (side, main)"
   all_ids="$all_ids,$(pod_ids sidecar-2-1)"; live+=(sidecar-2-1)
 fi
+# A pod bound straight to kn without any allocation (no scheduler): the plugin grants the kubelet's
+# one device and records it from PodResources, with Get for that pod where the kubelet offers it
+# (1.34+: KubeletPodResourcesGet on by default), else with List.
+out=$(api POST /api/v1/namespaces/default/pods '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"direct-1"},
+  "spec":{"nodeName":"kn","terminationGracePeriodSeconds":0,
+    "containers":[{"name":"main","image":"registry.invalid/neuron-app:1","resources":{"limits":{"aws.amazon.com/neuron":"1"}}}]}}') ||
+  die "create pod direct-1"
+grep -q '"kind": *"Pod"' <<<"$out" || die "create pod direct-1: $out"
+wait_for 30 "the plugin's Allocate for direct-1" grep -q "Allocate aws.amazon.com/neuron .*default/direct-1" "$DP_LOG"
+wait_for 30 "direct-1's ids recorded from PodResources" bash -c "[ -n \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig -n default get pod direct-1 -o 'jsonpath={.metadata.annotations.AWS_NEURON_IDS}')\" ]"
+direct_ids=$(pod_ids direct-1)
+[ "$(kubelet_ids direct-1 aws.amazon.com/neuron)" = "$direct_ids" ] ||
+  die "direct-1: recorded $direct_ids, the kubelet's checkpoint holds $(kubelet_ids direct-1 aws.amazon.com/neuron)"
+if k8s_at_least 34; then
+  grep -q "PodResources Get default/direct-1: kubelet books main aws.amazon.com/neuron" "$DP_LOG" ||
+    die "direct-1 was not read with PodResources Get: $(grep -E "PodResources|recorded" "$DP_LOG" | tail -3)"
+  pass "direct-1 (no allocation) recorded from PodResources Get: $(dp_line "PodResources Get default/direct-1")"
+else
+  grep -q "does not offer Get (UNIMPLEMENTED" "$DP_LOG" || die "the plugin did not log that Get is not offered"
+  pass "direct-1 (no allocation) recorded with List: $(dp_line "does not offer Get ("); $(dp_line "recorded kubelet's assignment on default/direct-1")"
+fi
+all_ids="$all_ids,$direct_ids"; live+=(direct-1)
 ids_disjoint ${all_ids//,/ } || die "device ids overlap among the live pods on kn (${live[*]}): $all_ids"
 
 check_no_double_allocation >&2 || die "an id was given twice"

@@ -94,6 +94,7 @@ e2e_init() {
   ETCD_PORT=$((E2E_PORT_BASE + 79)); ETCD_PEER_PORT=$((E2E_PORT_BASE + 80))
   API_PORT=$((E2E_PORT_BASE + 443)); EXT_PORT=$((E2E_PORT_BASE + 345))
   NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250)); SCHED_HEALTH_PORT=$((E2E_PORT_BASE + 251))
+  DP_PROBE_PORT=$((E2E_PORT_BASE + 252))
   trap 'e2e_teardown' EXIT
   trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
   trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
@@ -936,19 +937,24 @@ e2e_kubelet() {
 }
 
 e2e_device_plugin() {
+  port_free "$DP_PROBE_PORT" || die "127.0.0.1:$DP_PROBE_PORT is in use (set TOPOSCHED_E2E_PORT_BASE)"
   [ -f "$W/device-plugin.kubeconfig" ] || sa_kubeconfig neuron-device-plugin "$W/device-plugin.kubeconfig"
   DP_LOG_N=$((${DP_LOG_N:-0} + 1))
   DP_LOG="$W/device-plugin-$DP_LOG_N.log"
   start device-plugin "$DP_LOG" "$TOPOSCHED_BIN" device-plugin --node-name "$KUBELET_NODE" \
     --kubeconfig "$W/device-plugin.kubeconfig" --sysfs-root "$W/host/sys" --dev-root "$W/host/dev" \
     --opt-aws-root "$W/host/opt/aws" --kubelet-dir /var/lib/kubelet/device-plugins \
-    --pod-resources-socket "$W/kubelet/pod-resources/kubelet.sock" --reconcile-interval-s 5
+    --pod-resources-socket "$W/kubelet/pod-resources/kubelet.sock" --reconcile-interval-s 5 \
+    --probe-listen "127.0.0.1:$DP_PROBE_PORT"
 }
+# The device plugin's /readyz answers 200: registered, and kubelet holds its devices (where kubelet
+# offers GetAllocatableResources, 1.21+).
+dp_ready() { curl -sf "http://127.0.0.1:$DP_PROBE_PORT/readyz" >/dev/null; }
 
 # What a failing scenario with a kubelet shows first: the device plugin's last calls, the kubelet's
 # last admission and device-manager lines.
 e2e_kubelet_why() {
-  [ -n "${DP_LOG:-}" ] && [ -f "$DP_LOG" ] && { echo "device plugin ($(basename "$DP_LOG")):"; grep -E "Allocate|GetPreferred|refus|granted|regist|PodResources" "$DP_LOG" | tail -n 5; }
+  [ -n "${DP_LOG:-}" ] && [ -f "$DP_LOG" ] && { echo "device plugin ($(basename "$DP_LOG")):"; grep -E "Allocate|GetPreferred|refus|granted|regist|PodResources|ready|allocatable" "$DP_LOG" | tail -n 5; }
   [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "admi|devicemanager|device_manager|manager.go.*(Allocate|endpoint|plugin)|UnexpectedAdmission|Pressure|evict" "$KUBELET_LOG" | tail -n 5; }
   return 0
 }

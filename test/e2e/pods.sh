@@ -20,7 +20,9 @@
 #   toposched's image: the local image localhost/toposched:e2e (plugin and extender)
 #   plugin      hostPath /sys, /dev, /opt/aws: the fake inf2.48xlarge tree under the work dir (no
 #               Neuron driver here); /var/lib/kubelet/pod-resources: the kubelet's --root-dir
-#               (the work dir); the DaemonSet controller's default tolerations are added, as it does
+#               (the work dir); the DaemonSet controller's default tolerations are added, as it does;
+#               --probe-listen 127.0.0.1:<DP_PROBE_PORT> and containerPort <DP_PROBE_PORT> instead
+#               of 0.0.0.0:8081 (as the extender's, below)
 #   extender    --listen 127.0.0.1:<EXT_PORT> and containerPort <EXT_PORT> instead of 0.0.0.0:12345
 #               (the harness's port range; hostNetwork would open 12345 on every interface)
 #   my-scheduler  the image as the chart rendered it (the imported build must carry exactly that
@@ -68,9 +70,9 @@ finding() { log "FINDING: $*"; FINDINGS+=("$*"); }
 pod_from_template() {
   local kind="$1" name="$2" role="$3"
   k -n kube-system get "$kind" "$name" -o json >"$W/$role-owner.json" || die "cannot read $kind $name"
-  python3 - "$W/$role-owner.json" "$role" "$KUBELET_NODE" "$E2E_IMAGE" "$API_PORT" "$EXT_PORT" "$W" "${MOVE_TERMINATION_LOG:-0}" <<'PY'
+  python3 - "$W/$role-owner.json" "$role" "$KUBELET_NODE" "$E2E_IMAGE" "$API_PORT" "$EXT_PORT" "$W" "${MOVE_TERMINATION_LOG:-0}" "$DP_PROBE_PORT" <<'PY'
 import json, sys
-owner_path, role, node, image, api_port, ext_port, w, move_tlog = sys.argv[1:]
+owner_path, role, node, image, api_port, ext_port, w, move_tlog, probe_port = sys.argv[1:]
 owner = json.load(open(owner_path))
 tpl = owner["spec"]["template"]
 meta = dict(tpl.get("metadata") or {})
@@ -104,6 +106,17 @@ if role == "device-plugin":
     missing = set(host) - seen
     if missing:
         sys.exit(f"the DaemonSet has no hostPath volume for {sorted(missing)}")
+    # The probe endpoint on the harness's port (hostNetwork would open 8081 on every interface).
+    c = spec["containers"][0]
+    cmd = c["command"]
+    i = cmd.index("--probe-listen")
+    if cmd[i + 1] != "0.0.0.0:8081":
+        sys.exit(f"device plugin --probe-listen is {cmd[i + 1]}, expected 0.0.0.0:8081")
+    cmd[i + 1] = f"127.0.0.1:{probe_port}"
+    ports = [p for p in c.get("ports", []) if p["containerPort"] == 8081]
+    if len(ports) != 1:
+        sys.exit("device plugin: no containerPort 8081")
+    ports[0]["containerPort"] = int(probe_port)
 else:
     # As a ReplicaSet of the Deployment would name its pod (no ReplicaSet exists here: no owner).
     pod_meta["generateName"] = owner["metadata"]["name"] + "-e2e-"
@@ -236,6 +249,9 @@ wait_for 30 "$KUBELET_NODE allocatable aws.amazon.com/neuroncore=$KUBELET_CORES"
   bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node $KUBELET_NODE -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuroncore}')\" = $KUBELET_CORES ]"
 grep -q "registered aws.amazon.com/neuron " <<<"$(ks logs "$DP_POD")" || die "the in-pod plugin did not log its registration"
 pass "in-pod device plugin registered: $KUBELET_NODE advertises $(node_allocatable kn aws.amazon.com/neuron) devices, $(node_allocatable kn aws.amazon.com/neuroncore) cores"
+# The DaemonSet's readinessProbe (/readyz): ready once the kubelet holds the plugin's devices.
+wait_for 60 "the device plugin pod Ready (its readinessProbe on /readyz)" ready "$DP_POD"
+pass "device plugin pod Ready (kubelet's readinessProbe): $(curl -s "http://127.0.0.1:$DP_PROBE_PORT/readyz" | cut -c1-160)"
 
 # --- the extender, from the Deployment ----------------------------------------------------------
 run_pod deployment k8s-neuron-scheduler extender
