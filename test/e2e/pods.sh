@@ -73,6 +73,20 @@ pod_from_template() {
   python3 - "$W/$role-owner.json" "$role" "$KUBELET_NODE" "$E2E_IMAGE" "$API_PORT" "$EXT_PORT" "$W" "${MOVE_TERMINATION_LOG:-0}" "$DP_PROBE_PORT" <<'PY'
 import json, sys
 owner_path, role, node, image, api_port, ext_port, w, move_tlog, probe_port = sys.argv[1:]
+
+
+def to_harness_port(c, flag, port, new_port, who):
+    """The container's `flag 0.0.0.0:port` and its containerPort moved to 127.0.0.1:new_port."""
+    cmd = c["command"]
+    i = cmd.index(flag)
+    if cmd[i + 1] != f"0.0.0.0:{port}":
+        sys.exit(f"{who} {flag} is {cmd[i + 1]}, expected 0.0.0.0:{port}")
+    cmd[i + 1] = f"127.0.0.1:{new_port}"
+    ports = [p for p in c.get("ports", []) if p["containerPort"] == port]
+    if len(ports) != 1:
+        sys.exit(f"{who}: no containerPort {port}")
+    ports[0]["containerPort"] = int(new_port)
+
 owner = json.load(open(owner_path))
 tpl = owner["spec"]["template"]
 meta = dict(tpl.get("metadata") or {})
@@ -107,30 +121,12 @@ if role == "device-plugin":
     if missing:
         sys.exit(f"the DaemonSet has no hostPath volume for {sorted(missing)}")
     # The probe endpoint on the harness's port (hostNetwork would open 8081 on every interface).
-    c = spec["containers"][0]
-    cmd = c["command"]
-    i = cmd.index("--probe-listen")
-    if cmd[i + 1] != "0.0.0.0:8081":
-        sys.exit(f"device plugin --probe-listen is {cmd[i + 1]}, expected 0.0.0.0:8081")
-    cmd[i + 1] = f"127.0.0.1:{probe_port}"
-    ports = [p for p in c.get("ports", []) if p["containerPort"] == 8081]
-    if len(ports) != 1:
-        sys.exit("device plugin: no containerPort 8081")
-    ports[0]["containerPort"] = int(probe_port)
+    to_harness_port(spec["containers"][0], "--probe-listen", 8081, probe_port, "device plugin")
 else:
     # As a ReplicaSet of the Deployment would name its pod (no ReplicaSet exists here: no owner).
     pod_meta["generateName"] = owner["metadata"]["name"] + "-e2e-"
 if role == "extender":
-    c = spec["containers"][0]
-    cmd = c["command"]
-    i = cmd.index("--listen")
-    if cmd[i + 1] != "0.0.0.0:12345":
-        sys.exit(f"extender --listen is {cmd[i + 1]}, expected 0.0.0.0:12345")
-    cmd[i + 1] = f"127.0.0.1:{ext_port}"
-    ports = [p for p in c.get("ports", []) if p["containerPort"] == 12345]
-    if len(ports) != 1:
-        sys.exit("extender: no containerPort 12345")
-    ports[0]["containerPort"] = int(ext_port)
+    to_harness_port(spec["containers"][0], "--listen", 12345, ext_port, "extender")
 spec["nodeName"] = node
 spec["hostNetwork"] = True
 for c in spec["containers"]:
