@@ -122,6 +122,61 @@ TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
   EXPECT_EQ(pods.fresh_lists, 2);
 }
 
+// A cache that still shows a pod running after the API (and kubelet) have it Failed: a restarted
+// kubelet failed its re-admission, the extender saw that and gave its ids to a new pod, and our
+// watch has not delivered the status yet.
+class StalePhasePodSource : public FakePodSource {
+ public:
+  Result<std::vector<kube::Pod>> PodsOnNode() override {
+    auto all = FakePodSource::PodsOnNode();
+    if (all.ok()) {
+      for (kube::Pod& pod : *all) {
+        if (pod.name == stale_name) pod.phase = "Running";
+      }
+    }
+    return all;
+  }
+  Result<std::vector<kube::Pod>> PodsOnNodeFresh() override {
+    ++fresh_lists;
+    return FakePodSource::PodsOnNode();
+  }
+  std::string stale_name;
+  int fresh_lists = 0;
+};
+
+TEST(DevicePluginCacheTest, AConflictIsCheckedAgainstTheApiBeforeRefusing) {
+  StalePhasePodSource pods;
+  const auto shape = Shape("trn1.32xlarge");
+  AllocationService service(pods, shape, {"node-a", CoreNumbering::kHost, Resources()});
+  kube::Pod failed = MakePod("failed", {{"main", kNeuron, 4}},
+                             RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100));
+  pods.Add(failed);
+  auto first = service.Allocate(service.options().resources[0], {4, 5, 6, 7});
+  ASSERT_TRUE(first.ok()) << first.error();
+  EXPECT_EQ(pods.fresh_lists, 0);
+
+  // The API has it Failed; the cache still shows it running and our own grant still counts.
+  pods.Remove("failed");
+  failed.phase = "Failed";
+  pods.Add(failed);
+  pods.stale_name = "failed";
+  pods.Add(MakePod("next", {{"main", kNeuron, 4}},
+                   RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 200)));
+  auto second = service.Allocate(service.options().resources[0], {4, 5, 6, 7});
+  ASSERT_TRUE(second.ok()) << second.error();
+  EXPECT_EQ(second->pod, "default/next");
+  EXPECT_EQ(pods.fresh_lists, 1) << "the refusal was checked against the API once";
+
+  // The API agrees with the cache: the holder really runs, and the ids are refused.
+  pods.stale_name.clear();
+  pods.Add(MakePod("third", {{"main", kNeuron, 4}},
+                   RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 300)));
+  auto third = service.Allocate(service.options().resources[0], {4, 5, 6, 7});
+  ASSERT_FALSE(third.ok());
+  EXPECT_THAT(third.error(), HasSubstr("default/next"));
+  EXPECT_EQ(pods.fresh_lists, 2);
+}
+
 // kubelet admits in creation order, and the container gets kubelet's ids. This test used to be
 // OldestPendingPodFirst, which asserted the override issue 18 removed: the oldest
 // NEURON_ALLOC_TIME was served first and given its recorded ids whatever kubelet chose.

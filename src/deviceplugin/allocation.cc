@@ -616,13 +616,36 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
     std::vector<std::string> skipped;
     std::vector<Candidate> candidates;
     if (view.ok()) candidates = Candidates(*view, resource, count, &skipped);
-    if (!view.ok() || candidates.empty()) {
-      // A cached list may trail kubelet, which learns of the binding as fast as our watch does:
-      // ask the API itself before concluding there is no such pod.
+    const std::set<int> cores = PhysicalCores(resource.unit, requested);
+    // The candidate kubelet is serving: the first in its order, or among those tied with it the
+    // one whose record names the ids kubelet chose.
+    auto choose = [&](const std::vector<Candidate>& among) {
+      const Candidate* chosen = &among.front();
+      const size_t tied = TiedWithFirst(among);
+      for (size_t i = 0; i < tied; ++i) {
+        if (among[i].claim && among[i].claim->ids == requested) {
+          chosen = &among[i];
+          break;
+        }
+      }
+      return chosen;
+    };
+    auto conflicts = [&](const View& in, const std::vector<Candidate>& among) {
+      if (among.empty()) return false;
+      const Candidate* chosen = choose(among);
+      return Conflict(in, cores, PodKey(*chosen->pod), true, chosen->pod, chosen->container) !=
+             nullptr;
+    };
+    // A cached list may trail kubelet, which learns of the binding as fast as our watch does: ask
+    // the API itself before concluding there is no such pod. Likewise before refusing for a
+    // holder: it may be a pod kubelet has just failed (a restarted kubelet's re-admission) whose
+    // status our watch has not delivered yet, while the extender, which saw it, gave its ids away.
+    if (!view.ok() || candidates.empty() || conflicts(*view, candidates)) {
       auto fresh = Read(true);
       if (fresh.ok() || !view.ok()) {
         view = std::move(fresh);
         skipped.clear();
+        candidates.clear();
         if (view.ok()) candidates = Candidates(*view, resource, count, &skipped);
       }
     }
@@ -638,7 +661,6 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
       grant.ids = requested;
       return grant;
     }
-    const std::set<int> cores = PhysicalCores(resource.unit, requested);
     auto conflict_text = [&](const std::string& who, const Holder& holder) {
       return fmt::format(
           "refusing {} for {}: {} container {} holds {} {} ({}); the same unit is never given "
@@ -647,14 +669,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
           topology::FormatIdRanges(holder.ids), KindText(static_cast<int>(holder.kind)));
     };
     if (!candidates.empty()) {
-      const Candidate* chosen = &candidates.front();
-      const size_t tied = TiedWithFirst(candidates);
-      for (size_t i = 0; i < tied; ++i) {
-        if (candidates[i].claim && candidates[i].claim->ids == requested) {
-          chosen = &candidates[i];
-          break;
-        }
-      }
+      const Candidate* chosen = choose(candidates);
       const kube::Pod& pod = *chosen->pod;
       const std::string key = PodKey(pod);
       const std::string who = fmt::format("pod {} container {}", key, chosen->container);
