@@ -119,6 +119,16 @@ pass "kubelet restarted: the plugin registered again and served the next pod"
 # A pod whose containers never started (no CNI here) is admitted again by a restarted kubelet, and
 # kubelet 1.2x+ fails it (UnexpectedAdmissionError) when that happens before the plugin is back:
 # a Failed pod holds nothing, and its devices may be given again. Only live pods must be disjoint.
+# The restarted kubelet's denials reach the API server through its status manager, seconds later
+# at times: until then the plugin (and the extender) see the pod live and holding its ids, and a
+# new pod that the kubelet gives them is refused (safe: never two holders; the plugin reads the
+# API before refusing). Wait for the denial to be visible, as a controller's retry would.
+phase_is() { [ "$(pod_field "$1" '{.status.phase}')" = "$2" ]; }
+for p in dev-3 dev-2 dev-1; do
+  if grep -q "Pod admission denied.*pod=\"default/$p\"" "$KUBELET_LOG"; then
+    wait_for 60 "$p's admission failure (in the restarted kubelet's log) to reach the API server" phase_is "$p" Failed
+  fi
+done
 live=()
 for p in dev-3 dev-2 dev-1; do
   phase=$(pod_field "$p" '{.status.phase}')
