@@ -1,6 +1,7 @@
 #include "deviceplugin/probe.h"
 
 #include <string_view>
+#include <utility>
 
 namespace toposched::deviceplugin {
 
@@ -22,9 +23,9 @@ Result<std::unique_ptr<net::HttpServer>> StartProbeServer(const std::string& add
     } else if (path == "/healthz") {
       response.body = "ok\n";
     } else if (path == "/readyz") {
-      const bool ready = readiness.ready();
+      auto [ready, reason] = readiness.State();
       response.status = ready ? 200 : 503;
-      response.body = readiness.reason() + "\n";
+      response.body = std::move(reason) + "\n";
     } else if (path == "/metrics") {
       response.content_type = "text/plain; version=0.0.4";
       response.body = readiness.Metrics();

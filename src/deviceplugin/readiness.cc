@@ -97,6 +97,11 @@ std::string Readiness::reason() const {
   return reason_;
 }
 
+std::pair<bool, std::string> Readiness::State() const {
+  MutexLock lock(mutex_);
+  return {ready_, reason_};
+}
+
 void Readiness::Record(Check check, const std::vector<AllocatableDiff>& diffs) {
   static constexpr const char* kNames[] = {"match", "mismatch", "not_offered", "error"};
   checks_->Add({{"result", kNames[static_cast<int>(check)]}}).Increment();

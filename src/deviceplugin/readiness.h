@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/mutex.h"
@@ -59,6 +60,8 @@ class Readiness {
   void Set(bool ready, const std::string& reason);
   bool ready() const;
   std::string reason() const;
+  // Both at once, so that an answer never pairs a status with another moment's reason.
+  std::pair<bool, std::string> State() const;
   // The outcome of one GetAllocatableResources comparison (`diffs` when compared).
   void Record(Check check, const std::vector<AllocatableDiff>& diffs);
   // Prometheus text exposition of the plugin's metrics.
