@@ -1,0 +1,305 @@
+#include "dra/slices.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "base/json_escape.h"
+
+namespace toposched::dra {
+namespace {
+
+using topology::NodeShape;
+using topology::NodeUsage;
+
+constexpr std::string_view kOurDomain = "toposched.io";
+constexpr std::string_view kAwsGroupDomain = "resource.aws.com";
+
+std::string DeviceCounterSet(const NodeShape& shape, int device) {
+  return shape.devices <= kMaxCountersPerSet ? std::string("neurondevices")
+                                             : fmt::format("neurondevices-{}", device / kMaxCountersPerSet);
+}
+std::string CoreCounterSet(int core) { return fmt::format("neuroncores-{}", core / kMaxCountersPerSet); }
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+// Device widths of the torus rows AWS's attributes describe (Trainium: rows of 4); 0 when the
+// node has no such grid.
+int RowWidth(const NodeShape& shape) {
+  if (shape.type->rule != topology::LegalSetRule::kAligned || shape.devices <= 1) return 0;
+  for (int size : shape.type->sizes) {
+    if (size > 1) return size;
+  }
+  return 0;
+}
+
+class AttributeWriter {
+ public:
+  explicit AttributeWriter(std::string& out) : out_(out) { out_ += "\"attributes\":{"; }
+  void Int(std::string_view name, int64_t value) {
+    Key(name);
+    out_ += fmt::format("{{\"int\":{}}}", value);
+  }
+  void String(std::string_view name, std::string_view value) {
+    Key(name);
+    out_ += "{\"string\":";
+    AppendJsonQuoted(out_, value.substr(0, 64));
+    out_ += '}';
+  }
+  void Version(std::string_view name, std::string_view value) {
+    Key(name);
+    out_ += "{\"version\":";
+    AppendJsonQuoted(out_, value);
+    out_ += '}';
+  }
+  int count() const { return count_; }
+  void Close() { out_ += '}'; }
+
+ private:
+  void Key(std::string_view name) {
+    if (count_++ > 0) out_ += ',';
+    AppendJsonQuoted(out_, name);
+    out_ += ':';
+  }
+  std::string& out_;
+  int count_ = 0;
+};
+
+void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& shape,
+                  const Offer& offer, bool partitionable) {
+  out += "{\"name\":";
+  AppendJsonQuoted(out, offer.name);
+  out += ',';
+  AttributeWriter attrs(out);
+  // AWS's attributes (unqualified: the driver's own domain, neuron.aws.com).
+  if (offer.kind == OfferKind::kDevice) attrs.Int("deviceId", offer.placement.ids.front());
+  attrs.String("instanceType", shape.type->name);
+  attrs.String("resourceType", ResourceTypeOf(offer.kind));
+  if (!facts.dra_driver_version.empty()) attrs.Version("draDriverVersion", facts.dra_driver_version);
+  if (!facts.neuron_driver_version.empty())
+    attrs.String("neuronDriverVersion", facts.neuron_driver_version);
+  for (size_t i = 0; i < facts.network_node_layers.size() && i < 3; ++i) {
+    if (!facts.network_node_layers[i].empty())
+      attrs.String(fmt::format("networkNodeLayer{}", i + 1), facts.network_node_layers[i]);
+  }
+  if (const int row = RowWidth(shape); row > 0 && offer.kind == OfferKind::kDevice) {
+    const int id = offer.placement.ids.front();
+    attrs.Int("topology_x", id / row);
+    attrs.Int("topology_y", id % row);
+    attrs.Int("topology4_id", id / 4);
+    if (shape.devices >= 8) attrs.Int("topology8_id", id / 8);
+    // The connected groups AWS's claims match on (matchAttribute devicegroupN_id): the same
+    // value on every device of one aligned group of N, different across groups and nodes.
+    const uint64_t node_hash = Fnv1a(facts.node_name);
+    for (int size : shape.type->sizes) {
+      if (size <= 1 || size > shape.devices) continue;
+      attrs.String(fmt::format("{}/devicegroup{}_id", kAwsGroupDomain, size),
+                   fmt::format("{:016x}-{}-{}", node_hash, size, id / size));
+    }
+  }
+  // Ours: what the offer is, for our DeviceClasses' selectors.
+  const std::vector<int> cores = CoresOfOffer(shape, offer);
+  attrs.Int(fmt::format("{}/deviceCount", kOurDomain), std::popcount(offer.placement.devices));
+  attrs.Int(fmt::format("{}/firstDevice", kOurDomain), std::countr_zero(offer.placement.devices));
+  attrs.Int(fmt::format("{}/coreCount", kOurDomain), static_cast<int64_t>(cores.size()));
+  attrs.Int(fmt::format("{}/firstCore", kOurDomain), cores.front());
+  if (shape.lnc != 0) attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
+  attrs.String(fmt::format("{}/rule", kOurDomain), topology::RuleName(shape.type->rule));
+  attrs.Close();
+  if (partitionable) {
+    out += ",\"consumesCounters\":[";
+    bool first_use = true;
+    for (const CounterUse& use : CountersConsumedBy(shape, offer)) {
+      if (!first_use) out += ',';
+      first_use = false;
+      out += "{\"counterSet\":";
+      AppendJsonQuoted(out, use.counter_set);
+      out += ",\"counters\":{";
+      bool first = true;
+      for (const auto& [name, value] : use.counters) {
+        if (!first) out += ',';
+        first = false;
+        out += fmt::format("\"{}\":{{\"value\":\"{}\"}}", name, value);
+      }
+      out += "}}";
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
+std::string SliceHeader(const NodeFacts& facts, std::string_view name, int64_t generation,
+                        int slice_count) {
+  std::string out = "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceSlice\",";
+  out += "\"metadata\":{\"name\":";
+  AppendJsonQuoted(out, name);
+  if (!facts.node_uid.empty()) {
+    out += ",\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":";
+    AppendJsonQuoted(out, facts.node_name);
+    out += ",\"uid\":";
+    AppendJsonQuoted(out, facts.node_uid);
+    out += ",\"controller\":true}]";
+  }
+  out += "},\"spec\":{\"driver\":";
+  AppendJsonQuoted(out, kDriverName);
+  out += ",\"pool\":{\"name\":";
+  AppendJsonQuoted(out, facts.node_name);
+  out += fmt::format(",\"generation\":{},\"resourceSliceCount\":{}}}", generation, slice_count);
+  out += ",\"nodeName\":";
+  AppendJsonQuoted(out, facts.node_name);
+  return out;
+}
+
+}  // namespace
+
+std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const NodeShape& shape,
+                                    const NodeUsage& usage, const topology::SlotCosts* costs) {
+  auto kind_rank = [](const Offer& o) { return static_cast<int>(o.kind); };
+  // Index order: by kind, size, first id (LegalOffers' own order, restated so any input sorts).
+  auto index_less = [&](const Offer& a, const Offer& b) {
+    if (kind_rank(a) != kind_rank(b)) return kind_rank(a) < kind_rank(b);
+    if (a.placement.ids.size() != b.placement.ids.size())
+      return a.placement.ids.size() < b.placement.ids.size();
+    return a.placement.ids < b.placement.ids;
+  };
+  if (costs == nullptr) {
+    std::stable_sort(offers.begin(), offers.end(), index_less);
+    return offers;
+  }
+  struct Keyed {
+    Offer offer;
+    bool free = false;
+    double cost = 0;
+  };
+  std::vector<Keyed> keyed;
+  keyed.reserve(offers.size());
+  for (Offer& o : offers) {
+    Keyed k{std::move(o)};
+    const topology::Unit unit =
+        k.offer.kind == OfferKind::kCores ? topology::Unit::kCore : topology::Unit::kDevice;
+    k.free = usage.AllFree(shape, unit, k.offer.placement.ids);
+    if (k.free) {
+      NodeUsage after = usage;
+      after.Take(shape, unit, k.offer.placement.ids);
+      k.cost = topology::PlacementCost(shape, usage, after, *costs);
+    }
+    keyed.push_back(std::move(k));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const Keyed& a, const Keyed& b) {
+    if (kind_rank(a.offer) != kind_rank(b.offer)) return kind_rank(a.offer) < kind_rank(b.offer);
+    if (a.free != b.free) return a.free;
+    if (a.free && a.cost != b.cost) return a.cost < b.cost;
+    return index_less(a.offer, b.offer);
+  });
+  std::vector<Offer> out;
+  out.reserve(keyed.size());
+  for (Keyed& k : keyed) out.push_back(std::move(k.offer));
+  return out;
+}
+
+std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(const NodeShape& shape) {
+  std::map<std::string, std::map<std::string, int64_t>> sets;
+  for (int d = 0; d < shape.devices; ++d) {
+    sets[DeviceCounterSet(shape, d)][fmt::format("d{}", d)] = shape.cores_per_device;
+  }
+  for (int c = 0; c < shape.cores; ++c) sets[CoreCounterSet(c)][fmt::format("c{}", c)] = 1;
+  return sets;
+}
+
+std::vector<CounterUse> CountersConsumedBy(const NodeShape& shape, const Offer& offer) {
+  std::map<std::string, CounterUse> uses;
+  auto use = [&](const std::string& set, std::string counter, int64_t value) {
+    CounterUse& u = uses[set];
+    u.counter_set = set;
+    u.counters[std::move(counter)] += value;
+  };
+  if (offer.kind == OfferKind::kCores) {
+    const int device = offer.placement.ids.front() / shape.cores_per_device;
+    use(DeviceCounterSet(shape, device), fmt::format("d{}", device),
+        static_cast<int64_t>(offer.placement.ids.size()));
+    for (int c : offer.placement.ids) use(CoreCounterSet(c), fmt::format("c{}", c), 1);
+  } else {
+    for (int d : offer.placement.ids)
+      use(DeviceCounterSet(shape, d), fmt::format("d{}", d), shape.cores_per_device);
+  }
+  std::vector<CounterUse> out;
+  for (auto& [name, u] : uses) out.push_back(std::move(u));
+  return out;
+}
+
+std::string SliceNamePrefix(std::string_view node_name) {
+  // A DNS subdomain is at most 253 characters; the longest suffix is "-neuron-zc-NN" (13).
+  constexpr size_t kRoom = 253 - 16;
+  if (node_name.size() <= kRoom) return fmt::format("{}-neuron", node_name);
+  std::string_view head = node_name.substr(0, kRoom - 17);
+  while (!head.empty() && (head.back() == '-' || head.back() == '.')) head.remove_suffix(1);
+  return fmt::format("{}-{:016x}-neuron", head, Fnv1a(node_name));
+}
+
+std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeShape& shape,
+                                             const std::vector<Offer>& ordered,
+                                             const SliceOptions& options) {
+  const int per_slice =
+      options.partitionable ? kMaxDevicesPerSliceWithCounters : kMaxDevicesPerSlice;
+  const int device_slices =
+      std::max<int>(1, static_cast<int>((ordered.size() + per_slice - 1) / per_slice));
+  const auto counter_sets = options.partitionable
+                                ? CounterSetsOf(shape)
+                                : std::map<std::string, std::map<std::string, int64_t>>{};
+  const int counter_slices = static_cast<int>(
+      (counter_sets.size() + kMaxCounterSetsPerSlice - 1) / kMaxCounterSetsPerSlice);
+  const int total = device_slices + counter_slices;
+  const std::string prefix = SliceNamePrefix(facts.node_name);
+
+  std::vector<ResourceSliceObject> out;
+  for (int s = 0; s < device_slices; ++s) {
+    ResourceSliceObject slice;
+    slice.name = fmt::format("{}-{:02d}", prefix, s);
+    slice.json = SliceHeader(facts, slice.name, options.generation, total);
+    slice.json += ",\"devices\":[";
+    const size_t begin = static_cast<size_t>(s) * per_slice;
+    const size_t end = std::min(ordered.size(), begin + per_slice);
+    for (size_t i = begin; i < end; ++i) {
+      if (i > begin) slice.json += ',';
+      AppendDevice(slice.json, facts, shape, ordered[i], options.partitionable);
+    }
+    slice.json += "]}}";
+    slice.devices = static_cast<int>(end - begin);
+    out.push_back(std::move(slice));
+  }
+  auto set_it = counter_sets.begin();
+  for (int s = 0; s < counter_slices; ++s) {
+    ResourceSliceObject slice;
+    slice.name = fmt::format("{}-zc-{:02d}", prefix, s);
+    slice.json = SliceHeader(facts, slice.name, options.generation, total);
+    slice.json += ",\"sharedCounters\":[";
+    for (int k = 0; k < kMaxCounterSetsPerSlice && set_it != counter_sets.end(); ++k, ++set_it) {
+      if (k > 0) slice.json += ',';
+      slice.json += "{\"name\":";
+      AppendJsonQuoted(slice.json, set_it->first);
+      slice.json += ",\"counters\":{";
+      bool first = true;
+      for (const auto& [name, value] : set_it->second) {
+        if (!first) slice.json += ',';
+        first = false;
+        slice.json += fmt::format("\"{}\":{{\"value\":\"{}\"}}", name, value);
+      }
+      slice.json += "}}";
+    }
+    slice.json += "]}}";
+    out.push_back(std::move(slice));
+  }
+  return out;
+}
+
+}  // namespace toposched::dra

@@ -1,0 +1,87 @@
+// The ResourceSlices that publish a node's offers (offers.h), in the order the scheduler's DRA
+// allocator should try them, within the per-slice limits of resource.k8s.io/v1. Pure: builds
+// JSON text, sends nothing.
+//
+// The allocator has no scoring: it sorts a pool's slices by name, walks their devices in order
+// and takes the first that fits (k8s.io/dynamic-resource-allocation/structured, 1.34-1.37). So
+// the order we publish in is the only way to steer where a claim lands; `OrderForFirstFit` puts
+// first the offer that takes least from the requests still expected (topology/demand.h, the
+// extender's scarcity cost), and slice names sort in that order.
+//
+// Shared counters (partitionable devices): one counter per device (`dN`, worth the device's
+// cores) and one per core (`cN`, worth 1), in counter sets of at most 32 counters. A whole device
+// or a device set consumes its devices' full `dN`; a core range consumes `cN` of its cores and as
+// much of its device's `dN` as it has cores. Overlapping offers then can never both be allocated:
+// two that share a device over-draw its `dN`, two core ranges that share a core over-draw `cN`.
+#ifndef TOPOSCHED_DRA_SLICES_H_
+#define TOPOSCHED_DRA_SLICES_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dra/offers.h"
+#include "topology/demand.h"
+
+namespace toposched::dra {
+
+// resource.k8s.io/v1 limits (k8s.io/api resource/v1 types.go, identical in 1.35-1.37).
+inline constexpr int kMaxDevicesPerSlice = 128;
+inline constexpr int kMaxDevicesPerSliceWithCounters = 64;
+inline constexpr int kMaxCounterSetsPerSlice = 8;
+inline constexpr int kMaxCountersPerSet = 32;
+inline constexpr int kMaxConsumptionsPerDevice = 2;
+inline constexpr int kMaxAttributesPerDevice = 32;
+
+// What the slices say about the node beyond its shape.
+struct NodeFacts {
+  std::string node_name;              // the pool's name and spec.nodeName
+  std::string node_uid;               // the slices' owner (deleted with the Node); empty: none
+  std::string neuron_driver_version;  // `neuronDriverVersion`; empty when unknown
+  std::string dra_driver_version;     // `draDriverVersion`, a semantic version
+  // AWS's EC2 instance-topology labels (topology.k8s.aws/network-node-layer-1..3), when set.
+  std::vector<std::string> network_node_layers;
+};
+
+// The offers in the order the allocator should meet them. Without `costs`, index order (what a
+// naive driver publishes). With `costs`, within each kind: the offers free in `usage` by
+// ascending scarcity cost (ties by index), then the rest by index.
+std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const topology::NodeShape& shape,
+                                    const topology::NodeUsage& usage,
+                                    const topology::SlotCosts* costs);
+
+struct CounterUse {
+  std::string counter_set;
+  std::map<std::string, int64_t> counters;
+};
+// The counter sets of a node (name -> counter -> value) and what one offer consumes.
+std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(
+    const topology::NodeShape& shape);
+std::vector<CounterUse> CountersConsumedBy(const topology::NodeShape& shape, const Offer& offer);
+
+struct SliceOptions {
+  bool partitionable = false;  // offers carry consumesCounters; counter slices are published
+  int64_t generation = 1;      // the pool's generation
+};
+
+struct ResourceSliceObject {
+  std::string name;
+  std::string json;  // a whole resource.k8s.io/v1 ResourceSlice, without a resourceVersion
+  int devices = 0;
+};
+
+// The node's slices: device slices named `<prefix>-NN` in publish order, then, when
+// partitionable, counter slices `<prefix>-zc-NN`. Every slice carries the pool's slice count.
+std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts,
+                                             const topology::NodeShape& shape,
+                                             const std::vector<Offer>& ordered,
+                                             const SliceOptions& options);
+
+// The prefix of the node's slice names: the node name when it fits a DNS subdomain with room for
+// the suffixes, else its start plus a hash of the whole name.
+std::string SliceNamePrefix(std::string_view node_name);
+
+}  // namespace toposched::dra
+
+#endif  // TOPOSCHED_DRA_SLICES_H_
