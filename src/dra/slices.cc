@@ -162,6 +162,16 @@ std::string SliceHeader(const NodeFacts& facts, std::string_view name, int64_t g
 
 }  // namespace
 
+topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand, const NodeShape& shape,
+                                   const NodeUsage& usage) {
+  std::vector<int64_t> supply;
+  supply.reserve(demand.classes().size());
+  for (const auto& entry : demand.classes()) {
+    supply.push_back(topology::FreeSlots(shape, usage, entry.request));
+  }
+  return topology::SlotCosts::From(demand, supply, topology::FreeUnits(shape, usage));
+}
+
 std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const NodeShape& shape,
                                     const NodeUsage& usage, const topology::SlotCosts* costs) {
   auto kind_rank = [](const Offer& o) { return static_cast<int>(o.kind); };

@@ -44,6 +44,13 @@ struct NodeFacts {
   std::vector<std::string> network_node_layers;
 };
 
+// What losing a slot of each expected request class costs on this node alone: a kubelet plugin
+// sees only its own node, so the node's free slots are the whole supply it can weigh. The
+// publisher and the simulator's model of a DRA cluster both order offers by it.
+topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand,
+                                   const topology::NodeShape& shape,
+                                   const topology::NodeUsage& usage);
+
 // The offers in the order the allocator should meet them. Without `costs`, index order (what a
 // naive driver publishes). With `costs`, within each kind: the offers free in `usage` by
 // ascending scarcity cost (ties by index), then the rest by index.
