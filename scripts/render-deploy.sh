@@ -4,6 +4,8 @@
 #                                 TLS Secrets named, made by scripts/extender-certs.sh)
 #   deploy/default-scheduler/*    the default-scheduler mode (AWS's second install command); the
 #                                 KubeSchedulerConfiguration is taken out of its ConfigMap
+#   deploy/dra-*.yaml             helm template --set draDriver.enabled=true --set
+#                                 draDriver.deviceClasses=true (the DRA plugin, its RBAC, DeviceClasses)
 # With --check it renders into a temporary directory and fails, showing the diff, when deploy/
 # differs (the test tier runs this). helm: $HELM, else /opt/toposched-tools/bin/helm
 # (scripts/install-tools.sh), else the PATH.
@@ -29,6 +31,7 @@ default=(--set scheduler.enabled=true --set scheduler.customScheduler.enabled=fa
 # deploy/ is for current clusters: rendered as for Kubernetes 1.35 (KubeSchedulerConfiguration v1;
 # the chart picks v1beta1 by itself on 1.19-1.22 when installed with helm; my-scheduler's image is
 # registry.k8s.io/kube-scheduler:v1.35.0, where helm would take the live cluster's version).
+dra=(--set draDriver.enabled=true --set draDriver.deviceClasses=true)
 kube=(--kube-version 1.35.0)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -42,10 +45,14 @@ emit() {  # emit TEMPLATE_FILE VALUES_TEXT > OUT
 
 "$helm" template toposched "$chart" "${kube[@]}" "${second[@]}" --output-dir "$work/second" >/dev/null
 "$helm" template toposched "$chart" "${kube[@]}" "${default[@]}" --output-dir "$work/default" >/dev/null
+"$helm" template toposched "$chart" "${kube[@]}" "${dra[@]}" --output-dir "$work/dra" >/dev/null
 out="$work/deploy"
 mkdir -p "$out/default-scheduler"
 for f in extender-rbac extender my-scheduler device-plugin-rbac device-plugin; do
   emit "$work/second/toposched/templates/$f.yaml" "${second[*]}" >"$out/$f.yaml"
+done
+for f in dra-driver-rbac dra-driver dra-deviceclasses; do
+  emit "$work/dra/toposched/templates/$f.yaml" "${dra[*]}" >"$out/$f.yaml"
 done
 emit "$work/default/toposched/templates/default-scheduler/extender-hostnetwork.yaml" "${default[*]}" \
   >"$out/default-scheduler/extender-hostnetwork.yaml"
@@ -59,6 +66,7 @@ emit "$work/default/toposched/templates/default-scheduler/extender-hostnetwork.y
 } >"$out/default-scheduler/kube-scheduler-config.yaml"
 
 files=(extender-rbac.yaml extender.yaml my-scheduler.yaml device-plugin-rbac.yaml device-plugin.yaml
+       dra-driver-rbac.yaml dra-driver.yaml dra-deviceclasses.yaml
        default-scheduler/extender-hostnetwork.yaml default-scheduler/kube-scheduler-config.yaml)
 if [ $check = 1 ]; then
   status=0

@@ -8,6 +8,19 @@
 {{ .Values.scheduler.namespaceOverride | default "kube-system" }}
 {{- end }}
 
+{{- define "toposched.draDriver.namespace" -}}
+{{ .Values.draDriver.namespaceOverride | default "kube-system" }}
+{{- end }}
+
+{{/* The DRA plugin's DaemonSet name and ServiceAccount: AWS's (fullnameOverride, serviceAccount.name). */}}
+{{- define "toposched.draDriver.fullname" -}}
+{{ .Values.draDriver.fullnameOverride | default "neuron-dra-driver-kubelet-plugin" }}
+{{- end }}
+
+{{- define "toposched.draDriver.serviceAccount" -}}
+{{ .Values.draDriver.serviceAccount.name | default "neuron-dra-driver-sa" }}
+{{- end }}
+
 {{- define "toposched.customScheduler.namespace" -}}
 {{ .Values.scheduler.customScheduler.namespaceOverride | default "kube-system" }}
 {{- end }}
@@ -44,8 +57,8 @@ app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
 {{/* Refuses combinations that cannot work, with the reason (AWS's chart has the same rules). */}}
 {{- define "toposched.validate" -}}
 {{- $s := .Values.scheduler -}}
-{{- if and .Values.draDriver .Values.draDriver.enabled -}}
-{{- fail "draDriver.enabled=true: toposched's chart has no DRA driver; toposched places devices through the device plugin and the extender (set draDriver.enabled=false)" -}}
+{{- if and .Values.draDriver.enabled (not (has (toString .Values.draDriver.deviceClasses) (list "auto" "true" "false"))) -}}
+{{- fail (printf "draDriver.deviceClasses=%v: expected auto (where the cluster serves resource.k8s.io/v1), true or false" .Values.draDriver.deviceClasses) -}}
 {{- end -}}
 {{- if and $s.enabled (not .Values.devicePlugin.enabled) -}}
 {{- fail "scheduler.enabled=true needs devicePlugin.enabled=true: the device plugin hands each container the ids the extender chose" -}}
