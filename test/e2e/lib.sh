@@ -14,6 +14,11 @@
 #                                  scripts/image.sh (or SKIP); then e2e_control_plane runs with in-cluster
 #                                  credentials (E2E_IN_CLUSTER=1), and e2e_kubelet_node imports the images
 #                                  and starts no local device plugin
+#   e2e_controller_manager CTRLS   kube-controller-manager with only CTRLS (dra.sh: resourceclaim-controller)
+#   e2e_pause_image                (dra.sh) only the pause image, for containers that start
+#   e2e_dra_node NAME TYPE         containerd with CDI, a kubelet labelled toposched.io/neuron-management=dra
+#                                  (own root dir), /dev/neuronN stand-ins, `toposched dra-plugin` on a fake
+#                                  tree with the chart's neuron-dra-driver-sa token; e2e_dra_node_stop
 #
 # Every process is recorded and torn down on EXIT, INT and TERM (also on failure); every wait is bounded.
 # Environment: TOPOSCHED_E2E_K8S (the Kubernetes minor: 1.20, the default, 1.34 or 1.37),
@@ -55,6 +60,8 @@ k8s_at_least() { [ "$K8S_MINOR" -ge "$1" ]; }
 # Extra flags a scenario sets before e2e_control_plane / e2e_scheduler (feature gates, APIs).
 E2E_APISERVER_EXTRA_FLAGS=()
 E2E_SCHED_EXTRA_FLAGS=()
+# More `--set`s for the chart's install (dra.sh: draDriver.enabled=true), before e2e_control_plane.
+E2E_HELM_SETS=()
 # klog's --logtostderr went away in 1.26 (stderr is the default there).
 log_flags() { k8s_before 26 && echo --logtostderr; return 0; }
 # k8s_release_tag VERSION: the vMAJOR.MINOR.PATCH of a Kubernetes version as registry.k8s.io tags
@@ -176,6 +183,7 @@ e2e_teardown() {
     [ "${E2E_NAMES[$i]}" = containerd ] && e2e_containerd_cleanup
     [ "${E2E_NAMES[$i]}" = "(stopped)" ] || stop "${E2E_NAMES[$i]}"
   done
+  e2e_remove_host_dev_nodes
   local d e
   for d in "${E2E_VARLOG[@]}"; do
     [ -d "$d" ] || continue
@@ -373,7 +381,7 @@ e2e_apply_deploy() {
   HELM=$(e2e_helm_bin)
   if [ -n "$HELM" ]; then
     h install toposched "$E2E_REPO/deploy/helm/toposched" --namespace kube-system \
-      --set scheduler.enabled=true --set npd.enabled=false >>"$W/apply.log" 2>&1 ||
+      --set scheduler.enabled=true --set npd.enabled=false "${E2E_HELM_SETS[@]}" >>"$W/apply.log" 2>&1 ||
       { cat "$W/apply.log" >&2; die "helm install of deploy/helm/toposched failed"; }
     log "helm install: release toposched ($("$HELM" version --short))"
   else
@@ -381,7 +389,10 @@ e2e_apply_deploy() {
     # The chart makes the extender's TLS Secrets itself; deploy/ needs them made first (docs/install.md).
     "$E2E_REPO/scripts/extender-certs.sh" kube-system 2>>"$W/apply.log" | k apply -f - >>"$W/apply.log" 2>&1 ||
       { cat "$W/apply.log" >&2; die "scripts/extender-certs.sh kube-system | kubectl apply -f - failed"; }
-    for f in extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml; do
+    local files=(extender-rbac.yaml device-plugin-rbac.yaml my-scheduler.yaml extender.yaml device-plugin.yaml)
+    # dra.sh's draDriver.enabled=true: deploy/'s DRA manifests (rendered with the DeviceClasses).
+    [[ " ${E2E_HELM_SETS[*]} " == *" draDriver.enabled=true "* ]] && files+=(dra-driver-rbac.yaml dra-driver.yaml dra-deviceclasses.yaml)
+    for f in "${files[@]}"; do
       k apply -f "$E2E_REPO/deploy/$f" >>"$W/apply.log" 2>&1 || { cat "$W/apply.log" >&2; die "kubectl apply -f deploy/$f failed"; }
     done
   fi
@@ -777,6 +788,9 @@ state = "$c/state"
   # runc fails with "can't get final child's PID from pipe". Clamped to containerd's own value instead.
   restrict_oom_score_adj = true
 ${E2E_PAUSE_IMAGE:+  sandbox_image = \"$E2E_PAUSE_IMAGE\"}
+${E2E_CDI_DIR:+  # dra.sh: CDI on (2.x: the default), with the DRA plugin's spec directory besides the standard ones.}
+${E2E_CDI_DIR:+  enable_cdi = true}
+${E2E_CDI_DIR:+  cdi_spec_dirs = [\"$E2E_CDI_DIR\", \"/etc/cdi\", \"/var/run/cdi\"]}
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
     default_runtime_name = "runc"
@@ -871,9 +885,10 @@ kubelet_args() {
   if k8s_at_least 27; then
     # 1.27 dropped --container-runtime and moved most flags into the configuration file.
     e2e_kubelet_config "$W/kubelet-config.yaml"
-    echo --config "$W/kubelet-config.yaml" --kubeconfig "$kc" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
+    local root="${E2E_KUBELET_ROOT:-$W/kubelet}"
+    echo --config "$W/kubelet-config.yaml" --kubeconfig "$kc" --root-dir "$root" --cert-dir "$root/pki" \
       --hostname-override="$KUBELET_NODE" --node-ip=127.0.0.1 --register-node=true \
-      --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE" --v=2
+      --node-labels="node.kubernetes.io/instance-type=$KUBELET_TYPE${E2E_KUBELET_LABELS:+,$E2E_KUBELET_LABELS}" --v=2
     return 0
   fi
   echo --kubeconfig "$kc" --root-dir "$W/kubelet" --cert-dir "$W/kubelet/pki" \
@@ -910,7 +925,7 @@ authentication:
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
 makeIPTablesUtilChains: false
-volumePluginDir: $W/kubelet/volume-plugins
+volumePluginDir: ${E2E_KUBELET_ROOT:-$W/kubelet}/volume-plugins
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 nodeStatusUpdateFrequency: 4s
@@ -988,3 +1003,125 @@ e2e_kubelet_node() {
     bash -c "[ \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get node $KUBELET_NODE -o 'jsonpath={.status.allocatable.aws\.amazon\.com/neuroncore}')\" = $KUBELET_CORES ]"
   log "kubelet node $KUBELET_NODE ($KUBELET_TYPE) advertises $KUBELET_DEVICES devices, $KUBELET_CORES cores"
 }
+
+# --- DRA (dra.sh): the resourceclaim controller, `toposched dra-plugin`, containers that start ---
+
+# e2e_controller_manager CONTROLLERS: kube-controller-manager running only CONTROLLERS (a comma
+# list; dra.sh: resourceclaim-controller, which makes a pod's ResourceClaims from its
+# ResourceClaimTemplates and records their names in the pod's status), admin credentials, serving nothing.
+e2e_controller_manager() {
+  KCM_LOG="$W/controller-manager.log"
+  start kube-controller-manager "$KCM_LOG" "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig "$W/admin.kubeconfig" --controllers "$1" --leader-elect=false --secure-port 0 \
+    $(log_flags) --v=2
+  wait_for 60 "kube-controller-manager's controllers ($1)" grep -q "Starting resource claim controller" "$KCM_LOG"
+}
+
+# e2e_pause_image: only the pause image of e2e_images (test/e2e/pause.c packed by scripts/image.sh,
+# buildah installed when missing), for containers that must start; containerd's sandbox image.
+# SKIP when it cannot be built. e2e_dra_node imports it.
+e2e_pause_image() {
+  local d="$W/images" rc=0
+  mkdir -p "$d"
+  command -v gcc >/dev/null || skip "no gcc to build test/e2e/pause.c"
+  gcc -static -O2 -o "$d/pause" "$E2E_DIR/pause.c" >"$d/gcc.log" 2>&1 || skip "gcc -static test/e2e/pause.c failed: $(head -3 "$d/gcc.log")"
+  nice -n 19 "$E2E_REPO/scripts/image.sh" --name localhost/toposched-pause --tag "$E2E_IMAGE_TAG" \
+    --entrypoint /pause --user 65535:65535 -o "$d/pause.tar" "$d/pause" >"$d/image-pause.log" 2>&1 || rc=$?
+  [ $rc = 0 ] || { tail -5 "$d/image-pause.log" >&2; skip "scripts/image.sh could not build the pause image ($rc)"; }
+  E2E_PAUSE_IMAGE="localhost/toposched-pause:$E2E_IMAGE_TAG"
+}
+
+e2e_import_pause_image() {
+  local local_import=()
+  "$CTR_BIN" images import --help 2>&1 | grep -q -- '--local' && local_import=(--local)
+  ctr_ images import "${local_import[@]}" --snapshotter native --platform linux/amd64 "$W/images/pause.tar" >>"$W/images/import.log" 2>&1 ||
+    { cat "$W/images/import.log" >&2; die "ctr images import pause.tar failed"; }
+  ctr_ images ls -q | grep -qx "$E2E_PAUSE_IMAGE" || die "image $E2E_PAUSE_IMAGE is not in containerd after the import"
+}
+
+# e2e_host_dev_nodes COUNT: /dev/neuron0..COUNT-1 on the host as character devices 1:3 (what
+# /dev/null is), made only where none exists and removed at teardown. The DRA plugin's CDI specs
+# name the host's /dev/neuronN (a container gets the node the driver made), and CDI refuses
+# anything but a device node, so containers with Neuron devices can start on a machine without
+# the Neuron driver. The fake sysfs tree keeps its own /dev for the plugins' health checks.
+e2e_host_dev_nodes() {
+  local i
+  ls /dev/neuron* >/dev/null 2>&1 && [ ! -f "$W/host-dev-nodes.made" ] &&
+    skip "this machine has /dev/neuron* (a Neuron driver?): the scenario will not stand in for it"
+  for ((i = 0; i < $1; i++)); do
+    [ -e "/dev/neuron$i" ] && continue
+    mknod -m 0666 "/dev/neuron$i" c 1 3 || die "mknod /dev/neuron$i"
+    echo "/dev/neuron$i" >>"$W/host-dev-nodes.made"
+  done
+}
+# Called by e2e_teardown: the device nodes e2e_host_dev_nodes made, and nothing else.
+e2e_remove_host_dev_nodes() {
+  [ -n "${W:-}" ] && [ -f "$W/host-dev-nodes.made" ] || return 0
+  local f
+  while read -r f; do case "$f" in /dev/neuron[0-9]*) [ -c "$f" ] && rm -f "$f" ;; esac; done <"$W/host-dev-nodes.made"
+  rm -f "$W/host-dev-nodes.made"
+}
+
+# e2e_dra_plugin NODE HOSTROOT [ARGS...]: `toposched dra-plugin` for NODE on the fake tree at
+# HOSTROOT, with a token of the chart's neuron-dra-driver-sa (so exactly the chart's RBAC), its
+# sockets in the kubelet's root dir (E2E_KUBELET_ROOT), CDI specs in E2E_CDI_DIR.
+E2E_DRA_SA=neuron-dra-driver-sa
+e2e_dra_plugin() {
+  local node="$1" host="$2"; shift 2
+  local root="${E2E_KUBELET_ROOT:-$W/kubelet}"
+  [ -f "$W/dra-plugin.kubeconfig" ] || sa_kubeconfig "$E2E_DRA_SA" "$W/dra-plugin.kubeconfig"
+  port_free "$DP_PROBE_PORT" || die "127.0.0.1:$DP_PROBE_PORT is in use (set TOPOSCHED_E2E_PORT_BASE)"
+  mkdir -p "$E2E_CDI_DIR"
+  DRA_LOG_N=$((${DRA_LOG_N:-0} + 1))
+  DRA_LOG="$W/dra-plugin-$DRA_LOG_N.log"
+  start dra-plugin "$DRA_LOG" "$TOPOSCHED_BIN" dra-plugin --node-name "$node" \
+    --kubeconfig "$W/dra-plugin.kubeconfig" --sysfs-root "$host/sys" --dev-root "$host/dev" \
+    --opt-aws-root "$host/opt/aws" --cdi-root "$E2E_CDI_DIR" --plugin-dir "$root/plugins/neuron.aws.com" \
+    --registry-dir "$root/plugins_registry" --probe-listen "127.0.0.1:$DP_PROBE_PORT" \
+    --health-interval-ms 500 ${TOPOSCHED_E2E_DRA_ARGS:-} "$@"
+}
+dra_ready() { curl -sf "http://127.0.0.1:$DP_PROBE_PORT/readyz" >/dev/null; }
+
+# e2e_dra_node NAME TYPE: containerd with CDI (started once, with the pause image), a kubelet for
+# node NAME labelled toposched.io/neuron-management=dra with its own root dir, the host's
+# /dev/neuronN, and `toposched dra-plugin` on a fake tree of TYPE under $W/host-NAME; waits until
+# the kubelet has registered the plugin and the node's ResourceSlices are published. One kubelet
+# at a time (fixed ports and /var/lib/kubelet/device-plugins): stop the previous one first
+# (e2e_dra_node_stop).
+e2e_dra_node() {
+  KUBELET_NODE="$1" KUBELET_TYPE="$2"
+  if [ -z "$(pid_of kubelet 2>/dev/null)" ] && [ -S /var/lib/kubelet/device-plugins/kubelet.sock ] && [ -n "$(pgrep -x kubelet || true)" ]; then
+    skip "a kubelet already runs on this machine (/var/lib/kubelet/device-plugins/kubelet.sock)"
+  fi
+  [ -d /var/lib/kubelet ] || E2E_MADE_KUBELET_DIR=1
+  E2E_CDI_DIR="${E2E_CDI_DIR:-$W/cdi}"
+  DRA_HOST="$W/host-$KUBELET_NODE"
+  fake_host "$DRA_HOST" "$KUBELET_TYPE"
+  local shape; shape=$(type_shape "$KUBELET_TYPE")
+  KUBELET_DEVICES=${shape% *}
+  e2e_host_dev_nodes "$KUBELET_DEVICES"
+  if [ -z "$(pid_of containerd 2>/dev/null)" ]; then
+    e2e_containerd
+    e2e_import_pause_image
+  fi
+  E2E_KUBELET_ROOT="$W/kubelet-$KUBELET_NODE"
+  E2E_KUBELET_LABELS="toposched.io/neuron-management=dra"
+  e2e_kubelet
+  wait_for 60 "node $KUBELET_NODE registered" k get node "$KUBELET_NODE"
+  api PATCH "/api/v1/nodes/$KUBELET_NODE" '{"spec":{"taints":null}}' application/merge-patch+json >/dev/null
+  e2e_dra_plugin "$KUBELET_NODE" "$DRA_HOST"
+  wait_for 60 "the kubelet to register the DRA plugin of $KUBELET_NODE" grep -q "RegisterPlugin started.*neuron.aws.com-reg.sock" "$KUBELET_LOG"
+  wait_for 60 "ResourceSlices of $KUBELET_NODE" node_slices_have "$KUBELET_NODE" neurondevice0
+  log "kubelet node $KUBELET_NODE ($KUBELET_TYPE, DRA) publishes $(node_slice_devices "$KUBELET_NODE" | wc -l) devices in $(node_slice_names "$KUBELET_NODE" | wc -l) ResourceSlices"
+}
+
+# e2e_dra_node_stop: the DRA plugin and the kubelet of the current node (containerd stays).
+e2e_dra_node_stop() { stop dra-plugin; stop kubelet; }
+
+# The node's ResourceSlices (driver neuron.aws.com): their names, and the device names they publish.
+node_slices_json() { k get resourceslices -o json --field-selector "spec.nodeName=$1,spec.driver=neuron.aws.com"; }
+node_slice_names() { node_slices_json "$1" | python3 -c 'import json,sys; [print(s["metadata"]["name"]) for s in json.load(sys.stdin)["items"]]'; }
+node_slice_devices() { node_slices_json "$1" | python3 -c 'import json,sys; [print(d["name"]) for s in json.load(sys.stdin)["items"] for d in (s["spec"].get("devices") or [])]'; }
+# node_slices_have NODE DEVICE / node_slices_lack NODE DEVICE
+node_slices_have() { node_slice_devices "$1" | grep -qx -- "$2"; }
+node_slices_lack() { local d; d=$(node_slice_devices "$1") && [ -n "$d" ] && ! grep -qx -- "$2" <<<"$d"; }
