@@ -171,7 +171,13 @@ for f in "$E2E_CDI_DIR"/neuron.aws.com-*.json; do
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["kind"]=="neuron.aws.com/device" and d["devices"]' "$f" 2>/dev/null ||
     die "after the SIGKILL: $f is not a whole CDI spec: $(head -c 300 "$f")"
 done
+# What a SIGKILL in the middle of a spec write leaves (src/draplugin/cdi.cc writes <spec>.tmp.XXXXXX,
+# then renames): planted, since the kill above may land before or after the write. Not *.json,
+# so containerd never reads it; the restarted plugin must remove it.
+half="$E2E_CDI_DIR/neuron.aws.com-00000000-dead-beef-0000-000000000000.json.tmp.e2eXXX"
+printf '{"cdiVersion":"0.6.0","kind":"neuron.aws.com/device","devices":[{"name":"x","containerEd' >"$half"
 e2e_dra_plugin kn "$DRA_HOST"
+wait_for 30 "the restarted plugin to remove the half-written $half" test ! -e "$half"
 wait_for 90 "pod dev-1 Running after the plugin restarted" phase_is dev-1 Running
 out=$(check_container dev-1 2) || die "dev-1: $out"
 leftover=$(find "$E2E_CDI_DIR" -type f ! -name 'neuron.aws.com-*.json')
@@ -181,7 +187,7 @@ n_specs=$(find "$E2E_CDI_DIR" -name 'neuron.aws.com-*.json' | wc -l)
 for f in "$E2E_CDI_DIR"/neuron.aws.com-*.json; do
   python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$f" || die "$f is not JSON after the restart"
 done
-pass "(e) plugin SIGKILLed at dev-1's prepare and restarted: dev-1 Running ($out); the CDI dir holds 3 whole specs and nothing else"
+pass "(e) plugin SIGKILLed at dev-1's prepare and restarted: it removed a half-written spec ($(grep -m1 "a CDI spec write that did not finish" "$DRA_LOG" | sed 's/^.*\] //' | cut -c1-120)); dev-1 Running ($out); the CDI dir holds 3 whole specs and nothing else"
 
 # (f) a device the driver stops showing leaves the ResourceSlices, and returns when it is back.
 used=$(cat "$W"/claim-*.json | python3 -c '
