@@ -101,8 +101,10 @@ const char kDefaultScheduler[] =
     "--set scheduler.enabled=true --set scheduler.customScheduler.enabled=false "
     "--set scheduler.defaultScheduler.enabled=true --set npd.enabled=false";
 
+const char kDra[] = "--set draDriver.enabled=true";
+
 TEST(HelmChart, LintsCleanInBothModes) {
-  for (const char* values : {"", kSecondScheduler, kDefaultScheduler}) {
+  for (const char* values : {"", kSecondScheduler, kDefaultScheduler, kDra}) {
     const Outcome o = RunHelm("lint --strict '" + std::string(kChart) + "' " + values);
     EXPECT_EQ(o.exit_code, 0) << values << "\n" << o.out << o.err;
     EXPECT_THAT(o.out, HasSubstr("0 chart(s) failed")) << values;
@@ -539,13 +541,160 @@ TEST(HelmChart, AChangedValueRollsTheSchedulerOnUpgrade) {
   EXPECT_NE(stamp(before), stamp(after));
 }
 
+// The device plugin stays off the nodes the DRA plugin manages (toposched.io/neuron-management=dra),
+// whether or not the DRA plugin is installed: the label decides who manages a node.
+TEST(HelmChart, DevicePluginAvoidsDraNodes) {
+  for (const char* values : {"", kDra}) {
+    const Rendered r(values);
+    ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+    const YAML::Node terms =
+        r.Get("DaemonSet", "neuron-device-plugin-daemonset")["spec"]["template"]["spec"]
+         ["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+         ["nodeSelectorTerms"][0]["matchExpressions"];
+    ASSERT_EQ(terms.size(), 3u) << values;
+    EXPECT_EQ(terms[2]["key"].as<std::string>(), "toposched.io/neuron-management");
+    EXPECT_EQ(terms[2]["operator"].as<std::string>(), "NotIn");
+    EXPECT_THAT(Strings(terms[2]["values"]), ElementsAre("dra"));
+  }
+}
+
+// draDriver.enabled=true: `toposched dra-plugin` under AWS's names and keys (ultraserver-dra-helm.md
+// §2, kubernetes-2026.md §1.1), on the dra-labelled nodes only, with least-privilege RBAC.
+TEST(HelmChart, DraDriverUnderAwsNames) {
+  const Rendered r(std::string(kDra) + " --kube-version 1.37.2");
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  EXPECT_THAT(r.KindsAndNames(),
+              ElementsAre("ClusterRole/neuron-device-plugin", "ClusterRole/neuron-dra-driver",
+                          "ClusterRoleBinding/neuron-device-plugin",
+                          "ClusterRoleBinding/neuron-dra-driver",
+                          "DaemonSet/neuron-device-plugin-daemonset",
+                          "DaemonSet/neuron-dra-driver-kubelet-plugin",
+                          "DeviceClass/neuron.aws.com", "DeviceClass/neuroncores.toposched.io",
+                          "DeviceClass/neurondevices.toposched.io",
+                          "ServiceAccount/neuron-device-plugin",
+                          "ServiceAccount/neuron-dra-driver-sa"));
+  const YAML::Node ds = r.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin");
+  EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "kube-system");
+  const YAML::Node spec = ds["spec"]["template"]["spec"];
+  EXPECT_EQ(spec["serviceAccountName"].as<std::string>(), "neuron-dra-driver-sa");
+  EXPECT_EQ(spec["nodeSelector"]["toposched.io/neuron-management"].as<std::string>(), "dra");
+  EXPECT_EQ(ds["spec"]["updateStrategy"]["type"].as<std::string>(), "RollingUpdate");
+  EXPECT_EQ(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].as<int>(), 0);
+  EXPECT_EQ(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"].as<int>(), 1);
+  std::vector<std::string> tolerated;
+  for (const YAML::Node& t : spec["tolerations"]) tolerated.push_back(t["key"].as<std::string>());
+  EXPECT_THAT(tolerated, ElementsAre("CriticalAddonsOnly", "aws.amazon.com/neuron",
+                                     "sagemaker.amazonaws.com/node-health-status"));
+  const YAML::Node c = Container(ds);
+  EXPECT_THAT(Strings(c["command"]),
+              ElementsAre("/usr/local/bin/toposched", "dra-plugin", "--dev-root", "/host/dev",
+                          "--plugin-dir", "$(KUBELET_PLUGINS_DIRECTORY_PATH)/neuron.aws.com",
+                          "--registry-dir", "$(KUBELET_REGISTRAR_DIRECTORY_PATH)",
+                          "--probe-listen", "0.0.0.0:8081"));
+  std::vector<std::string> env;
+  for (const YAML::Node& e : c["env"]) {
+    env.push_back(e["name"].as<std::string>() + "=" +
+                  (e["value"] ? e["value"].as<std::string>() : std::string("(ref)")));
+  }
+  EXPECT_THAT(env, ElementsAre("NODE_NAME=(ref)", "CDI_ROOT=/var/run/cdi",
+                               "KUBELET_REGISTRAR_DIRECTORY_PATH=/var/lib/kubelet/plugins_registry",
+                               "KUBELET_PLUGINS_DIRECTORY_PATH=/var/lib/kubelet/plugins"));
+  EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
+  EXPECT_EQ(c["resources"]["limits"]["memory"].as<std::string>(), "256Mi");
+  std::vector<std::string> host_paths;
+  for (const YAML::Node& v : spec["volumes"]) host_paths.push_back(v["hostPath"]["path"].as<std::string>());
+  EXPECT_THAT(host_paths, ElementsAre("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
+                                      "/var/run/cdi", "/sys", "/dev", "/opt/aws"));
+  // Each hostPath is mounted at the same path, but /dev (at /host/dev, as the device plugin's).
+  for (const YAML::Node& m : c["volumeMounts"]) {
+    if (m["name"].as<std::string>() == "dev") {
+      EXPECT_EQ(m["mountPath"].as<std::string>(), "/host/dev");
+    }
+  }
+  EXPECT_FALSE(spec["hostNetwork"]) << "unix sockets only: no host network";
+  EXPECT_EQ(c["securityContext"]["capabilities"]["drop"][0].as<std::string>(), "ALL");
+
+  const YAML::Node rules = r.Get("ClusterRole", "neuron-dra-driver")["rules"];
+  ASSERT_EQ(rules.size(), 3u);
+  EXPECT_THAT(Strings(rules[0]["resources"]), ElementsAre("resourceslices"));
+  EXPECT_THAT(Strings(rules[0]["verbs"]), ElementsAre("get", "list", "watch", "create", "update",
+                                                      "patch", "delete", "deletecollection"));
+  EXPECT_THAT(Strings(rules[1]["resources"]), ElementsAre("resourceclaims", "deviceclasses"));
+  EXPECT_THAT(Strings(rules[1]["verbs"]), ElementsAre("get", "list", "watch"));
+  EXPECT_THAT(Strings(rules[2]["resources"]), ElementsAre("nodes"));
+  EXPECT_THAT(Strings(rules[2]["verbs"]), ElementsAre("get", "list", "watch"));
+  const YAML::Node binding = r.Get("ClusterRoleBinding", "neuron-dra-driver");
+  EXPECT_EQ(binding["subjects"][0]["name"].as<std::string>(), "neuron-dra-driver-sa");
+
+  // The design's three classes, resource.k8s.io/v1.
+  const auto cel = [&](const std::string& name) {
+    const YAML::Node dc = r.Get("DeviceClass", name);
+    EXPECT_EQ(dc["apiVersion"].as<std::string>(), "resource.k8s.io/v1") << name;
+    return dc["spec"]["selectors"][0]["cel"]["expression"].as<std::string>();
+  };
+  EXPECT_EQ(cel("neuron.aws.com"),
+            "device.driver == \"neuron.aws.com\" && "
+            "device.attributes[\"neuron.aws.com\"].resourceType == \"neuron_device\"");
+  EXPECT_THAT(cel("neurondevices.toposched.io"), HasSubstr("== \"neuron_device_set\" ||"));
+  EXPECT_THAT(cel("neurondevices.toposched.io"), HasSubstr("== \"neuron_device\")"));
+  EXPECT_THAT(cel("neuroncores.toposched.io"), HasSubstr("resourceType == \"neuron_cores\""));
+}
+
+// DeviceClasses exist only where the cluster serves resource.k8s.io/v1 (helm install asks the
+// API server: Kubernetes 1.34+), unless forced; AWS's values (fullnameOverride, serviceAccount)
+// rename the objects.
+TEST(HelmChart, DraDeviceClassesFollowTheCluster) {
+  const auto classes = [](const std::string& values) {
+    const Rendered r(values);
+    EXPECT_EQ(r.outcome().exit_code, 0) << values << r.outcome().err;
+    int n = 0;
+    for (const YAML::Node& o : r.objects()) n += o["kind"].as<std::string>() == "DeviceClass";
+    return n;
+  };
+  // helm template's built-in API list has resource.k8s.io/v1 whatever the version; the version
+  // decides there (helm install asks the live API server, e2e_dra checks that path).
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.33.5"), 0) << "no resource.k8s.io/v1";
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.20.2"), 0);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.34.0"), 3);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2"), 3);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.33.5 --set draDriver.deviceClasses=true"),
+            3);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2 --set draDriver.deviceClasses=false"),
+            0);
+  EXPECT_EQ(classes("--kube-version 1.37.2"), 0) << "draDriver off";
+
+  const Rendered r(std::string(kDra) +
+                   " --set draDriver.fullnameOverride=my-dra --set draDriver.serviceAccount.name=my-sa"
+                   " --set draDriver.namespaceOverride=neuron-dra-driver"
+                   " --set-json draDriver.nodeSelector='{\"pool\":\"trn\"}'");
+  ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+  const YAML::Node ds = r.Get("DaemonSet", "my-dra");
+  ASSERT_TRUE(ds.IsMap());
+  EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "neuron-dra-driver");
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(), "my-sa");
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["nodeSelector"]["pool"].as<std::string>(), "trn");
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["nodeSelector"]["toposched.io/neuron-management"]
+                .as<std::string>(),
+            "dra");
+  EXPECT_TRUE(r.Get("ServiceAccount", "my-sa").IsMap());
+  EXPECT_EQ(r.Get("ClusterRoleBinding", "neuron-dra-driver")["subjects"][0]["namespace"]
+                .as<std::string>(),
+            "neuron-dra-driver");
+  // serviceAccount.create=false: bring your own.
+  const Rendered own(std::string(kDra) + " --set draDriver.serviceAccount.create=false");
+  ASSERT_EQ(own.outcome().exit_code, 0) << own.outcome().err;
+  EXPECT_FALSE(own.Get("ServiceAccount", "neuron-dra-driver-sa").IsMap());
+  EXPECT_TRUE(own.Get("ClusterRoleBinding", "neuron-dra-driver").IsMap());
+}
+
 TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
   struct Case {
     const char* values;
     const char* message;
   };
   for (const Case& c : {
-           Case{"--set draDriver.enabled=true", "toposched's chart has no DRA driver"},
+           Case{"--set draDriver.enabled=true --set draDriver.deviceClasses=maybe",
+                "draDriver.deviceClasses=maybe: expected auto"},
            Case{"--set scheduler.enabled=true --set devicePlugin.enabled=false",
                 "needs devicePlugin.enabled=true"},
            Case{"--set scheduler.enabled=true --set scheduler.defaultScheduler.enabled=true",

@@ -21,6 +21,13 @@
 {{ .Values.draDriver.serviceAccount.name | default "neuron-dra-driver-sa" }}
 {{- end }}
 
+{{/* "true" when the cluster serves resource.k8s.io/v1: helm install asks the API server for its
+     API groups; the version check (1.34+, where v1 is served by default) is what decides under
+     helm template, whose built-in API list has every group whatever --kube-version says. */}}
+{{- define "toposched.servesResourceV1" -}}
+{{- if and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
+{{- end }}
+
 {{- define "toposched.customScheduler.namespace" -}}
 {{ .Values.scheduler.customScheduler.namespaceOverride | default "kube-system" }}
 {{- end }}
