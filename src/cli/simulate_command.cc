@@ -12,6 +12,7 @@
 
 #include "base/json_escape.h"
 #include "cli/commands.h"
+#include "sim/dra.h"
 #include "sim/gangs.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
@@ -33,6 +34,8 @@ struct SimulateOptions {
   // --gangs: all-or-nothing against pod-by-pod on a fleet of UltraServers.
   bool gangs = false;
   sim::GangSimOptions gang;
+  // --dra: a DRA cluster, where the driver's publish order is the only lever (sim/dra.h).
+  bool dra = false;
 };
 
 std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
@@ -109,6 +112,14 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       "Also write a self-contained HTML page (inline SVG charts: allocation over time "
       "per policy, device maps of a few nodes) to this file");
 
+  auto* dra = cmd->add_flag(
+      "--dra", opts->dra,
+      "Instead of the policies: the trace replayed (fill or dynamic mode) into a DRA cluster, where "
+      "kube-scheduler's DRA allocator takes the first free published device and the driver's "
+      "publish order is the only lever: a naive driver's index order against toposched "
+      "dra-plugin's scarcity order, each with fleet-order and least-allocated node choice. "
+      "See docs/dra.md");
+  dra->excludes(report);
   auto* gangs = cmd->add_flag(
       "--gangs", opts->gangs,
       "Instead of a trace: multi-node jobs on a fleet of Trn2 UltraServers (4 trn2u.48xlarge "
@@ -117,7 +128,7 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       "reserves every member's node at once, or none) and pod-by-pod (kube-scheduler with "
       "AWS's affinity rules, one member at a time). Compares deadlocked gangs, nodes stranded "
       "by partial gangs, gang wait and single pods. --seed picks the stream");
-  gangs->excludes(trace)->excludes(report);
+  gangs->excludes(trace)->excludes(report)->excludes(dra);
   cmd->add_option("--ultraservers", opts->gang.ultraservers,
                   "--gangs: UltraServers in the fleet (nodes us<k>-n0..n3)")
       ->capture_default_str()
@@ -216,6 +227,31 @@ class ProgressBar {
   int last_percent_ = -1;
 };
 
+Result<sim::Trace> LoadTrace(const SimulateOptions& opts) {
+  if (!opts.synthetic.empty()) {
+    auto trace = sim::SyntheticTrace(opts.synthetic, opts.synthetic_tasks, opts.seed);
+    if (!trace.ok()) return Error{"--synthetic: " + trace.error()};
+    return trace;
+  }
+  TOPOSCHED_ASSIGN_OR_RETURN(std::string text, ReadFile(opts.trace));
+  return sim::ParseTrace(text, opts.trace);
+}
+
+int RunDra(const SimulateOptions& opts, const topology::Catalog& catalog,
+           const std::vector<sim::NodeGroup>& fleet) {
+  auto trace = LoadTrace(opts);
+  if (!trace.ok()) return Fail(opts, trace.error());
+  const sim::Mode mode = opts.mode == "fill" ? sim::Mode::kFill : sim::Mode::kDynamic;
+  auto results = mode == sim::Mode::kFill
+                     ? sim::SimulateDraFill(catalog, trace.value(), fleet, opts.seed)
+                     : sim::SimulateDraDynamic(catalog, trace.value(), fleet);
+  if (!results.ok()) return Fail(opts, results.error());
+  fmt::print("{}", opts.json ? sim::FormatDraJson(results.value())
+                             : sim::FormatDraTable(results.value(), trace->source_name,
+                                                   sim::FormatFleet(fleet), mode));
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
@@ -235,19 +271,12 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
       opts.fleet.empty() ? std::string(sim::DefaultFleet(mode)) : opts.fleet;
   auto fleet = sim::ParseFleet(fleet_spec, *catalog.value());
   if (!fleet.ok()) return Fail(opts, "--fleet: " + fleet.error());
+  if (opts.dra) return RunDra(opts, *catalog.value(), fleet.value());
   auto policies = ParsePolicies(opts.policies);
   if (!policies.ok()) return Fail(opts, policies.error());
 
-  Result<sim::Trace> trace = Error{""};
-  if (!opts.synthetic.empty()) {
-    trace = sim::SyntheticTrace(opts.synthetic, opts.synthetic_tasks, opts.seed);
-    if (!trace.ok()) return Fail(opts, "--synthetic: " + trace.error());
-  } else {
-    auto text = ReadFile(opts.trace);
-    if (!text.ok()) return Fail(opts, text.error());
-    trace = sim::ParseTrace(text.value(), opts.trace);
-    if (!trace.ok()) return Fail(opts, trace.error());
-  }
+  Result<sim::Trace> trace = LoadTrace(opts);
+  if (!trace.ok()) return Fail(opts, trace.error());
   const std::string& trace_name = trace->source_name;
 
   sim::Options options;

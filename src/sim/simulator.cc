@@ -422,20 +422,6 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
   return out;
 }
 
-// Fisher-Yates with the generator's raw output, so the order depends only on the seed (the
-// standard distributions may differ between library implementations).
-std::vector<size_t> FillOrder(size_t jobs, uint64_t seed) {
-  std::vector<size_t> order(jobs);
-  for (size_t i = 0; i < jobs; ++i) order[i] = i;
-  if (seed == 0) return order;
-  std::mt19937_64 rng(seed);
-  for (size_t i = jobs; i > 1; --i) {
-    const size_t pick = static_cast<size_t>(rng() % i);
-    std::swap(order[i - 1], order[pick]);
-  }
-  return order;
-}
-
 std::string_view TrimSpaces(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
@@ -538,6 +524,20 @@ std::string FormatFleet(const std::vector<NodeGroup>& fleet) {
     if (group.heads > 0) out += fmt::format("/{}", group.heads);
   }
   return out;
+}
+
+// Fisher-Yates with the generator's raw output, so the order depends only on the seed (the
+// standard distributions may differ between library implementations).
+std::vector<size_t> FillOrder(size_t jobs, uint64_t seed) {
+  std::vector<size_t> order(jobs);
+  for (size_t i = 0; i < jobs; ++i) order[i] = i;
+  if (seed == 0) return order;
+  std::mt19937_64 rng(seed);
+  for (size_t i = jobs; i > 1; --i) {
+    const size_t pick = static_cast<size_t>(rng() % i);
+    std::swap(order[i - 1], order[pick]);
+  }
+  return order;
 }
 
 Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,

@@ -153,6 +153,10 @@ struct SimResult {
   std::vector<PolicyResult> policies;
 };
 
+// The order fill mode tries tasks in: trace order for seed 0, else a shuffle that depends only on
+// the seed.
+std::vector<size_t> FillOrder(size_t jobs, uint64_t seed);
+
 // Runs the trace once per policy. Errors (nothing run) on an empty or unknown fleet, no policies,
 // or dynamic mode on a trace without time columns.
 Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
