@@ -9,6 +9,8 @@
 #ifndef TOPOSCHED_CLAIMS_KEYS_H_
 #define TOPOSCHED_CLAIMS_KEYS_H_
 
+#include <map>
+#include <string>
 #include <string_view>
 
 #include "kube/objects.h"
@@ -101,6 +103,15 @@ inline constexpr std::string_view kPoolLabel = topology::kPoolLabel;
 // The LNC the node's Neuron driver runs at (1 or 2 on Trn2), as the device plugin read it from
 // the driver's config; the extender takes the node's LNC from it before anything else.
 inline constexpr std::string_view kLabelNeuronLnc = "toposched.io/neuron-lnc";
+// Who hands out the node's devices: "dra" for toposched's DRA driver (`toposched dra-plugin`,
+// docs/dra.md); absent or "device-plugin" for the device plugin and the extender. The two must
+// never manage one node: each refuses, or leaves alone, a node the label gives the other.
+inline constexpr std::string_view kLabelNeuronManagement = "toposched.io/neuron-management";
+inline constexpr std::string_view kNeuronManagementDra = "dra";
+inline bool ManagedByDra(const std::map<std::string, std::string, std::less<>>& node_labels) {
+  const auto it = node_labels.find(kLabelNeuronManagement);
+  return it != node_labels.end() && it->second == kNeuronManagementDra;
+}
 
 // --- Extended resources (the defaults of claims::ResourceSet and claims::DefaultResources). ---
 
@@ -135,6 +146,7 @@ static_assert(kAnnotationAllocatedContainers.starts_with(kKeyPrefix));
 static_assert(kAnnotationGranted.starts_with(kKeyPrefix));
 // The node decoder keeps only labels under our prefix (kube::kOwnKeyPrefix).
 static_assert(kLabelNeuronLnc.starts_with(kKeyPrefix));
+static_assert(kLabelNeuronManagement.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));
 static_assert(kAnnotationGang.starts_with(kKeyPrefix));
 static_assert(kAnnotationGangSize.starts_with(kKeyPrefix));

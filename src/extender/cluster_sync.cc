@@ -80,6 +80,15 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     ReaderLock lock(mu_);
     if (auto it = nodes_.find(node.name); it != nodes_.end()) previous = it->second;
   }
+  if (claims::ManagedByDra(node.labels)) {
+    // The DRA driver hands out this node's devices: neither its capacity nor its pods are ours.
+    if (previous) {
+      spdlog::info("node {} is labelled {}={}: its devices are the DRA driver's; forgetting it",
+                   node.name, claims::kLabelNeuronManagement, claims::kNeuronManagementDra);
+      DeleteNode(node);
+    }
+    return;
+  }
   NodeFacts facts =
       FactsOf(node, catalog_, options_.pools, options_.resources, previous ? &*previous : nullptr);
   if (previous && previous->SameNode(facts)) return;
