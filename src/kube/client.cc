@@ -275,6 +275,15 @@ Result<HttpResponse> ApiClient::Patch(std::string_view path, std::string_view bo
   return Send(request);
 }
 
+Result<HttpResponse> ApiClient::Delete(std::string_view path) {
+  Request request;
+  request.method = "DELETE";
+  request.path = path;
+  request.body = "";  // a zero-length body, never a null one, for curl's POSTFIELDS
+  request.timeout = config_.request_timeout;
+  return Send(request);
+}
+
 Result<long> ApiClient::Watch(std::string_view path,  // NOLINT(google-runtime-int)
                               const std::function<bool(std::string_view line)>& on_line,
                               const std::atomic<bool>& stop,

@@ -58,6 +58,8 @@ class ApiClient {
   Result<HttpResponse> Put(std::string_view path, std::string_view body);
   Result<HttpResponse> Patch(std::string_view path, std::string_view body,
                              std::string_view content_type = "application/merge-patch+json");
+  // Deletes the object at `path` (404 is an answer: the object is gone already).
+  Result<HttpResponse> Delete(std::string_view path);
 
   // Streams a watch response line by line (the '\n' is not included; empty lines are skipped).
   // Returns the HTTP status once the server ends the stream, on_line returns false, `stop`
