@@ -54,6 +54,7 @@ struct Fields {
   std::string name;
   std::string node_name;
   std::string phase;
+  std::string driver;  // ResourceSlices' spec.driver
 };
 
 std::string StringAt(const json::value& root, std::initializer_list<std::string_view> path) {
@@ -70,7 +71,8 @@ std::string StringAt(const json::value& root, std::initializer_list<std::string_
 
 Fields FieldsOf(const json::value& object) {
   return Fields{StringAt(object, {"metadata", "namespace"}), StringAt(object, {"metadata", "name"}),
-                StringAt(object, {"spec", "nodeName"}), StringAt(object, {"status", "phase"})};
+                StringAt(object, {"spec", "nodeName"}), StringAt(object, {"status", "phase"}),
+                StringAt(object, {"spec", "driver"})};
 }
 
 struct Requirement {
@@ -102,7 +104,7 @@ std::optional<std::vector<Requirement>> ParseFieldSelector(std::string_view text
     requirement.field = std::string(term.substr(0, op));
     requirement.value = std::string(term.substr(value_at));
     static const char* const kSupported[] = {"metadata.name", "metadata.namespace", "spec.nodeName",
-                                             "status.phase"};
+                                             "status.phase", "spec.driver"};
     if (std::find(std::begin(kSupported), std::end(kSupported), requirement.field) ==
         std::end(kSupported)) {
       return std::nullopt;
@@ -119,6 +121,7 @@ bool Matches(const std::vector<Requirement>& selector, const Fields& fields) {
     if (requirement.field == "metadata.namespace") actual = &fields.ns;
     if (requirement.field == "spec.nodeName") actual = &fields.node_name;
     if (requirement.field == "status.phase") actual = &fields.phase;
+    if (requirement.field == "spec.driver") actual = &fields.driver;
     if (actual == nullptr || (*actual == requirement.value) != requirement.equal) return false;
   }
   return true;
@@ -284,6 +287,9 @@ class FakeApiServer::Impl {
   std::map<std::string, json::value> pods_;    // by namespace/name
   std::map<std::string, json::value> nodes_;   // by name
   std::map<std::string, json::value> leases_;  // coordination.k8s.io/v1, by namespace/name
+  // resource.k8s.io/v1 ResourceSlices, by name
+  std::map<std::string, json::value> resource_slices_;
+  SharedCountersMode shared_counters_mode_ = SharedCountersMode::kKeep;
   int64_t resource_version_ = 100;
   int64_t compacted_ = 0;  // watches from before this are too old
 
@@ -339,6 +345,10 @@ class FakeApiServer::Impl {
   Response HandlePatch(const Request& request, const std::string& ns, const std::string& name);
   // GET, POST (create) and PUT (update, 409 on a stale metadata.resourceVersion) of Leases.
   Response HandleLease(const Request& request, const std::vector<std::string>& path);
+  // List (field selector, limit/continue), GET, POST, PUT (409 on a stale
+  // metadata.resourceVersion) and DELETE of ResourceSlices.
+  Response HandleResourceSlice(const Request& request, const std::vector<std::string>& path,
+                               const std::map<std::string, std::string>& params);
 };
 
 // One TLS connection. Serves requests one after another (keep-alive); a watch turns it into a
@@ -659,6 +669,10 @@ void FakeApiServer::Impl::Route(const std::shared_ptr<Session>& session, const R
   if (n >= 6 && path[0] == "apis" && path[1] == "coordination.k8s.io" && path[2] == "v1" &&
       path[3] == "namespaces" && path[5] == "leases") {
     return session->Send(HandleLease(request, path));
+  }
+  if (n >= 4 && path[0] == "apis" && path[1] == "resource.k8s.io" && path[2] == "v1" &&
+      path[3] == "resourceslices") {
+    return session->Send(HandleResourceSlice(request, path, params));
   }
   const bool core = n >= 2 && path[0] == "api" && path[1] == "v1";
   if (!core) return session->Send(StatusResponse(request, 404, "the server could not find it"));
@@ -1027,6 +1041,177 @@ Response FakeApiServer::Impl::HandleLease(const Request& request,
   return StatusResponse(request, 405, "method not allowed");
 }
 
+namespace {
+
+// What a server with DRAPartitionableDevices off does to the fields of that gate on a write.
+void DropPartitionableFields(json::value& slice) {
+  json::object* spec = slice.as_object().if_contains("spec") != nullptr
+                           ? slice.as_object()["spec"].if_object()
+                           : nullptr;
+  if (spec == nullptr) return;
+  spec->erase("sharedCounters");
+  spec->erase("perDeviceNodeSelection");
+  if (json::array* devices = spec->contains("devices") ? (*spec)["devices"].if_array() : nullptr) {
+    for (json::value& device : *devices) {
+      if (json::object* d = device.if_object()) d->erase("consumesCounters");
+    }
+  }
+}
+
+// The few checks of the real validation a test of a publisher can trip: the name, the driver,
+// a slice count, devices or counters (not both) and the device limit.
+std::string InvalidSlice(const json::value& slice) {
+  if (StringAt(slice, {"metadata", "name"}).empty()) return "metadata.name: Required value";
+  if (StringAt(slice, {"spec", "driver"}).empty()) return "spec.driver: Required value";
+  const json::object* spec =
+      slice.as_object().contains("spec") ? slice.as_object().at("spec").if_object() : nullptr;
+  if (spec == nullptr) return "spec: Required value";
+  const json::object* pool = spec->contains("pool") ? spec->at("pool").if_object() : nullptr;
+  if (pool == nullptr || !pool->contains("resourceSliceCount") ||
+      !pool->at("resourceSliceCount").is_int64() || pool->at("resourceSliceCount").as_int64() < 1) {
+    return "spec.pool.resourceSliceCount: must be greater than zero";
+  }
+  const json::array* devices = spec->contains("devices") ? spec->at("devices").if_array() : nullptr;
+  const json::array* counters =
+      spec->contains("sharedCounters") ? spec->at("sharedCounters").if_array() : nullptr;
+  if (devices != nullptr && !devices->empty() && counters != nullptr && !counters->empty()) {
+    return "spec: Invalid value: only one of devices and sharedCounters may be set";
+  }
+  if (devices != nullptr) {
+    bool consumes = false;
+    for (const json::value& device : *devices) {
+      if (device.is_object() && device.as_object().contains("consumesCounters")) consumes = true;
+    }
+    if (devices->size() > (consumes ? 64u : 128u)) return "spec.devices: Too many";
+  }
+  return {};
+}
+
+}  // namespace
+
+Response FakeApiServer::Impl::HandleResourceSlice(
+    const Request& request, const std::vector<std::string>& path,
+    const std::map<std::string, std::string>& params) {
+  const std::string method(request.method_string());
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto not_found = [&](const std::string& name) {
+    return StatusResponse(request, 404,
+                          "resourceslices.resource.k8s.io \"" + name + "\" not found");
+  };
+  auto parse_body = [&](json::value& slice) -> std::optional<Response> {
+    boost::system::error_code error;
+    slice = json::parse(request.body(), error);
+    if (error || !slice.is_object()) {
+      return StatusResponse(request, 400, "invalid ResourceSlice JSON");
+    }
+    if (shared_counters_mode_ == SharedCountersMode::kRefuse) {
+      const json::object* spec =
+          slice.as_object().contains("spec") ? slice.as_object().at("spec").if_object() : nullptr;
+      if (spec != nullptr && spec->contains("sharedCounters")) {
+        return StatusResponse(request, 400,
+                              "ResourceSlice in version \"v1\" cannot be handled as a "
+                              "ResourceSlice: strict decoding error: unknown field "
+                              "\"spec.sharedCounters\"");
+      }
+    }
+    if (shared_counters_mode_ == SharedCountersMode::kDrop) DropPartitionableFields(slice);
+    if (std::string why = InvalidSlice(slice); !why.empty()) {
+      return StatusResponse(request, 422, "ResourceSlice.resource.k8s.io is invalid: " + why);
+    }
+    return std::nullopt;
+  };
+  if (path.size() == 4 && method == "GET") {
+    std::vector<Requirement> selector;
+    if (auto it = params.find("fieldSelector"); it != params.end()) {
+      auto parsed = ParseFieldSelector(it->second);
+      if (!parsed) return StatusResponse(request, 400, "field label not supported");
+      selector = std::move(*parsed);
+    }
+    size_t limit = 0;
+    if (auto it = params.find("limit"); it != params.end()) {
+      limit = std::strtoul(it->second.c_str(), nullptr, 10);
+    }
+    size_t offset = 0;
+    if (auto it = params.find("continue"); it != params.end() && !it->second.empty()) {
+      offset = std::strtoul(it->second.c_str(), nullptr, 10);
+    }
+    json::array items;
+    size_t index = 0;
+    bool more = false;
+    for (const auto& [name, slice] : resource_slices_) {
+      if (!Matches(selector, FieldsOf(slice))) continue;
+      if (index++ < offset) continue;
+      if (limit > 0 && items.size() == limit) {
+        more = true;
+        break;
+      }
+      items.push_back(slice);
+    }
+    json::object metadata;
+    metadata["resourceVersion"] = std::to_string(resource_version_);
+    if (more) metadata["continue"] = std::to_string(offset + limit);
+    json::object list;
+    list["kind"] = "ResourceSliceList";
+    list["apiVersion"] = "resource.k8s.io/v1";
+    list["metadata"] = std::move(metadata);
+    list["items"] = std::move(items);
+    return MakeResponse(request, 200, json::serialize(list));
+  }
+  if (path.size() == 4 && method == "POST") {
+    json::value slice;
+    if (auto refused = parse_body(slice)) return std::move(*refused);
+    const std::string name = StringAt(slice, {"metadata", "name"});
+    if (resource_slices_.count(name) != 0) {
+      return StatusResponse(request, 409,
+                            "resourceslices.resource.k8s.io \"" + name + "\" already exists");
+    }
+    json::object& metadata = slice.as_object()["metadata"].as_object();
+    metadata["resourceVersion"] = std::to_string(++resource_version_);
+    metadata["uid"] = "slice-uid-" + std::to_string(resource_version_);
+    resource_slices_[name] = slice;
+    return MakeResponse(request, 201, json::serialize(slice));
+  }
+  if (path.size() != 5) return StatusResponse(request, 405, "method not allowed");
+  const std::string& name = path[4];
+  auto it = resource_slices_.find(name);
+  if (method == "GET") {
+    if (it == resource_slices_.end()) return not_found(name);
+    return MakeResponse(request, 200, json::serialize(it->second));
+  }
+  if (method == "DELETE") {
+    if (it == resource_slices_.end()) return not_found(name);
+    json::value gone = std::move(it->second);
+    resource_slices_.erase(it);
+    ++resource_version_;
+    return MakeResponse(request, 200, json::serialize(gone));
+  }
+  if (method == "PUT") {
+    json::value slice;
+    if (auto refused = parse_body(slice)) return std::move(*refused);
+    if (it == resource_slices_.end()) return not_found(name);
+    const std::string want = StringAt(slice, {"metadata", "resourceVersion"});
+    if (want.empty()) {
+      return StatusResponse(request, 422,
+                            "metadata.resourceVersion: Invalid value: 0: must be specified for "
+                            "an update");
+    }
+    if (want != StringAt(it->second, {"metadata", "resourceVersion"})) {
+      return StatusResponse(request, 409,
+                            "Operation cannot be fulfilled on resourceslices.resource.k8s.io \"" +
+                                name +
+                                "\": the object has been modified; please apply your changes to "
+                                "the latest version and try again");
+    }
+    json::object& metadata = slice.as_object()["metadata"].as_object();
+    metadata["name"] = name;
+    metadata["uid"] = StringAt(it->second, {"metadata", "uid"});
+    metadata["resourceVersion"] = std::to_string(++resource_version_);
+    it->second = slice;
+    return MakeResponse(request, 200, json::serialize(slice));
+  }
+  return StatusResponse(request, 405, "method not allowed");
+}
+
 // ---- FakeApiServer ----
 
 FakeApiServer::FakeApiServer() : FakeApiServer(Options()) {}
@@ -1118,6 +1303,34 @@ bool FakeApiServer::DeleteLease(std::string_view ns, std::string_view name) {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   ++impl_->resource_version_;
   return impl_->leases_.erase(std::string(ns) + "/" + std::string(name)) != 0;
+}
+
+std::optional<std::string> FakeApiServer::GetResourceSliceJson(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  auto it = impl_->resource_slices_.find(std::string(name));
+  if (it == impl_->resource_slices_.end()) return std::nullopt;
+  return json::serialize(it->second);
+}
+
+std::vector<std::string> FakeApiServer::ResourceSliceNames() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  std::vector<std::string> names;
+  for (const auto& [name, slice] : impl_->resource_slices_) names.push_back(name);
+  return names;
+}
+
+int64_t FakeApiServer::PutResourceSlice(std::string_view text) {
+  json::value slice = ParseObjectOrDie(text);
+  const std::string name = StringAt(slice, {"metadata", "name"});
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  SetResourceVersion(slice, ++impl_->resource_version_);
+  impl_->resource_slices_[name] = std::move(slice);
+  return impl_->resource_version_;
+}
+
+void FakeApiServer::set_shared_counters_mode(SharedCountersMode mode) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->shared_counters_mode_ = mode;
 }
 
 int64_t FakeApiServer::DeleteNode(std::string_view name) {

@@ -1,9 +1,9 @@
 // An in-process fake kube-apiserver for tests: HTTPS (Boost.Beast + Asio SSL) on 127.0.0.1 with an
 // ephemeral port and a CA made at start-up, bearer-token or client-certificate auth, and the few
 // API calls toposched makes: list and watch pods and nodes, get one, bind a pod, merge-patch a
-// pod, create events, get/create/update leases. Tests drive it: add and change objects (watchers
-// get the events), send bookmarks, expire history (410), end or drop watch connections, inject
-// failures and delays, and read back every request it got.
+// pod, create events, get/create/update leases, list/get/create/update/delete ResourceSlices. Tests
+// drive it: add and change objects (watchers get the events), send bookmarks, expire history (410),
+// end or drop watch connections, inject failures and delays, and read back every request it got.
 //
 // One io thread serves every connection; the destructor stops it. Only loopback is used.
 #ifndef TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
@@ -33,6 +33,13 @@ enum class WatchListMode {
   kRefuseInvalid,     // 422 "resourceVersionMatch is forbidden for watch" (1.20-1.26)
   kRefuseErrorEvent,  // 200, then an ERROR event 500 naming RequestWatchProgress (etcd < 3.4.31)
   kIgnore,            // the parameters ignored: a plain watch, never the bookmark
+};
+
+// What a write of a ResourceSlice carrying spec.sharedCounters gets (DRAPartitionableDevices).
+enum class SharedCountersMode {
+  kKeep,    // the gate on: stored as sent
+  kDrop,    // the gate off: the field (and devices' consumesCounters) silently dropped
+  kRefuse,  // a server that does not know the field: 400, strict decoding error
 };
 
 struct RecordedRequest {
@@ -104,6 +111,14 @@ class FakeApiServer {
   // Deletes a Lease as an operator would (kubectl delete lease); false if there was none.
   bool DeleteLease(std::string_view ns, std::string_view name);
   int64_t resource_version() const;
+  // resource.k8s.io/v1 ResourceSlices: listed (fieldSelector spec.nodeName, spec.driver;
+  // limit/continue), read, created (409 if it exists; assigns resourceVersion and uid),
+  // updated (409 on a stale metadata.resourceVersion) and deleted. PutResourceSlice stores one
+  // as another writer would.
+  std::optional<std::string> GetResourceSliceJson(std::string_view name) const;
+  std::vector<std::string> ResourceSliceNames() const;  // sorted
+  int64_t PutResourceSlice(std::string_view json);
+  void set_shared_counters_mode(SharedCountersMode mode);
 
   // Sends a BOOKMARK at the current resourceVersion to every open watch of `kind`.
   void SendBookmark(Kind kind);
