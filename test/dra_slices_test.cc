@@ -26,10 +26,10 @@
 namespace toposched::dra {
 namespace {
 
+using ::testing::HasSubstr;
 using topology::NodeShape;
 using topology::NodeUsage;
 using topology::Unit;
-using ::testing::HasSubstr;
 
 NodeShape ShapeOf(const std::string& type, int lnc = 0) {
   const topology::InstanceType* t = topology::Catalog::Embedded().Find(type);
@@ -135,8 +135,8 @@ TEST(DraOffers, ExactlyTheLegalSetsAreOffered) {
       if (offer.kind == OfferKind::kCores) {
         EXPECT_EQ(std::popcount(offer.placement.devices), 1) << offer.name;
       }
-      EXPECT_EQ(offer.kind == OfferKind::kDevice, offer.kind != OfferKind::kCores &&
-                                                      offer.placement.ids.size() == 1)
+      EXPECT_EQ(offer.kind == OfferKind::kDevice,
+                offer.kind != OfferKind::kCores && offer.placement.ids.size() == 1)
           << offer.name;
     }
     // Every legal set of the topology engine is offered.
@@ -168,7 +168,8 @@ TEST(DraOffers, ExactlyTheLegalSetsAreOffered) {
   }
   // Concretely: a ring offers 3-device sets, the torus never does.
   auto has = [](const std::vector<Offer>& offers, const std::string& name) {
-    return std::any_of(offers.begin(), offers.end(), [&](const Offer& o) { return o.name == name; });
+    return std::any_of(offers.begin(), offers.end(),
+                       [&](const Offer& o) { return o.name == name; });
   };
   EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), true), "neurondevices-0-2"));
   EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), true), "neurondevices-5-7"));
@@ -240,8 +241,7 @@ TEST(DraOrder, CostsPutTheFreeLowCostOffersFirst) {
     for (const auto& entry : demand.classes()) {
       supply.push_back(topology::FreeSlots(shape, usage, entry.request));
     }
-    const auto costs =
-        topology::SlotCosts::From(demand, supply, topology::FreeUnits(shape, usage));
+    const auto costs = topology::SlotCosts::From(demand, supply, topology::FreeUnits(shape, usage));
     const std::vector<Offer> ordered =
         OrderForFirstFit(LegalOffers(shape, true), shape, usage, &costs);
     ASSERT_EQ(ordered.size(), LegalOffers(shape, true).size());

@@ -5,6 +5,9 @@
 #ifndef TOPOSCHED_DRAPLUGIN_SLICE_PUBLISHER_H_
 #define TOPOSCHED_DRAPLUGIN_SLICE_PUBLISHER_H_
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,44 @@ class SlicePublisher {
   // After the first successful Publish: whether the cluster keeps shared counters.
   bool partitionable() const;
   int64_t generation() const;
+
+  // One of our slices as the API server has it.
+  struct KnownSlice {
+    std::string name;
+    std::string resource_version;
+    std::string digest;  // our annotation: the digest of what we wrote, generation left out
+    int64_t generation = 0;
+    bool has_shared_counters = false;
+  };
+
+ private:
+  struct Plan;
+
+  Status PublishLocked(topology::DeviceMask unhealthy, const topology::NodeUsage& usage)
+      TS_REQUIRES(mu_);
+  Plan MakePlan(bool partitionable, topology::DeviceMask unhealthy,
+                const topology::NodeUsage& usage) TS_EXCLUDES(demand_mu_);
+  Status ReadSlicesLocked() TS_REQUIRES(mu_);
+  // Creates or replaces one slice (re-reading it once on a conflict); the server's answer, which
+  // on a 2xx also updates known_. Transport failures are errors.
+  Result<kube::HttpResponse> WriteSliceLocked(const std::string& name, const std::string& json,
+                                              const std::string& digest) TS_REQUIRES(mu_);
+  Status DeleteSliceLocked(const std::string& name) TS_REQUIRES(mu_);
+
+  kube::ApiClient& api_;
+  const PublisherConfig config_;
+
+  mutable Mutex mu_;  // held for a whole Publish/DeleteAll, API calls included
+  // Our slices on the server as of the last read or write; nullopt: unknown (at start, after a
+  // failure), so the next Publish reads them first.
+  std::optional<std::map<std::string, KnownSlice>> known_ TS_GUARDED_BY(mu_);
+  bool decided_ TS_GUARDED_BY(mu_) = false;  // whether counters are kept is known
+  bool partitionable_ TS_GUARDED_BY(mu_) = false;
+  int64_t generation_ TS_GUARDED_BY(mu_) = 0;
+
+  // A leaf lock of its own, so ObserveRequest never waits for a Publish's API calls.
+  Mutex demand_mu_;
+  topology::DemandModel demand_ TS_GUARDED_BY(demand_mu_);
 };
 
 }  // namespace toposched::draplugin

@@ -1,0 +1,333 @@
+// The ResourceSlice publisher against the loopback fake API server: slices within the limits at
+// one generation, nothing written when nothing changed (also after a restart), an unhealthy
+// device withdrawn with a generation bump, a server without partitionable devices (field dropped
+// or refused) leaves whole devices only, a conflicting update is retried, failures name the
+// slice and the next call reads afresh, paginated reads, DeleteAll.
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "dra/offers.h"
+#include "dra/slices.h"
+#include "dra_slice_limits.h"
+#include "draplugin/slice_publisher.h"
+#include "kube/client.h"
+#include "support/fake_apiserver.h"
+#include "topology/catalog.h"
+
+namespace toposched::draplugin {
+namespace {
+
+using nlohmann::json;
+using testing::FakeApiServer;
+using ::testing::HasSubstr;
+using testing::SharedCountersMode;
+
+constexpr std::string_view kSlices = "/apis/resource.k8s.io/v1/resourceslices";
+
+topology::NodeShape ShapeOf(const std::string& type, int lnc = 0) {
+  const topology::InstanceType* t = topology::Catalog::Embedded().Find(type);
+  if (t == nullptr) throw std::runtime_error("no instance type " + type);
+  return topology::NodeShape::Make(*t, lnc).value();
+}
+
+class PublisherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    kube::ClientConfig config;
+    config.server = server_.url();
+    config.ca_pem = server_.ca_pem();
+    config.token = "test-token";
+    config.request_timeout = std::chrono::seconds(5);
+    auto client = kube::ApiClient::Create(config);
+    ASSERT_TRUE(client.ok()) << client.error();
+    client_ = std::move(*client);
+  }
+
+  PublisherConfig Config(const std::string& type = "inf2.48xlarge", int lnc = 0,
+                         Partitionable partitionable = Partitionable::kAuto) {
+    PublisherConfig config;
+    config.facts.node_name = "node-a";
+    config.facts.node_uid = "uid-node-a";
+    config.facts.dra_driver_version = "0.1.0";
+    config.shape = ShapeOf(type, lnc);
+    config.partitionable = partitionable;
+    return config;
+  }
+
+  std::vector<json> StoredSlices() const {
+    std::vector<json> out;
+    for (const std::string& name : server_.ResourceSliceNames()) {
+      out.push_back(json::parse(*server_.GetResourceSliceJson(name)));
+    }
+    return out;
+  }
+  int Requests(std::string_view method) const {
+    return static_cast<int>(server_.RequestsMatching(method, kSlices).size());
+  }
+  int Writes() const { return Requests("POST") + Requests("PUT") + Requests("DELETE"); }
+
+  // The device names published, and every slice checked: limits, one generation, the count.
+  std::vector<std::string> CheckPool(int64_t generation) const {
+    const std::vector<json> slices = StoredSlices();
+    std::vector<std::string> devices;
+    for (const json& slice : slices) {
+      testing::ExpectSliceWithinLimits(slice);
+      EXPECT_EQ(slice["spec"]["pool"]["generation"], generation) << slice["metadata"]["name"];
+      EXPECT_EQ(slice["spec"]["pool"]["resourceSliceCount"], slices.size());
+      EXPECT_EQ(slice["spec"]["pool"]["name"], "node-a");
+      for (const json& device : slice["spec"].value("devices", json::array())) {
+        devices.push_back(device["name"]);
+      }
+    }
+    return devices;
+  }
+
+  FakeApiServer server_;
+  std::unique_ptr<kube::ApiClient> client_;
+};
+
+TEST_F(PublisherTest, PartitionableInf2WithinLimitsAtOneGeneration) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_TRUE(publisher.partitionable());
+  EXPECT_EQ(publisher.generation(), 1);
+  const std::vector<std::string> devices = CheckPool(1);
+  const auto offers = dra::LegalOffers(ShapeOf("inf2.48xlarge"), true);
+  EXPECT_EQ(std::set<std::string>(devices.begin(), devices.end()).size(), devices.size());
+  EXPECT_EQ(devices.size(), offers.size());
+  EXPECT_THAT(
+      server_.ResourceSliceNames(),
+      ::testing::ElementsAre("node-a-neuron-00", "node-a-neuron-01", "node-a-neuron-zc-00"));
+  // Counter slice created before the device slices that consume it.
+  const auto posts = server_.RequestsMatching("POST", kSlices);
+  ASSERT_EQ(posts.size(), 3u);
+  EXPECT_THAT(posts[0].body, HasSubstr("node-a-neuron-zc-00"));
+
+  // Nothing changed: no request at all.
+  const size_t before = server_.requests().size();
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_EQ(server_.requests().size(), before);
+
+  // A restarted plugin reads the slices, recognises its own plan and writes nothing.
+  SlicePublisher restarted(*client_, Config());
+  const int writes = Writes();
+  ASSERT_TRUE(restarted.Publish(0, {}).ok());
+  EXPECT_EQ(Writes(), writes);
+  EXPECT_TRUE(restarted.partitionable());
+  EXPECT_EQ(restarted.generation(), 1);
+}
+
+TEST_F(PublisherTest, Trn2AtLnc1NeedsSeveralSlices) {
+  SlicePublisher publisher(*client_, Config("trn2.48xlarge", 1));
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  const std::vector<std::string> devices = CheckPool(1);
+  EXPECT_EQ(devices.size(), dra::LegalOffers(ShapeOf("trn2.48xlarge", 1), true).size());
+  EXPECT_GT(server_.ResourceSliceNames().size(), 3u);
+}
+
+TEST_F(PublisherTest, UnhealthyDeviceWithdrawsEveryOfferTouchingIt) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  const topology::DeviceMask unhealthy = topology::DeviceMask{1} << 3;
+  ASSERT_TRUE(publisher.Publish(unhealthy, {}).ok());
+  EXPECT_EQ(publisher.generation(), 2);
+  const auto shape = ShapeOf("inf2.48xlarge");
+  const std::vector<std::string> devices = CheckPool(2);
+  EXPECT_EQ(devices.size(), dra::LegalOffers(shape, true, unhealthy).size());
+  for (const std::string& name : devices) {
+    auto offer = dra::OfferFromName(shape, name);
+    ASSERT_TRUE(offer.ok()) << offer.error();
+    EXPECT_EQ(offer->placement.devices & unhealthy, 0u) << name;
+  }
+  // Healthy again: the offers come back, one generation later.
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_EQ(CheckPool(3).size(), dra::LegalOffers(shape, true).size());
+}
+
+TEST_F(PublisherTest, UsageReordersTheOffers) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  topology::NodeUsage usage;
+  const auto shape = ShapeOf("inf2.48xlarge");
+  ASSERT_TRUE(usage.Take(shape, topology::Unit::kDevice, {0}));
+  publisher.ObserveRequest({topology::Unit::kDevice, 1});
+  ASSERT_TRUE(publisher.Publish(0, usage).ok());
+  const std::vector<std::string> devices = CheckPool(publisher.generation());
+  ASSERT_FALSE(devices.empty());
+  EXPECT_NE(devices.front(), "neurondevice0");  // taken: not the first a claim meets
+}
+
+TEST_F(PublisherTest, IndexOrderStartsWithDeviceZero) {
+  PublisherConfig config = Config();
+  config.order = PublishOrder::kIndex;
+  SlicePublisher publisher(*client_, config);
+  topology::NodeUsage usage;
+  ASSERT_TRUE(usage.Take(ShapeOf("inf2.48xlarge"), topology::Unit::kDevice, {0}));
+  ASSERT_TRUE(publisher.Publish(0, usage).ok());
+  EXPECT_EQ(CheckPool(1).front(), "neurondevice0");
+}
+
+TEST_F(PublisherTest, GateOffServerDropsTheCountersWholeDevicesOnly) {
+  server_.set_shared_counters_mode(SharedCountersMode::kDrop);
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_FALSE(publisher.partitionable());
+  EXPECT_THAT(server_.ResourceSliceNames(), ::testing::ElementsAre("node-a-neuron-00"));
+  const std::vector<std::string> devices = CheckPool(publisher.generation());
+  EXPECT_EQ(devices.size(), 12u);
+  for (const std::string& name : devices) EXPECT_THAT(name, ::testing::StartsWith("neurondevice"));
+  // The probe slice was created, found without its counters, and deleted.
+  const auto deletes = server_.RequestsMatching("DELETE", kSlices);
+  ASSERT_EQ(deletes.size(), 1u);
+  EXPECT_THAT(deletes[0].path, HasSubstr("node-a-neuron-zc-00"));
+  // Decided once: later calls do not probe again.
+  ASSERT_TRUE(publisher.Publish(topology::DeviceMask{1}, {}).ok());
+  EXPECT_EQ(server_.RequestsMatching("DELETE", kSlices).size(), 1u);
+  EXPECT_EQ(CheckPool(publisher.generation()).size(), 11u);
+}
+
+TEST_F(PublisherTest, ServerRefusingTheFieldMeansWholeDevicesToo) {
+  server_.set_shared_counters_mode(SharedCountersMode::kRefuse);
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_FALSE(publisher.partitionable());
+  EXPECT_THAT(server_.ResourceSliceNames(), ::testing::ElementsAre("node-a-neuron-00"));
+  EXPECT_EQ(CheckPool(publisher.generation()).size(), 12u);
+}
+
+TEST_F(PublisherTest, OnAgainstAGateOffServerIsAnError) {
+  server_.set_shared_counters_mode(SharedCountersMode::kDrop);
+  SlicePublisher publisher(*client_, Config("inf2.48xlarge", 0, Partitionable::kOn));
+  Status status = publisher.Publish(0, {});
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.error(), HasSubstr("sharedCounters"));
+  EXPECT_THAT(status.error(), HasSubstr("node-a-neuron-zc-00"));
+}
+
+TEST_F(PublisherTest, OffNeverWritesCounters) {
+  SlicePublisher publisher(*client_, Config("inf2.48xlarge", 0, Partitionable::kOff));
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_FALSE(publisher.partitionable());
+  EXPECT_EQ(CheckPool(1).size(), 12u);
+  EXPECT_EQ(Requests("DELETE"), 0);
+}
+
+TEST_F(PublisherTest, SwitchingToWholeDevicesDeletesTheCounterSlicesLast) {
+  {
+    SlicePublisher publisher(*client_, Config());
+    ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  }
+  SlicePublisher off(*client_, Config("inf2.48xlarge", 0, Partitionable::kOff));
+  ASSERT_TRUE(off.Publish(0, {}).ok());
+  EXPECT_EQ(off.generation(), 2);
+  EXPECT_THAT(server_.ResourceSliceNames(), ::testing::ElementsAre("node-a-neuron-00"));
+  EXPECT_EQ(CheckPool(2).size(), 12u);
+  const auto requests = server_.requests();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.back().method, "DELETE");
+}
+
+TEST_F(PublisherTest, StaleResourceVersionIsReadAgainAndRetried) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  // Someone else updates one of our slices: our resourceVersion for it is stale now.
+  server_.PutResourceSlice(*server_.GetResourceSliceJson("node-a-neuron-01"));
+  ASSERT_TRUE(publisher.Publish(topology::DeviceMask{1} << 11, {}).ok());
+  EXPECT_EQ(server_.RequestsMatching("GET", std::string(kSlices) + "/node-a-neuron-01").size(), 1u);
+  EXPECT_EQ(server_.RequestsMatching("PUT", std::string(kSlices) + "/node-a-neuron-01").size(), 2u);
+  CheckPool(2);
+}
+
+TEST_F(PublisherTest, FailureNamesTheSliceAndTheNextCallReadsAfresh) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  server_.InjectFailure({"PUT", std::string(kSlices) + "/node-a-neuron-00", 500});
+  Status status = publisher.Publish(topology::DeviceMask{1}, {});
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.error(), HasSubstr("node-a-neuron-00"));
+  EXPECT_THAT(status.error(), HasSubstr("HTTP 500"));
+  EXPECT_THAT(status.error(), HasSubstr("injected failure"));
+  const size_t lists = server_.RequestsMatching("GET", kSlices).size();
+  ASSERT_TRUE(publisher.Publish(topology::DeviceMask{1}, {}).ok());
+  EXPECT_EQ(server_.RequestsMatching("GET", kSlices).size(), lists + 1);  // the fresh read
+  // The pool is whole again at one generation, above every half-written one.
+  EXPECT_EQ(CheckPool(publisher.generation()).size(),
+            dra::LegalOffers(ShapeOf("inf2.48xlarge"), true, 1).size());
+}
+
+TEST_F(PublisherTest, ReadsEveryPageAndDeletesWhatIsNotInThePlan) {
+  // 150 leftovers of ours on this node (an older driver's naming), a slice of another node and
+  // one of another driver: the publisher lists its own over two pages and removes them.
+  for (int i = 0; i < 150; ++i) {
+    server_.PutResourceSlice(
+        json{{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceSlice"},
+             {"metadata", {{"name", "node-a-old-" + std::to_string(i)}}},
+             {"spec",
+              {{"driver", "neuron.aws.com"},
+               {"nodeName", "node-a"},
+               {"pool", {{"name", "node-a"}, {"generation", 5}, {"resourceSliceCount", 150}}}}}}
+            .dump());
+  }
+  const json other = {
+      {"metadata", {{"name", "node-b-neuron-00"}}},
+      {"spec",
+       {{"driver", "neuron.aws.com"},
+        {"nodeName", "node-b"},
+        {"pool", {{"name", "node-b"}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
+  const json foreign = {
+      {"metadata", {{"name", "node-a-gpu"}}},
+      {"spec",
+       {{"driver", "gpu.example.com"},
+        {"nodeName", "node-a"},
+        {"pool", {{"name", "node-a"}, {"generation", 9}, {"resourceSliceCount", 1}}}}}};
+  server_.PutResourceSlice(other.dump());
+  server_.PutResourceSlice(foreign.dump());
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_EQ(publisher.generation(), 6);  // above the leftovers' 5
+  const auto lists = server_.RequestsMatching("GET", kSlices);
+  ASSERT_EQ(lists.size(), 2u);
+  EXPECT_THAT(lists[1].query, HasSubstr("continue="));
+  EXPECT_THAT(server_.ResourceSliceNames(),
+              ::testing::ElementsAre("node-a-gpu", "node-a-neuron-00", "node-a-neuron-01",
+                                     "node-a-neuron-zc-00", "node-b-neuron-00"));
+}
+
+TEST_F(PublisherTest, DeleteAllRemovesOnlyOurSlicesOfThisNode) {
+  const json other = {
+      {"metadata", {{"name", "node-b-neuron-00"}}},
+      {"spec",
+       {{"driver", "neuron.aws.com"},
+        {"nodeName", "node-b"},
+        {"pool", {{"name", "node-b"}, {"generation", 1}, {"resourceSliceCount", 1}}}}}};
+  server_.PutResourceSlice(other.dump());
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  ASSERT_TRUE(publisher.DeleteAll().ok());
+  EXPECT_THAT(server_.ResourceSliceNames(), ::testing::ElementsAre("node-b-neuron-00"));
+  // And publishing again recreates the pool.
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_EQ(server_.ResourceSliceNames().size(), 4u);
+}
+
+TEST(PublisherFlags, Parse) {
+  EXPECT_EQ(*ParsePartitionable("auto"), Partitionable::kAuto);
+  EXPECT_EQ(*ParsePartitionable("on"), Partitionable::kOn);
+  EXPECT_EQ(*ParsePartitionable("off"), Partitionable::kOff);
+  EXPECT_FALSE(ParsePartitionable("yes").ok());
+  EXPECT_EQ(*ParsePublishOrder("scarcity"), PublishOrder::kScarcity);
+  EXPECT_EQ(*ParsePublishOrder("index"), PublishOrder::kIndex);
+  EXPECT_FALSE(ParsePublishOrder("random").ok());
+}
+
+}  // namespace
+}  // namespace toposched::draplugin
