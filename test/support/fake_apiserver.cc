@@ -287,6 +287,7 @@ class FakeApiServer::Impl {
   std::map<std::string, json::value> pods_;    // by namespace/name
   std::map<std::string, json::value> nodes_;   // by name
   std::map<std::string, json::value> leases_;  // coordination.k8s.io/v1, by namespace/name
+  std::map<std::string, std::pair<int, std::string>> served_json_;  // ServeJson: path -> answer
   // resource.k8s.io/v1 ResourceSlices, by name
   std::map<std::string, json::value> resource_slices_;
   SharedCountersMode shared_counters_mode_ = SharedCountersMode::kKeep;
@@ -666,6 +667,13 @@ void FakeApiServer::Impl::Route(const std::shared_ptr<Session>& session, const R
                                                : std::string_view(target).substr(question + 1));
   const std::string method(request.method_string());
   const size_t n = path.size();
+  if (method == "GET") {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto served = served_json_.find(target.substr(0, question));
+    if (served != served_json_.end()) {
+      return session->Send(MakeResponse(request, served->second.first, served->second.second));
+    }
+  }
   if (n >= 6 && path[0] == "apis" && path[1] == "coordination.k8s.io" && path[2] == "v1" &&
       path[3] == "namespaces" && path[5] == "leases") {
     return session->Send(HandleLease(request, path));
@@ -1297,6 +1305,16 @@ int64_t FakeApiServer::PutLease(std::string_view text) {
   SetResourceVersion(lease, ++impl_->resource_version_);
   impl_->leases_[fields.ns + "/" + fields.name] = std::move(lease);
   return impl_->resource_version_;
+}
+
+void FakeApiServer::ServeJson(std::string path, std::string body, int status) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->served_json_[std::move(path)] = {status, std::move(body)};
+}
+
+void FakeApiServer::Unserve(const std::string& path) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->served_json_.erase(path);
 }
 
 bool FakeApiServer::DeleteLease(std::string_view ns, std::string_view name) {

@@ -110,6 +110,11 @@ class FakeApiServer {
   int64_t PutLease(std::string_view json);
   // Deletes a Lease as an operator would (kubectl delete lease); false if there was none.
   bool DeleteLease(std::string_view ns, std::string_view name);
+  // A GET of exactly `path` (any query) is answered `status` with `body` as-is, before any other
+  // route: an object this fake does not model (a ResourceClaim, say). A later call for the same
+  // path replaces it; Unserve forgets it.
+  void ServeJson(std::string path, std::string body, int status = 200);
+  void Unserve(const std::string& path);
   int64_t resource_version() const;
   // resource.k8s.io/v1 ResourceSlices: listed (fieldSelector spec.nodeName, spec.driver;
   // limit/continue), read, created (409 if it exists; assigns resourceVersion and uid),

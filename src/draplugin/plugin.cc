@@ -1,0 +1,417 @@
+#include "draplugin/plugin.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "dra.grpc.pb.h"
+#include "draplugin/cdi.h"
+#include "draplugin/resource_claim.h"
+#include "pluginregistration.grpc.pb.h"
+
+namespace toposched::draplugin {
+namespace {
+
+namespace dra_v1 = k8s::io::kubelet::pkg::apis::dra::v1;
+namespace fs = std::filesystem;
+
+std::string Absolute(const std::string& path) {
+  std::error_code error;
+  const fs::path absolute = fs::absolute(path, error);
+  return error ? path : absolute.lexically_normal().string();
+}
+
+std::vector<ClaimRef> RefsOf(const google::protobuf::RepeatedPtrField<dra_v1::Claim>& claims) {
+  std::vector<ClaimRef> refs;
+  for (const dra_v1::Claim& claim : claims)
+    refs.push_back({claim.namespace_(), claim.uid(), claim.name()});
+  return refs;
+}
+
+// "neurondevice0 (/dev/neuron0), neuroncores-4-5 (/dev/neuron2)" for logs.
+std::string DescribeDevices(const PreparedClaim& claim) {
+  std::vector<std::string> parts;
+  for (const PreparedDevice& device : claim.devices) {
+    parts.push_back(fmt::format("{} ({}){}", device.device, fmt::join(device.device_nodes, ","),
+                                device.admin_access ? " admin access" : ""));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string DescribeEnv(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> parts;
+  for (const auto& [name, value] : env) parts.push_back(name + "=" + value);
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+// Removes a socket file left by an earlier run (gRPC cannot bind over it).
+Status RemoveStaleSocket(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return Error{fmt::format("cannot remove stale socket {}: {}", path, std::strerror(errno))};
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+class DraPlugin::DraService final : public dra_v1::DRAPlugin::Service {
+ public:
+  explicit DraService(DraPlugin& plugin) : plugin_(plugin) {}
+
+  grpc::Status NodePrepareResources(grpc::ServerContext*,
+                                    const dra_v1::NodePrepareResourcesRequest* request,
+                                    dra_v1::NodePrepareResourcesResponse* response) override {
+    for (auto& [uid, outcome] : plugin_.Prepare(RefsOf(request->claims()))) {
+      dra_v1::NodePrepareResourceResponse& out = (*response->mutable_claims())[uid];
+      if (!outcome.error.empty()) {
+        out.set_error(outcome.error);
+        continue;
+      }
+      for (const PreparedDevice& device : outcome.claim.devices) {
+        dra_v1::Device* d = out.add_devices();
+        for (const std::string& name : device.requests) d->add_request_names(name);
+        d->set_pool_name(device.pool);
+        d->set_device_name(device.device);
+        d->add_cdi_device_ids(outcome.claim.CdiId(device));
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status NodeUnprepareResources(grpc::ServerContext*,
+                                      const dra_v1::NodeUnprepareResourcesRequest* request,
+                                      dra_v1::NodeUnprepareResourcesResponse* response) override {
+    for (auto& [uid, error] : plugin_.Unprepare(RefsOf(request->claims()))) {
+      (*response->mutable_claims())[uid].set_error(error);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  DraPlugin& plugin_;
+};
+
+class DraPlugin::RegistrationService final : public pluginregistration::Registration::Service {
+ public:
+  explicit RegistrationService(DraPlugin& plugin) : plugin_(plugin) {}
+
+  grpc::Status GetInfo(grpc::ServerContext*, const pluginregistration::InfoRequest*,
+                       pluginregistration::PluginInfo* info) override {
+    info->set_type(std::string(kPluginType));
+    info->set_name(std::string(dra::kDriverName));
+    info->set_endpoint(plugin_.dra_socket());
+    info->add_supported_versions(std::string(kDraServiceVersion));
+    spdlog::info("kubelet asked for our registration info: {} {} at {} ({})", kPluginType,
+                 dra::kDriverName, plugin_.dra_socket(), kDraServiceVersion);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext*,
+                                        const pluginregistration::RegistrationStatus* status,
+                                        pluginregistration::RegistrationStatusResponse*) override {
+    plugin_.OnRegistrationStatus(status->plugin_registered(), status->error());
+    return grpc::Status::OK;
+  }
+
+ private:
+  DraPlugin& plugin_;
+};
+
+DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
+                     kube::ApiClient& api, UsagePublisher& publisher)
+    : options_(std::move(options)), shape_(shape), api_(api), publisher_(publisher) {}
+
+DraPlugin::~DraPlugin() { Stop(); }
+
+std::string DraPlugin::dra_socket() const { return Absolute(options_.plugin_dir + "/dra.sock"); }
+
+std::string DraPlugin::registration_socket() const {
+  return Absolute(fmt::format("{}/{}-reg.sock", options_.registry_dir, dra::kDriverName));
+}
+
+Status DraPlugin::Start() {
+  TOPOSCHED_ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadCheckpoint(options_.cdi_root, shape_));
+  for (const std::string& temp : checkpoint.removed_temp_files) {
+    spdlog::info("removed {}, a CDI spec write that did not finish", temp);
+  }
+  for (const std::string& problem : checkpoint.problems) {
+    spdlog::warn("CDI checkpoint: {} (its claim is not counted as prepared)", problem);
+  }
+  {
+    MutexLock lock(mutex_);
+    stopping_ = false;
+    for (PreparedClaim& claim : checkpoint.claims) {
+      spdlog::info("claim {}/{} (uid {}) is prepared, from its CDI spec: {}", claim.ns, claim.name,
+                   claim.uid, DescribeDevices(claim));
+      prepared_[claim.uid] = std::move(claim);
+    }
+  }
+  const topology::DeviceMask unhealthy = CheckHealth();
+  {
+    MutexLock lock(mutex_);
+    unhealthy_ = unhealthy;
+  }
+  PublishNow("start");
+
+  for (const std::string& dir : {options_.plugin_dir, options_.registry_dir}) {
+    std::error_code error;
+    fs::create_directories(dir, error);
+    if (error) return Error{fmt::format("cannot create {}: {}", dir, error.message())};
+  }
+  const std::string dra_path = dra_socket();
+  TOPOSCHED_RETURN_IF_ERROR(RemoveStaleSocket(dra_path));
+  dra_service_ = std::make_unique<DraService>(*this);
+  {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + dra_path, grpc::InsecureServerCredentials());
+    builder.RegisterService(dra_service_.get());
+    dra_server_ = builder.BuildAndStart();
+  }
+  if (dra_server_ == nullptr) {
+    return Error{
+        fmt::format("cannot serve the DRA plugin on {} (is the directory there and "
+                    "writable?)",
+                    dra_path)};
+  }
+  spdlog::info("serving {} on {}", kDraServiceVersion, dra_path);
+
+  // Registration last: kubelet dials dra.sock as soon as it has read our info.
+  const std::string registration_path = registration_socket();
+  TOPOSCHED_RETURN_IF_ERROR(RemoveStaleSocket(registration_path));
+  registration_service_ = std::make_unique<RegistrationService>(*this);
+  {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix://" + registration_path, grpc::InsecureServerCredentials());
+    builder.RegisterService(registration_service_.get());
+    registration_server_ = builder.BuildAndStart();
+  }
+  if (registration_server_ == nullptr) {
+    return Error{
+        fmt::format("cannot serve plugin registration on {} (is kubelet's "
+                    "plugins_registry directory there and writable?)",
+                    registration_path)};
+  }
+  spdlog::info("waiting for kubelet to register {} through {}", dra::kDriverName,
+               registration_path);
+  UpdateReadiness();
+  health_thread_ = std::thread([this] { HealthLoop(); });
+  return OkStatus();
+}
+
+void DraPlugin::Stop() {
+  {
+    MutexLock lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.NotifyAll();
+  if (health_thread_.joinable()) health_thread_.join();
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  if (registration_server_ != nullptr) {
+    registration_server_->Shutdown(deadline);
+    registration_server_->Wait();
+    registration_server_.reset();
+    ::unlink(registration_socket().c_str());
+  }
+  if (dra_server_ != nullptr) {
+    dra_server_->Shutdown(deadline);
+    dra_server_->Wait();
+    dra_server_.reset();
+    ::unlink(dra_socket().c_str());
+  }
+  registration_service_.reset();
+  dra_service_.reset();
+  registered_ = false;
+}
+
+Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
+  TOPOSCHED_RETURN_IF_ERROR(CheckClaimUid(ref.uid));
+  const std::string path =
+      fmt::format("/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}",
+                  kube::EscapeUrlComponent(ref.ns), kube::EscapeUrlComponent(ref.name));
+  auto response = api_.Get(path);
+  if (!response.ok()) {
+    return Error{
+        fmt::format("reading ResourceClaim {}/{}: {}", ref.ns, ref.name, response.error())};
+  }
+  if (response->status == 404) {
+    return Error{fmt::format("ResourceClaim {}/{} not found", ref.ns, ref.name)};
+  }
+  if (response->status / 100 != 2) {
+    return Error{fmt::format("reading ResourceClaim {}/{}: HTTP {}: {}", ref.ns, ref.name,
+                             response->status, kube::StatusMessage(response->body))};
+  }
+  auto claim = DecodeResourceClaim(response->body);
+  if (!claim.ok()) {
+    return Error{fmt::format("ResourceClaim {}/{}: {}", ref.ns, ref.name, claim.error())};
+  }
+  PrepareContext context{&shape_, options_.node_name, options_.numbering};
+  TOPOSCHED_ASSIGN_OR_RETURN(PreparedClaim prepared, PlanClaim(context, *claim, ref.uid));
+  MutexLock lock(mutex_);
+  // Written even when the claim is prepared already: the same claim gives the same file.
+  TOPOSCHED_RETURN_IF_ERROR(WriteCdiSpec(options_.cdi_root, prepared));
+  prepared_[prepared.uid] = prepared;
+  return prepared;
+}
+
+std::map<std::string, PrepareOutcome> DraPlugin::Prepare(const std::vector<ClaimRef>& claims) {
+  std::map<std::string, PrepareOutcome> outcomes;
+  for (const ClaimRef& ref : claims) {
+    PrepareOutcome& outcome = outcomes[ref.uid];
+    auto prepared = PrepareOne(ref);
+    if (!prepared.ok()) {
+      outcome.error = prepared.error();
+      spdlog::error("NodePrepareResources: claim {}/{} (uid {}) failed: {}", ref.ns, ref.name,
+                    ref.uid, outcome.error);
+      continue;
+    }
+    outcome.claim = std::move(prepared).value();
+    spdlog::info("NodePrepareResources: prepared claim {}/{} (uid {}): {}; {}; CDI spec {}", ref.ns,
+                 ref.name, ref.uid, DescribeDevices(outcome.claim), DescribeEnv(outcome.claim.env),
+                 CdiSpecPath(options_.cdi_root, ref.uid));
+    publisher_.ObserveRequest(RequestOf(shape_, outcome.claim));
+  }
+  PublishNow("NodePrepareResources");
+  return outcomes;
+}
+
+std::map<std::string, std::string> DraPlugin::Unprepare(const std::vector<ClaimRef>& claims) {
+  std::map<std::string, std::string> errors;
+  for (const ClaimRef& ref : claims) {
+    std::string& error = errors[ref.uid];
+    Status removed = CheckClaimUid(ref.uid);
+    if (removed.ok()) {
+      MutexLock lock(mutex_);
+      removed = RemoveCdiSpec(options_.cdi_root, ref.uid);
+      if (removed.ok()) prepared_.erase(ref.uid);
+    }
+    if (!removed.ok()) {
+      error = removed.error();
+      spdlog::error("NodeUnprepareResources: claim {}/{} (uid {}) failed: {}", ref.ns, ref.name,
+                    ref.uid, error);
+      continue;
+    }
+    spdlog::info("NodeUnprepareResources: claim {}/{} (uid {}) released, CDI spec removed", ref.ns,
+                 ref.name, ref.uid);
+  }
+  PublishNow("NodeUnprepareResources");
+  return errors;
+}
+
+void DraPlugin::PublishNow(std::string_view why) {
+  MutexLock publishing(publish_mutex_);
+  topology::DeviceMask unhealthy = 0;
+  topology::NodeUsage usage;
+  {
+    MutexLock lock(mutex_);
+    unhealthy = unhealthy_;
+    for (const auto& [uid, claim] : prepared_) AddClaimUnits(shape_, claim, usage);
+  }
+  const Status status = publisher_.Publish(unhealthy, usage);
+  if (!status.ok()) {
+    publish_pending_ = true;
+    spdlog::warn("publishing ResourceSlices after {} failed (retried every health check): {}", why,
+                 status.error());
+  } else {
+    publish_pending_ = false;
+    if (!published_.exchange(true)) spdlog::info("ResourceSlices published");
+  }
+  UpdateReadiness();
+}
+
+topology::DeviceMask DraPlugin::CheckHealth() {
+  topology::DeviceMask unhealthy = 0;
+  topology::DeviceMask before = 0;
+  {
+    MutexLock lock(mutex_);
+    before = unhealthy_;
+  }
+  for (int d = 0; d < shape_.devices; ++d) {
+    const Status status = deviceplugin::CheckDeviceHealth(options_.host, d);
+    const topology::DeviceMask bit = topology::DeviceMask{1} << d;
+    if (!status.ok()) unhealthy |= bit;
+    if ((before & bit) != (unhealthy & bit)) {
+      if (status.ok()) {
+        spdlog::info("neuron{} is healthy again", d);
+      } else {
+        spdlog::warn("neuron{} is unhealthy: {}", d, status.error());
+      }
+    }
+  }
+  return unhealthy;
+}
+
+void DraPlugin::HealthLoop() {
+  while (true) {
+    {
+      MutexLock lock(mutex_);
+      if (stop_cv_.WaitFor(mutex_, options_.health_interval,
+                           [&]() TS_REQUIRES(mutex_) { return stopping_; })) {
+        return;
+      }
+    }
+    const topology::DeviceMask unhealthy = CheckHealth();
+    bool changed = false;
+    {
+      MutexLock lock(mutex_);
+      changed = unhealthy != unhealthy_;
+      unhealthy_ = unhealthy;
+    }
+    if (changed) {
+      PublishNow("a device health change");
+    } else if (publish_pending_) {
+      PublishNow("a failed publish");
+    }
+  }
+}
+
+void DraPlugin::OnRegistrationStatus(bool registered, const std::string& error) {
+  registered_ = registered;
+  if (registered) {
+    spdlog::info("kubelet registered DRA driver {} (endpoint {})", dra::kDriverName, dra_socket());
+  } else {
+    spdlog::error("kubelet REFUSED to register DRA driver {}: {}", dra::kDriverName,
+                  error.empty() ? "(no reason given)" : error);
+  }
+  UpdateReadiness();
+}
+
+void DraPlugin::UpdateReadiness() {
+  const bool registered = registered_;
+  const bool published = published_;
+  if (registered && published) {
+    readiness_.Set(true, fmt::format("registered with kubelet as {}; ResourceSlices published",
+                                     dra::kDriverName));
+  } else if (!registered) {
+    readiness_.Set(false, fmt::format("waiting for kubelet to register {} (registration socket {})",
+                                      dra::kDriverName, registration_socket()));
+  } else {
+    readiness_.Set(false, "registered with kubelet; ResourceSlices not published yet");
+  }
+}
+
+std::vector<PreparedClaim> DraPlugin::PreparedClaims() const {
+  MutexLock lock(mutex_);
+  std::vector<PreparedClaim> out;
+  for (const auto& [uid, claim] : prepared_) out.push_back(claim);
+  return out;
+}
+
+topology::NodeUsage DraPlugin::Usage() const {
+  MutexLock lock(mutex_);
+  topology::NodeUsage usage;
+  for (const auto& [uid, claim] : prepared_) AddClaimUnits(shape_, claim, usage);
+  return usage;
+}
+
+topology::DeviceMask DraPlugin::unhealthy() const {
+  MutexLock lock(mutex_);
+  return unhealthy_;
+}
+
+}  // namespace toposched::draplugin

@@ -1,0 +1,136 @@
+// The kubelet side of the DRA driver (`toposched dra-plugin`): the plugin-watcher registration
+// server (`<registry-dir>/neuron.aws.com-reg.sock`), the DRAPlugin v1 server
+// (`<plugin-dir>/dra.sock`) whose NodePrepareResources reads each ResourceClaim from the API
+// server and writes its CDI spec (cdi.h), and a health loop. The CDI files are the checkpoint:
+// at start they say which claims are prepared and which units those hold. After every Prepare or
+// Unprepare, and whenever device health changes, the node's offers are published again with the
+// units in use (UsagePublisher, implemented by SlicePublisher in the command).
+#ifndef TOPOSCHED_DRAPLUGIN_PLUGIN_H_
+#define TOPOSCHED_DRAPLUGIN_PLUGIN_H_
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/mutex.h"
+#include "base/result.h"
+#include "deviceplugin/allocation.h"
+#include "deviceplugin/readiness.h"
+#include "deviceplugin/sysfs.h"
+#include "draplugin/prepare.h"
+#include "kube/client.h"
+#include "topology/allocator.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace toposched::draplugin {
+
+// PluginInfo as kubelet's plugin watcher reads it.
+inline constexpr std::string_view kPluginType = "DRAPlugin";
+inline constexpr std::string_view kDraServiceVersion = "v1.DRAPlugin";
+
+// Where the node's offers go (SlicePublisher in production, a fake in tests). Called from
+// several threads; the plugin serialises its own calls.
+class UsagePublisher {
+ public:
+  virtual ~UsagePublisher() = default;
+  virtual Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) = 0;
+  virtual void ObserveRequest(const topology::Request& request) = 0;
+};
+
+struct DraPluginOptions {
+  std::string node_name;
+  deviceplugin::HostPaths host;
+  std::string cdi_root = "/var/run/cdi";
+  std::string plugin_dir = "/var/lib/kubelet/plugins/neuron.aws.com";
+  std::string registry_dir = "/var/lib/kubelet/plugins_registry";
+  deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kContainer;
+  std::chrono::milliseconds health_interval{1000};
+};
+
+// One claim as kubelet names it, and what preparing it gave.
+struct ClaimRef {
+  std::string ns;
+  std::string uid;
+  std::string name;
+};
+struct PrepareOutcome {
+  std::string error;    // empty: prepared
+  PreparedClaim claim;  // when prepared
+};
+
+class DraPlugin {
+ public:
+  // `shape`, `api` and `publisher` must outlive the plugin.
+  DraPlugin(DraPluginOptions options, const topology::NodeShape& shape, kube::ApiClient& api,
+            UsagePublisher& publisher);
+  ~DraPlugin();
+  DraPlugin(const DraPlugin&) = delete;
+  DraPlugin& operator=(const DraPlugin&) = delete;
+
+  // Reads the checkpoint, checks health and publishes once (a failed publish is retried by the
+  // health loop), serves dra.sock, then the registration socket (kubelet notices it and
+  // registers us), and starts the health loop.
+  Status Start();
+  // Removes the registration socket first (kubelet drops the plugin), then dra.sock; joins the
+  // health loop. Idempotent.
+  void Stop();
+
+  // The work behind the two RPCs, one outcome per claim (keyed by uid).
+  std::map<std::string, PrepareOutcome> Prepare(const std::vector<ClaimRef>& claims);
+  std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims);
+
+  std::string dra_socket() const;           // absolute
+  std::string registration_socket() const;  // absolute
+  const deviceplugin::Readiness& readiness() const { return readiness_; }
+  bool registered() const { return registered_; }
+  std::vector<PreparedClaim> PreparedClaims() const;
+  topology::NodeUsage Usage() const;
+  topology::DeviceMask unhealthy() const;
+
+ private:
+  class DraService;
+  class RegistrationService;
+
+  Result<PreparedClaim> PrepareOne(const ClaimRef& ref);
+  // Publishes the current health and usage; records a failure for the health loop to retry.
+  void PublishNow(std::string_view why);
+  topology::DeviceMask CheckHealth();
+  void HealthLoop();
+  void UpdateReadiness();
+  void OnRegistrationStatus(bool registered, const std::string& error);
+
+  const DraPluginOptions options_;
+  const topology::NodeShape& shape_;
+  kube::ApiClient& api_;
+  UsagePublisher& publisher_;
+  deviceplugin::Readiness readiness_;
+
+  mutable Mutex mutex_;
+  std::map<std::string, PreparedClaim> prepared_ TS_GUARDED_BY(mutex_);  // by claim uid
+  topology::DeviceMask unhealthy_ TS_GUARDED_BY(mutex_) = 0;
+  bool stopping_ TS_GUARDED_BY(mutex_) = false;
+  CondVar stop_cv_;
+
+  // Held across one Publish, so that publishes go out in the order their snapshots were taken.
+  Mutex publish_mutex_;
+  std::atomic<bool> publish_pending_{false};
+  std::atomic<bool> published_{false};
+  std::atomic<bool> registered_{false};
+
+  std::unique_ptr<DraService> dra_service_;
+  std::unique_ptr<RegistrationService> registration_service_;
+  std::unique_ptr<grpc::Server> dra_server_;
+  std::unique_ptr<grpc::Server> registration_server_;
+  std::thread health_thread_;
+};
+
+}  // namespace toposched::draplugin
+
+#endif  // TOPOSCHED_DRAPLUGIN_PLUGIN_H_

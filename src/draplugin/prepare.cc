@@ -1,0 +1,246 @@
+#include "draplugin/prepare.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "claims/gang.h"
+#include "draplugin/opaque_config.h"
+
+namespace toposched::draplugin {
+namespace {
+
+using topology::NodeShape;
+
+// Does a config for `requests` apply to the result of `request` ("req" or "req/sub")? A config
+// for a request covers its firstAvailable subrequests too.
+bool Applies(const std::vector<std::string>& requests, std::string_view request) {
+  if (requests.empty()) return true;
+  const std::string_view parent = request.substr(0, request.find('/'));
+  return std::any_of(requests.begin(), requests.end(),
+                     [&](const std::string& r) { return r == request || r == parent; });
+}
+
+std::string Where(const ClaimConfig& config, size_t index, bool from_status) {
+  return fmt::format(
+      "{}[{}]{}", from_status ? "status.allocation.devices.config" : "spec.devices.config", index,
+      config.source == ClaimConfig::Source::kClass ? " (from the DeviceClass)" : "");
+}
+
+struct DecodedConfig {
+  std::vector<std::string> requests;
+  OpaqueConfig config;
+  std::string where;
+};
+
+// This driver's opaque configs, weakest first: the class's, then the claim's (a later one that
+// applies to a device overrides an earlier one).
+Result<std::vector<DecodedConfig>> DecodeConfigs(const ResourceClaimView& claim) {
+  std::vector<DecodedConfig> out;
+  auto add = [&](const ClaimConfig& config, size_t index, bool from_status) -> Status {
+    if (config.driver != dra::kDriverName) return OkStatus();
+    const std::string where = Where(config, index, from_status);
+    if (config.parameters.empty())
+      return Error{fmt::format("{}: opaque.parameters missing", where)};
+    auto decoded = DecodeOpaqueConfig(config.parameters);
+    if (!decoded.ok()) return Error{fmt::format("{}: opaque.{}", where, decoded.error())};
+    out.push_back({config.requests, *decoded, where});
+    return OkStatus();
+  };
+  for (bool classes : {true, false}) {
+    for (size_t i = 0; i < claim.status_configs.size(); ++i) {
+      const ClaimConfig& config = claim.status_configs[i];
+      if ((config.source == ClaimConfig::Source::kClass) != classes) continue;
+      TOPOSCHED_RETURN_IF_ERROR(add(config, i, true));
+    }
+  }
+  // The claim's own configs, as the status copies them; read from the spec too so that a claim
+  // allocated by a scheduler that copied none is still configured.
+  for (size_t i = 0; i < claim.spec_configs.size(); ++i) {
+    TOPOSCHED_RETURN_IF_ERROR(add(claim.spec_configs[i], i, false));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& context,
+                                                    const std::vector<PreparedDevice>& devices,
+                                                    int lnc, int ultraserver_mode) {
+  const NodeShape& shape = *context.shape;
+  const int node_lnc = shape.lnc == 0 ? 1 : shape.lnc;
+  deviceplugin::ContainerSetup setup;
+  if (lnc != 0 && lnc != node_lnc) {
+    // Whole devices can run at another LNC than the node's; a core range is a range of the
+    // node's logical cores and cannot.
+    for (const PreparedDevice& device : devices) {
+      if (device.offer.kind == dra::OfferKind::kCores) {
+        return Error{
+            fmt::format("logicalNeuronCore {} cannot apply to {}: its cores are the "
+                        "node's logical cores at LNC {}",
+                        lnc, device.device, node_lnc)};
+      }
+    }
+    auto other = NodeShape::Make(*shape.type, lnc);
+    if (!other.ok()) return Error{fmt::format("logicalNeuronCore {}: {}", lnc, other.error())};
+    std::set<int> ids;
+    for (const PreparedDevice& device : devices) {
+      ids.insert(device.offer.placement.ids.begin(), device.offer.placement.ids.end());
+    }
+    setup = deviceplugin::BuildContainerSetup(*other, topology::Unit::kDevice,
+                                              std::vector<int>(ids.begin(), ids.end()),
+                                              context.numbering);
+    setup.envs["NEURON_LOGICAL_NC_CONFIG"] = std::to_string(lnc);
+  } else {
+    std::set<int> cores;
+    for (const PreparedDevice& device : devices) {
+      for (int core : dra::CoresOfOffer(shape, device.offer)) cores.insert(core);
+    }
+    setup = deviceplugin::BuildContainerSetup(shape, topology::Unit::kCore,
+                                              std::vector<int>(cores.begin(), cores.end()),
+                                              context.numbering);
+  }
+  if (ultraserver_mode != 0) {
+    setup.envs["NEURON_RT_ULTRASERVER_MODE"] =
+        std::to_string(claims::UltraServerModeFor(ultraserver_mode));
+  }
+  return setup.envs;
+}
+
+Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceClaimView& claim,
+                                std::string_view expected_uid) {
+  const std::string who = fmt::format("ResourceClaim {}/{}", claim.ns, claim.name);
+  if (claim.uid != expected_uid) {
+    return Error{
+        fmt::format("{} has uid {}, kubelet asked for {} (the claim was deleted and "
+                    "created again under the same name)",
+                    who, claim.uid, expected_uid)};
+  }
+  if (!claim.allocated)
+    return Error{fmt::format("{} is not allocated (no status.allocation)", who)};
+  TOPOSCHED_ASSIGN_OR_RETURN(const std::vector<DecodedConfig> configs, DecodeConfigs(claim));
+
+  PreparedClaim prepared;
+  prepared.uid = claim.uid;
+  prepared.ns = claim.ns;
+  prepared.name = claim.name;
+  std::set<std::string> other_pools;
+  std::optional<int> lnc;
+  std::optional<int> mode;
+  std::string lnc_from;
+  std::string mode_from;
+  for (const AllocatedDevice& result : claim.results) {
+    if (result.driver != dra::kDriverName) continue;
+    if (result.pool != context.node_name) {
+      other_pools.insert(result.pool);
+      continue;
+    }
+    // One DRA device may serve several requests of the claim (kubelet wants them all named).
+    auto same = std::find_if(prepared.devices.begin(), prepared.devices.end(),
+                             [&](const PreparedDevice& d) { return d.device == result.device; });
+    if (same != prepared.devices.end()) {
+      same->requests.push_back(result.request);
+      same->admin_access = same->admin_access && result.admin_access;
+      continue;
+    }
+    auto offer = dra::OfferFromName(*context.shape, result.device);
+    if (!offer.ok()) {
+      return Error{fmt::format("{} request {}: {}", who, result.request, offer.error())};
+    }
+    PreparedDevice device;
+    device.device = result.device;
+    device.pool = result.pool;
+    device.requests = {result.request};
+    device.admin_access = result.admin_access;
+    device.offer = std::move(offer).value();
+    for (int d : topology::MaskToIds(device.offer.placement.devices)) {
+      device.device_nodes.push_back(fmt::format("/dev/neuron{}", d));
+    }
+    prepared.devices.push_back(std::move(device));
+
+    // The configs that apply to this result: the last of each kind wins.
+    std::optional<int> result_lnc;
+    std::optional<int> result_mode;
+    std::string result_lnc_from;
+    std::string result_mode_from;
+    for (const DecodedConfig& config : configs) {
+      if (!Applies(config.requests, result.request)) continue;
+      if (config.config.kind == OpaqueConfig::Kind::kNeuronConfig) {
+        result_lnc = config.config.logical_neuron_core;
+        result_lnc_from = config.where;
+      } else {
+        result_mode = config.config.ultraserver_mode;
+        result_mode_from = config.where;
+      }
+    }
+    // The env is the claim's (every container that uses it gets it), so its devices must agree.
+    if (result_lnc) {
+      if (lnc && *lnc != *result_lnc) {
+        return Error{
+            fmt::format("{}: logicalNeuronCore {} ({}) and {} ({}) apply to devices of "
+                        "the same claim; its containers get one setting",
+                        who, *lnc, lnc_from, *result_lnc, result_lnc_from)};
+      }
+      lnc = result_lnc;
+      lnc_from = result_lnc_from;
+    }
+    if (result_mode) {
+      if (mode && *mode != *result_mode) {
+        return Error{
+            fmt::format("{}: ultraserverMode {} ({}) and {} ({}) apply to devices of the "
+                        "same claim; its containers get one setting",
+                        who, *mode, mode_from, *result_mode, result_mode_from)};
+      }
+      mode = result_mode;
+      mode_from = result_mode_from;
+    }
+  }
+  if (prepared.devices.empty()) {
+    if (!other_pools.empty()) {
+      return Error{fmt::format("{} has devices of {} in pool {}, none on this node ({})", who,
+                               dra::kDriverName, fmt::join(other_pools, ", "), context.node_name)};
+    }
+    return Error{fmt::format("{} has no device of driver {} allocated", who, dra::kDriverName)};
+  }
+  auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
+  if (!env.ok()) return Error{fmt::format("{}: {}", who, env.error())};
+  prepared.env = std::move(env).value();
+  return prepared;
+}
+
+void AddClaimUnits(const NodeShape& shape, const PreparedClaim& claim, topology::NodeUsage& usage) {
+  for (const PreparedDevice& device : claim.devices) {
+    if (device.admin_access) continue;
+    const topology::Unit unit = device.offer.kind == dra::OfferKind::kCores
+                                    ? topology::Unit::kCore
+                                    : topology::Unit::kDevice;
+    // One id at a time: a unit two claims hold (admin access aside, a bug elsewhere) is counted
+    // once instead of dropping the whole device.
+    for (int id : device.offer.placement.ids) {
+      if (usage.AllFree(shape, unit, {id})) usage.Take(shape, unit, {id});
+    }
+  }
+}
+
+topology::Request RequestOf(const NodeShape& shape, const PreparedClaim& claim) {
+  const bool cores_only =
+      std::all_of(claim.devices.begin(), claim.devices.end(),
+                  [](const PreparedDevice& d) { return d.offer.kind == dra::OfferKind::kCores; });
+  topology::Request request;
+  if (cores_only) {
+    request.unit = topology::Unit::kCore;
+    for (const PreparedDevice& d : claim.devices) {
+      request.count += static_cast<int>(dra::CoresOfOffer(shape, d.offer).size());
+    }
+  } else {
+    request.unit = topology::Unit::kDevice;
+    topology::DeviceMask devices = 0;
+    for (const PreparedDevice& d : claim.devices) devices |= d.offer.placement.devices;
+    request.count = static_cast<int>(topology::MaskToIds(devices).size());
+  }
+  return request;
+}
+
+}  // namespace toposched::draplugin

@@ -1,0 +1,459 @@
+// The DRA plugin end to end over unix sockets in a temp dir: a fake kubelet (gRPC clients of the
+// registration and DRAPlugin sockets), the fake API server serving ResourceClaims, a fake Neuron
+// host tree, and the CDI directory the plugin writes. Prepare, per-claim errors, unprepare, the
+// CDI checkpoint across a restart, and registration.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "deviceplugin/node_topology.h"
+#include "deviceplugin/sysfs.h"
+#include "deviceplugin_fixtures.h"
+#include "dra.grpc.pb.h"
+#include "draplugin/cdi.h"
+#include "draplugin/plugin.h"
+#include "pluginregistration.grpc.pb.h"
+#include "support/fake_apiserver.h"
+#include "support/temp_dir.h"
+#include "support/wait.h"
+
+namespace toposched::draplugin {
+namespace {
+
+namespace dra_v1 = k8s::io::kubelet::pkg::apis::dra::v1;
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using testing::FakeApiServer;
+using testing::FakeHost;
+using ::testing::HasSubstr;
+using testing::ShortTempDir;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+constexpr char kNode[] = "node-a";
+
+class FakePublisher : public UsagePublisher {
+ public:
+  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override {
+    std::lock_guard lock(mutex_);
+    ++publishes_;
+    unhealthy_ = unhealthy;
+    used_cores_ = usage.used_core_count();
+    if (fail_) return Error{"the API server is away"};
+    return OkStatus();
+  }
+  void ObserveRequest(const topology::Request& request) override {
+    std::lock_guard lock(mutex_);
+    requests_.push_back(request);
+  }
+  int publishes() const {
+    std::lock_guard lock(mutex_);
+    return publishes_;
+  }
+  int used_cores() const {
+    std::lock_guard lock(mutex_);
+    return used_cores_;
+  }
+  topology::DeviceMask unhealthy() const {
+    std::lock_guard lock(mutex_);
+    return unhealthy_;
+  }
+  std::vector<topology::Request> requests() const {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+  void set_fail(bool fail) {
+    std::lock_guard lock(mutex_);
+    fail_ = fail;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  int publishes_ = 0;
+  int used_cores_ = 0;
+  topology::DeviceMask unhealthy_ = 0;
+  bool fail_ = false;
+  std::vector<topology::Request> requests_;
+};
+
+// A resource.k8s.io/v1 ResourceClaim allocated `devices` (request "neurons") on `pool`.
+std::string ClaimJson(const std::string& name, const std::string& uid,
+                      const std::vector<std::string>& devices, const std::string& pool = kNode,
+                      const nlohmann::json& spec_config = nlohmann::json::array()) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& device : devices) {
+    results.push_back(
+        {{"request", "neurons"}, {"driver", "neuron.aws.com"}, {"pool", pool}, {"device", device}});
+  }
+  nlohmann::json claim = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata", {{"namespace", "default"}, {"name", name}, {"uid", uid}}},
+      {"spec",
+       {{"devices",
+         {{"requests", {{{"name", "neurons"}, {"exactly", {{"deviceClassName", "x"}}}}}},
+          {"config", spec_config}}}}},
+      {"status", {{"allocation", {{"devices", {{"results", results}}}}}}}};
+  return claim.dump();
+}
+
+std::string ClaimPath(const std::string& name) {
+  return "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class FakeKubelet {
+ public:
+  FakeKubelet(const std::string& dra_socket, const std::string& registration_socket)
+      : dra_(dra_v1::DRAPlugin::NewStub(
+            grpc::CreateChannel("unix://" + dra_socket, grpc::InsecureChannelCredentials()))),
+        registration_(pluginregistration::Registration::NewStub(grpc::CreateChannel(
+            "unix://" + registration_socket, grpc::InsecureChannelCredentials()))) {}
+
+  dra_v1::NodePrepareResourcesResponse Prepare(
+      const std::vector<std::pair<std::string, std::string>>& claims) {
+    dra_v1::NodePrepareResourcesRequest request;
+    for (const auto& [name, uid] : claims) {
+      dra_v1::Claim* claim = request.add_claims();
+      claim->set_namespace_("default");
+      claim->set_name(name);
+      claim->set_uid(uid);
+    }
+    dra_v1::NodePrepareResourcesResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    const grpc::Status status = dra_->NodePrepareResources(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  dra_v1::NodeUnprepareResourcesResponse Unprepare(const std::string& name,
+                                                   const std::string& uid) {
+    dra_v1::NodeUnprepareResourcesRequest request;
+    dra_v1::Claim* claim = request.add_claims();
+    claim->set_namespace_("default");
+    claim->set_name(name);
+    claim->set_uid(uid);
+    dra_v1::NodeUnprepareResourcesResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    const grpc::Status status = dra_->NodeUnprepareResources(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  pluginregistration::PluginInfo GetInfo() {
+    pluginregistration::PluginInfo info;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    const grpc::Status status =
+        registration_->GetInfo(&context, pluginregistration::InfoRequest(), &info);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return info;
+  }
+
+  void Notify(bool registered, const std::string& error) {
+    pluginregistration::RegistrationStatus request;
+    request.set_plugin_registered(registered);
+    request.set_error(error);
+    pluginregistration::RegistrationStatusResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    const grpc::Status status =
+        registration_->NotifyRegistrationStatus(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+
+ private:
+  std::unique_ptr<dra_v1::DRAPlugin::Stub> dra_;
+  std::unique_ptr<pluginregistration::Registration::Stub> registration_;
+};
+
+class DraPluginServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client_ =
+        std::move(kube::ApiClient::FromKubeconfig(api_.WriteKubeconfig(files_ / "kubeconfig")))
+            .value();
+  }
+
+  // Installs `type` in the fake host and starts a plugin on it.
+  void Start(const std::string& type, int lnc = 0,
+             deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kHost) {
+    if (!installed_) host_.Install(type, lnc);
+    installed_ = true;
+    deviceplugin::HostPaths host;
+    host.sysfs_root = host_.sys();
+    host.dev_root = host_.dev();
+    host.opt_aws_root = host_.opt();
+    auto inventory = deviceplugin::Discover(host);
+    ASSERT_TRUE(inventory.ok()) << inventory.error();
+    auto resolved = deviceplugin::ResolveTopology(topology::Catalog::Embedded(), *inventory);
+    ASSERT_TRUE(resolved.ok()) << resolved.error();
+    topology_ = std::make_unique<deviceplugin::NodeTopology>(std::move(resolved).value());
+    DraPluginOptions options;
+    options.node_name = kNode;
+    options.host = host;
+    options.cdi_root = cdi();
+    options.plugin_dir = dir_.path() + "/plugins/neuron.aws.com";
+    options.registry_dir = dir_.path() + "/plugins_registry";
+    options.numbering = numbering;
+    options.health_interval = 50ms;
+    plugin_ = std::make_unique<DraPlugin>(options, topology_->shape, *client_, publisher_);
+    const Status started = plugin_->Start();
+    ASSERT_TRUE(started.ok()) << started.error();
+    kubelet_ = std::make_unique<FakeKubelet>(plugin_->dra_socket(), plugin_->registration_socket());
+  }
+
+  void Restart() {
+    kubelet_.reset();
+    plugin_.reset();
+    Start("");
+  }
+
+  std::string cdi() const { return dir_.path() + "/cdi"; }
+  std::string SpecPath(const std::string& uid) const { return CdiSpecPath(cdi(), uid); }
+  nlohmann::json Spec(const std::string& uid) const {
+    return nlohmann::json::parse(ReadText(SpecPath(uid)));
+  }
+
+  ShortTempDir dir_;
+  testing::TempDir files_;
+  FakeHost host_{dir_.path()};
+  bool installed_ = false;
+  FakeApiServer api_;
+  std::unique_ptr<kube::ApiClient> client_;
+  FakePublisher publisher_;
+  std::unique_ptr<deviceplugin::NodeTopology> topology_;
+  std::unique_ptr<DraPlugin> plugin_;
+  std::unique_ptr<FakeKubelet> kubelet_;
+};
+
+TEST_F(DraPluginServerTest, RegistrationAnswersGetInfoAndTurnsReady) {
+  Start("inf2.48xlarge");
+  EXPECT_TRUE(fs::exists(dir_.path() + "/plugins_registry/neuron.aws.com-reg.sock"));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/plugins/neuron.aws.com/dra.sock"));
+  const pluginregistration::PluginInfo info = kubelet_->GetInfo();
+  EXPECT_EQ(info.type(), "DRAPlugin");
+  EXPECT_EQ(info.name(), "neuron.aws.com");
+  EXPECT_EQ(info.endpoint(), dir_.path() + "/plugins/neuron.aws.com/dra.sock");
+  EXPECT_TRUE(fs::path(info.endpoint()).is_absolute());
+  EXPECT_THAT(info.supported_versions(), ElementsAre("v1.DRAPlugin"));
+  EXPECT_FALSE(plugin_->readiness().ready());
+  EXPECT_GE(publisher_.publishes(), 1);  // the first publish at start
+
+  kubelet_->Notify(false, "no such version");
+  EXPECT_FALSE(plugin_->registered());
+  EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("waiting for kubelet"));
+  kubelet_->Notify(true, "");
+  EXPECT_TRUE(plugin_->registered());
+  EXPECT_TRUE(plugin_->readiness().ready()) << plugin_->readiness().reason();
+
+  plugin_->Stop();
+  EXPECT_FALSE(fs::exists(dir_.path() + "/plugins_registry/neuron.aws.com-reg.sock"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/plugins/neuron.aws.com/dra.sock"));
+}
+
+TEST_F(DraPluginServerTest, NotReadyUntilAPublishSucceeds) {
+  publisher_.set_fail(true);
+  Start("inf2.48xlarge");
+  kubelet_->Notify(true, "");
+  EXPECT_FALSE(plugin_->readiness().ready());
+  EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("not published"));
+  const int before = publisher_.publishes();
+  // The health loop retries the failed publish.
+  ASSERT_TRUE(WaitUntil([&] { return publisher_.publishes() > before; }, 5s));
+  publisher_.set_fail(false);
+  EXPECT_TRUE(WaitUntil([&] { return plugin_->readiness().ready(); }, 5s));
+}
+
+TEST_F(DraPluginServerTest, PreparesADeviceSetOnInf2) {
+  Start("inf2.48xlarge");
+  api_.ServeJson(ClaimPath("pair"), ClaimJson("pair", "uid-pair", {"neurondevices-2-3"}));
+  const auto response = kubelet_->Prepare({{"pair", "uid-pair"}});
+  ASSERT_EQ(response.claims().count("uid-pair"), 1u);
+  const auto& claim = response.claims().at("uid-pair");
+  EXPECT_EQ(claim.error(), "");
+  ASSERT_EQ(claim.devices_size(), 1);
+  EXPECT_THAT(claim.devices(0).request_names(), ElementsAre("neurons"));
+  EXPECT_EQ(claim.devices(0).pool_name(), kNode);
+  EXPECT_EQ(claim.devices(0).device_name(), "neurondevices-2-3");
+  EXPECT_THAT(claim.devices(0).cdi_device_ids(),
+              ElementsAre("neuron.aws.com/device=uid-pair-neurondevices-2-3"));
+  EXPECT_FALSE(claim.devices(0).has_share_id());
+
+  const nlohmann::json spec = Spec("uid-pair");
+  EXPECT_EQ(spec["kind"], "neuron.aws.com/device");
+  EXPECT_EQ(spec["cdiVersion"], "0.6.0");
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  EXPECT_EQ(spec["devices"][0]["name"], "uid-pair-neurondevices-2-3");
+  const auto& nodes = spec["devices"][0]["containerEdits"]["deviceNodes"];
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]["path"], "/dev/neuron2");
+  EXPECT_EQ(nodes[1]["path"], "/dev/neuron3");
+  // Host numbering: the node-wide cores of devices 2 and 3 (2 cores each); inf2 has no LNC.
+  EXPECT_EQ(spec["containerEdits"]["env"], nlohmann::json({"NEURON_RT_VISIBLE_CORES=4-7"}));
+  // No temp file left beside it.
+  int files = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(cdi())) ++files;
+  EXPECT_EQ(files, 1);
+
+  EXPECT_EQ(publisher_.used_cores(), 4);
+  ASSERT_EQ(publisher_.requests().size(), 1u);
+  EXPECT_EQ(publisher_.requests()[0].unit, topology::Unit::kDevice);
+  EXPECT_EQ(publisher_.requests()[0].count, 2);
+
+  // Preparing it again rewrites the same file.
+  const std::string before = ReadText(SpecPath("uid-pair"));
+  const auto again = kubelet_->Prepare({{"pair", "uid-pair"}});
+  EXPECT_EQ(again.claims().at("uid-pair").error(), "");
+  EXPECT_EQ(ReadText(SpecPath("uid-pair")), before);
+  EXPECT_EQ(plugin_->PreparedClaims().size(), 1u);
+}
+
+TEST_F(DraPluginServerTest, PreparesACoreRangeOnTrn2) {
+  Start("trn2.48xlarge", 2, deviceplugin::CoreNumbering::kContainer);
+  ASSERT_EQ(topology_->shape.cores_per_device, 4);
+  api_.ServeJson(ClaimPath("cores"), ClaimJson("cores", "uid-cores", {"neuroncores-4-5"}));
+  const auto response = kubelet_->Prepare({{"cores", "uid-cores"}});
+  const auto& claim = response.claims().at("uid-cores");
+  ASSERT_EQ(claim.error(), "");
+  EXPECT_THAT(claim.devices(0).cdi_device_ids(),
+              ElementsAre("neuron.aws.com/device=uid-cores-neuroncores-4-5"));
+  const nlohmann::json spec = Spec("uid-cores");
+  const auto& nodes = spec["devices"][0]["containerEdits"]["deviceNodes"];
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0]["path"], "/dev/neuron1");
+  // Container numbering: cores 4-5 are the first two of the container's only device.
+  EXPECT_EQ(spec["containerEdits"]["env"],
+            nlohmann::json({"NEURON_LOGICAL_NC_CONFIG=2", "NEURON_RT_VISIBLE_CORES=0-1"}));
+  EXPECT_EQ(publisher_.used_cores(), 2);
+  ASSERT_EQ(publisher_.requests().size(), 1u);
+  EXPECT_EQ(publisher_.requests()[0].unit, topology::Unit::kCore);
+  EXPECT_EQ(publisher_.requests()[0].count, 2);
+}
+
+TEST_F(DraPluginServerTest, OpaqueConfigSetsTheLncOfWholeDevices) {
+  Start("trn2.48xlarge", 2);
+  const nlohmann::json lnc1 = nlohmann::json::array({{{"requests", {"neurons"}},
+                                                      {"opaque",
+                                                       {{"driver", "neuron.aws.com"},
+                                                        {"parameters",
+                                                         {{"apiVersion", "neuron.aws.com/v1"},
+                                                          {"kind", "NeuronConfig"},
+                                                          {"logicalNeuronCore", 1}}}}}}});
+  api_.ServeJson(ClaimPath("lnc1"), ClaimJson("lnc1", "uid-lnc1", {"neurondevice1"}, kNode, lnc1));
+  const nlohmann::json bad = nlohmann::json::array({{{"opaque",
+                                                      {{"driver", "neuron.aws.com"},
+                                                       {"parameters",
+                                                        {{"apiVersion", "neuron.aws.com/v1"},
+                                                         {"kind", "NeuronConfig"},
+                                                         {"logicalNeuronCore", 3}}}}}}});
+  api_.ServeJson(ClaimPath("bad"), ClaimJson("bad", "uid-bad", {"neurondevice2"}, kNode, bad));
+  const auto response = kubelet_->Prepare({{"lnc1", "uid-lnc1"}, {"bad", "uid-bad"}});
+  ASSERT_EQ(response.claims().at("uid-lnc1").error(), "");
+  // Device 1 at LNC 1: its 8 physical cores, host numbering.
+  EXPECT_EQ(Spec("uid-lnc1")["containerEdits"]["env"],
+            nlohmann::json({"NEURON_LOGICAL_NC_CONFIG=1", "NEURON_RT_VISIBLE_CORES=8-15"}));
+  EXPECT_THAT(response.claims().at("uid-bad").error(),
+              HasSubstr("logicalNeuronCore: 3 is not allowed"));
+  EXPECT_THAT(response.claims().at("uid-bad").error(), HasSubstr("spec.devices.config[0]"));
+  EXPECT_FALSE(fs::exists(SpecPath("uid-bad")));
+}
+
+TEST_F(DraPluginServerTest, PerClaimErrors) {
+  Start("trn1.32xlarge");
+  api_.ServeJson(ClaimPath("reborn"), ClaimJson("reborn", "uid-new", {"neurondevice0"}));
+  api_.ServeJson(ClaimPath("odd"), ClaimJson("odd", "uid-odd", {"neurondevices-0-2"}));
+  api_.ServeJson(ClaimPath("elsewhere"),
+                 ClaimJson("elsewhere", "uid-else", {"neurondevice0"}, "node-b"));
+  api_.ServeJson(ClaimPath("good"), ClaimJson("good", "uid-good", {"neurondevice4"}));
+  const auto response = kubelet_->Prepare({{"reborn", "uid-old"},
+                                           {"odd", "uid-odd"},
+                                           {"elsewhere", "uid-else"},
+                                           {"missing", "uid-missing"},
+                                           {"good", "uid-good"}});
+  ASSERT_EQ(response.claims_size(), 5);
+  EXPECT_THAT(response.claims().at("uid-old").error(),
+              HasSubstr("has uid uid-new, kubelet asked for uid-old"));
+  EXPECT_THAT(response.claims().at("uid-odd").error(), HasSubstr("neurondevices-0-2"));
+  EXPECT_THAT(response.claims().at("uid-odd").error(), HasSubstr("not a legal choice"));
+  EXPECT_THAT(response.claims().at("uid-else").error(), HasSubstr("none on this node"));
+  EXPECT_THAT(response.claims().at("uid-missing").error(), HasSubstr("not found"));
+  EXPECT_EQ(response.claims().at("uid-good").error(), "");
+  EXPECT_EQ(response.claims().at("uid-old").devices_size(), 0);
+  EXPECT_FALSE(fs::exists(SpecPath("uid-old")));
+  EXPECT_FALSE(fs::exists(SpecPath("uid-new")));
+  EXPECT_FALSE(fs::exists(SpecPath("uid-odd")));
+  EXPECT_TRUE(fs::exists(SpecPath("uid-good")));
+  EXPECT_EQ(plugin_->PreparedClaims().size(), 1u);
+}
+
+TEST_F(DraPluginServerTest, UnprepareRemovesTheSpec) {
+  Start("inf2.48xlarge");
+  api_.ServeJson(ClaimPath("one"), ClaimJson("one", "uid-one", {"neurondevice0"}));
+  ASSERT_EQ(kubelet_->Prepare({{"one", "uid-one"}}).claims().at("uid-one").error(), "");
+  ASSERT_TRUE(fs::exists(SpecPath("uid-one")));
+  EXPECT_EQ(publisher_.used_cores(), 2);
+  auto response = kubelet_->Unprepare("one", "uid-one");
+  ASSERT_EQ(response.claims().count("uid-one"), 1u);
+  EXPECT_EQ(response.claims().at("uid-one").error(), "");
+  EXPECT_FALSE(fs::exists(SpecPath("uid-one")));
+  EXPECT_TRUE(plugin_->PreparedClaims().empty());
+  EXPECT_EQ(publisher_.used_cores(), 0);
+  // Absent already: still success.
+  response = kubelet_->Unprepare("one", "uid-one");
+  EXPECT_EQ(response.claims().at("uid-one").error(), "");
+  // A uid that cannot be a file name is refused for that claim.
+  response = kubelet_->Unprepare("one", "../etc");
+  EXPECT_THAT(response.claims().at("../etc").error(), HasSubstr("claim uid"));
+}
+
+TEST_F(DraPluginServerTest, RestartReadsTheCheckpointAndRemovesTempFiles) {
+  Start("inf2.48xlarge");
+  api_.ServeJson(ClaimPath("kept"), ClaimJson("kept", "uid-kept", {"neurondevices-4-5"}));
+  ASSERT_EQ(kubelet_->Prepare({{"kept", "uid-kept"}}).claims().at("uid-kept").error(), "");
+  const std::vector<PreparedClaim> before = plugin_->PreparedClaims();
+  ASSERT_EQ(before.size(), 1u);
+  plugin_->Stop();
+  // What a kill in the middle of a spec write leaves.
+  const std::string temp = SpecPath("uid-half") + ".tmp.abc123";
+  std::ofstream(temp) << R"({"cdiVersion":"0.6.0","kind":"neuron.aws.com/dev)";
+
+  Restart();
+  EXPECT_FALSE(fs::exists(temp));
+  EXPECT_EQ(plugin_->PreparedClaims(), before);
+  EXPECT_EQ(plugin_->Usage().used_core_count(), 4);
+  EXPECT_EQ(publisher_.used_cores(), 4);  // the first publish counts the prepared claim
+  // Still unpreparable after the restart.
+  EXPECT_EQ(kubelet_->Unprepare("kept", "uid-kept").claims().at("uid-kept").error(), "");
+  EXPECT_FALSE(fs::exists(SpecPath("uid-kept")));
+}
+
+TEST_F(DraPluginServerTest, HealthChangeRepublishes) {
+  Start("inf2.48xlarge");
+  EXPECT_EQ(publisher_.unhealthy(), 0u);
+  fs::remove(host_.dev() + "/neuron3");
+  ASSERT_TRUE(
+      WaitUntil([&] { return publisher_.unhealthy() == (topology::DeviceMask{1} << 3); }, 5s));
+  EXPECT_EQ(plugin_->unhealthy(), topology::DeviceMask{1} << 3);
+}
+
+}  // namespace
+}  // namespace toposched::draplugin
