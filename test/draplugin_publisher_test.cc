@@ -125,6 +125,24 @@ TEST_F(PublisherTest, PartitionableInf2WithinLimitsAtOneGeneration) {
   EXPECT_EQ(restarted.generation(), 1);
 }
 
+// kubelet wipes a node's slices when it starts: the plugin's periodic fresh read puts them back.
+TEST_F(PublisherTest, SlicesWipedBehindItsBackComeBackAfterAFreshRead) {
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  for (const std::string& name : server_.ResourceSliceNames()) {
+    ASSERT_TRUE(client_->Delete(std::string(kSlices) + "/" + name).ok());
+  }
+  ASSERT_TRUE(server_.ResourceSliceNames().empty());
+  // Trusting what it wrote, it sees nothing to do...
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_TRUE(server_.ResourceSliceNames().empty());
+  // ...until it is told to look again.
+  publisher.ForgetPublished();
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_EQ(server_.ResourceSliceNames().size(), 3u);
+  CheckPool(publisher.generation());
+}
+
 TEST_F(PublisherTest, Trn2AtLnc1NeedsSeveralSlices) {
   SlicePublisher publisher(*client_, Config("trn2.48xlarge", 1));
   ASSERT_TRUE(publisher.Publish(0, {}).ok());

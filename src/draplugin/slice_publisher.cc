@@ -247,16 +247,10 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   if (config_.order == PublishOrder::kIndex) {
     plan.ordered = dra::OrderForFirstFit(std::move(offers), shape, effective, nullptr);
   } else {
-    // The plugin sees one node, so this node is the whole "fleet" whose supply prices a slot:
-    // an offer costs what it takes from the requests expected next, given what is left HERE.
-    std::vector<int64_t> supply;
     topology::SlotCosts costs;
     {
       MutexLock lock(demand_mu_);
-      for (const auto& entry : demand_.classes()) {
-        supply.push_back(topology::FreeSlots(shape, effective, entry.request));
-      }
-      costs = topology::SlotCosts::From(demand_, supply, topology::FreeUnits(shape, effective));
+      costs = dra::NodeLocalCosts(demand_, shape, effective);
     }
     plan.ordered = dra::OrderForFirstFit(std::move(offers), shape, effective, &costs);
   }
@@ -458,6 +452,11 @@ Status SlicePublisher::DeleteSliceLocked(const std::string& name) {
   if (!Is2xx(answer.status) && answer.status != 404) return WriteError("deleting", name, answer);
   known_->erase(name);
   return OkStatus();
+}
+
+void SlicePublisher::ForgetPublished() {
+  MutexLock lock(mu_);
+  known_.reset();
 }
 
 Status SlicePublisher::DeleteAll() {

@@ -46,6 +46,9 @@ class SlicePublisher {
   Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage);
   // A claim of this shape was prepared on the node: it feeds the demand model behind the order.
   void ObserveRequest(const topology::Request& request);
+  // The next Publish reads the slices afresh instead of trusting what it last wrote, so a slice
+  // someone else edited or deleted is repaired (the plugin calls it now and then).
+  void ForgetPublished();
   // Removes every slice of this driver for this node (on shutdown with --cleanup, and in tests).
   Status DeleteAll();
 
