@@ -50,6 +50,10 @@ struct DevicePluginOptions;
 std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app);
 int RunDevicePlugin(const DevicePluginOptions& options, const std::string& catalog_path);
 
+struct DraPluginOptions;
+std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app);
+int RunDraPlugin(const DraPluginOptions& options, const std::string& catalog_path);
+
 struct PartitionServiceOptions;
 std::shared_ptr<PartitionServiceOptions> AddPartitionServiceCommand(CLI::App& app);
 int RunPartitionService(const PartitionServiceOptions& options);

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   auto simulate = AddSimulateCommand(app);
   auto extender = AddExtenderCommand(app);
   auto device_plugin = AddDevicePluginCommand(app);
+  auto dra_plugin = AddDraPluginCommand(app);
   auto partition_service = AddPartitionServiceCommand(app);
 
   try {
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("simulate")) return RunSimulate(*simulate, catalog_path);
   if (app.got_subcommand("extender")) return RunExtender(*extender, catalog_path);
   if (app.got_subcommand("device-plugin")) return RunDevicePlugin(*device_plugin, catalog_path);
+  if (app.got_subcommand("dra-plugin")) return RunDraPlugin(*dra_plugin, catalog_path);
   if (app.got_subcommand("partition-service")) return RunPartitionService(*partition_service);
   return kExitUsage;
 }

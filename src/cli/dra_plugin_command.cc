@@ -1,0 +1,271 @@
+// `toposched dra-plugin`: the kubelet DRA plugin for Neuron devices (driver neuron.aws.com).
+// Builds the concrete objects (API client, host paths, the node's shape, the ResourceSlice
+// publisher), refuses a node not labelled for DRA, and runs the plugin until SIGINT/SIGTERM.
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "deviceplugin/allocation.h"
+#include "deviceplugin/node_topology.h"
+#include "deviceplugin/probe.h"
+#include "deviceplugin/sysfs.h"
+#include "draplugin/node_info.h"
+#include "draplugin/plugin.h"
+#include "draplugin/slice_publisher.h"
+#include "kube/client.h"
+
+namespace toposched::cli {
+
+struct DraPluginOptions {
+  std::string node_name;
+  std::string kubeconfig;
+  std::string sysfs_root = "/sys";
+  std::string dev_root = "/dev";
+  std::string opt_aws_root = "/opt/aws";
+  std::string instance_type;
+  std::string cdi_root;
+  std::string plugin_dir = "/var/lib/kubelet/plugins/neuron.aws.com";
+  std::string registry_dir = "/var/lib/kubelet/plugins_registry";
+  std::string partitionable = "auto";
+  std::string order = "scarcity";
+  std::string visible_cores = "container";
+  int health_interval_ms = 1000;
+  std::string probe_listen;
+  std::string log_level = "info";
+};
+
+std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
+  auto opts = std::make_shared<DraPluginOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "dra-plugin",
+      "Run the kubelet DRA plugin for Neuron devices (driver neuron.aws.com): publish every legal\n"
+      "choice of this node (whole devices, legal device sets, core ranges) as ResourceSlices in\n"
+      "the order kube-scheduler's allocator should take them, and prepare allocated\n"
+      "ResourceClaims for containers through CDI. Runs only on nodes labelled\n"
+      "toposched.io/neuron-management=dra; until SIGINT/SIGTERM. See docs/dra.md.");
+  cmd->add_option("--node-name", opts->node_name,
+                  "This node's name: the pool name of its devices (default: $NODE_NAME, from the "
+                  "downward API)");
+  cmd->add_option("--kubeconfig", opts->kubeconfig,
+                  "Kubeconfig for the API server (default: $KUBECONFIG, then in-cluster, then "
+                  "~/.kube/config)");
+  cmd->add_option("--sysfs-root", opts->sysfs_root,
+                  "Where the host's /sys is (devices, health, module/neuron/version)")
+      ->capture_default_str();
+  cmd->add_option("--dev-root", opts->dev_root,
+                  "Where the host's /dev is, for discovery and health (CDI specs always name "
+                  "/dev/neuronN)")
+      ->capture_default_str();
+  cmd->add_option("--opt-aws-root", opts->opt_aws_root,
+                  "Where the host's /opt/aws is (neuron/logical_nc_config sets the LNC)")
+      ->capture_default_str();
+  cmd->add_option("--instance-type", opts->instance_type,
+                  "Use this catalog instance type instead of the DMI product name");
+  cmd->add_option("--cdi-root", opts->cdi_root,
+                  "Directory of the CDI specs written for prepared claims, one "
+                  "neuron.aws.com-<claimUID>.json each; they are also the plugin's checkpoint "
+                  "(default: $CDI_ROOT, else /var/run/cdi)");
+  cmd->add_option("--plugin-dir", opts->plugin_dir,
+                  "Directory of the DRA socket (dra.sock) kubelet calls")
+      ->capture_default_str();
+  cmd->add_option("--registry-dir", opts->registry_dir,
+                  "kubelet's plugin registry directory (neuron.aws.com-reg.sock is created there)")
+      ->capture_default_str();
+  cmd->add_option("--partitionable", opts->partitionable,
+                  "Publish device sets and core ranges with shared counters (partitionable "
+                  "devices, Kubernetes 1.36+ or the DRAPartitionableDevices gate): on, off (whole "
+                  "devices only), or auto (on if the API server keeps sharedCounters on a "
+                  "created counter slice)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--order", opts->order,
+                  "Publish order, which is the order the allocator tries devices in: scarcity "
+                  "(first the offer that takes least from the requests still expected) or index")
+      ->check(CLI::IsMember({"scarcity", "index"}))
+      ->capture_default_str();
+  cmd->add_option("--visible-cores", opts->visible_cores,
+                  "NEURON_RT_VISIBLE_CORES numbering in the CDI specs: container (0-based over "
+                  "the container's devices, Neuron K8s >= 2.16.18) or host (node-wide ids)")
+      ->check(CLI::IsMember({"container", "host"}))
+      ->capture_default_str();
+  cmd->add_option("--health-interval-ms", opts->health_interval_ms,
+                  "Device health poll period; a change republishes the slices without the "
+                  "unhealthy devices")
+      ->check(CLI::Range(50, 60000))
+      ->capture_default_str();
+  cmd->add_option("--probe-listen", opts->probe_listen,
+                  "Serve GET /healthz, /readyz and /metrics in plain HTTP on HOST:PORT (e.g. "
+                  ":8081). /readyz answers 200 once kubelet has registered the plugin and the "
+                  "first ResourceSlice publish succeeded. Empty: no probe endpoint");
+  cmd->add_option("--log-level", opts->log_level, "trace, debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  return opts;
+}
+
+namespace {
+
+std::atomic<bool> g_dra_stop{false};
+
+extern "C" void OnDraStopSignal(int) { g_dra_stop = true; }
+
+class PublisherAdapter : public draplugin::UsagePublisher {
+ public:
+  explicit PublisherAdapter(draplugin::SlicePublisher& publisher) : publisher_(publisher) {}
+  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override {
+    return publisher_.Publish(unhealthy, usage);
+  }
+  void ObserveRequest(const topology::Request& request) override {
+    publisher_.ObserveRequest(request);
+  }
+
+ private:
+  draplugin::SlicePublisher& publisher_;
+};
+
+// The Neuron driver's version from sysfs; empty when unreadable.
+std::string NeuronDriverVersion(const std::string& sysfs_root) {
+  auto text = deviceplugin::ReadSmallFile(sysfs_root + "/module/neuron/version");
+  if (!text.ok()) return {};
+  std::string version = *text;
+  while (!version.empty() && std::isspace(static_cast<unsigned char>(version.back()))) {
+    version.pop_back();
+  }
+  for (char c : version) {
+    if (!std::isprint(static_cast<unsigned char>(c))) return {};
+  }
+  return version;
+}
+
+}  // namespace
+
+int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) {
+  spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  auto fail = [](const std::string& message) {
+    fmt::print(stderr, "error: {}\n", message);
+    return kExitUsage;
+  };
+  auto catalog = LoadCatalog(catalog_path);
+  if (!catalog.ok()) return fail(catalog.error());
+  auto numbering = deviceplugin::ParseCoreNumbering(opts.visible_cores);
+  if (!numbering.ok()) return fail(numbering.error());
+  auto partitionable = draplugin::ParsePartitionable(opts.partitionable);
+  if (!partitionable.ok()) return fail(partitionable.error());
+  auto order = draplugin::ParsePublishOrder(opts.order);
+  if (!order.ok()) return fail(order.error());
+
+  std::string node_name = opts.node_name;
+  if (node_name.empty()) {
+    if (const char* env = std::getenv("NODE_NAME")) node_name = env;
+  }
+  if (node_name.empty()) {
+    return fail(
+        "this node's name is unknown: set --node-name or NODE_NAME (downward API "
+        "spec.nodeName); it is the pool name of the node's devices");
+  }
+  std::string cdi_root = opts.cdi_root;
+  if (cdi_root.empty()) {
+    const char* env = std::getenv("CDI_ROOT");
+    cdi_root = env != nullptr && *env != '\0' ? env : "/var/run/cdi";
+  }
+
+  auto client = kube::ApiClient::FromEnvironment(opts.kubeconfig);
+  if (!client.ok()) return fail("no access to the API server: " + client.error());
+  auto node_answer = (*client)->Get("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name));
+  if (!node_answer.ok())
+    return fail(fmt::format("reading Node {}: {}", node_name, node_answer.error()));
+  if (node_answer->status != 200) {
+    return fail(fmt::format("reading Node {}: HTTP {}: {}", node_name, node_answer->status,
+                            kube::StatusMessage(node_answer->body)));
+  }
+  auto node = draplugin::DecodeNodeInfo(node_answer->body);
+  if (!node.ok()) return fail(fmt::format("Node {}: {}", node_name, node.error()));
+  if (node->management != draplugin::kManagementDra) {
+    fmt::print(stderr,
+               "error: node {} is not managed by DRA: its label {} is {}, not '{}'. The device "
+               "plugin serves this node; to move it to the DRA driver (drain it first), run\n"
+               "  kubectl label node {} {}={} --overwrite\n",
+               node_name, draplugin::kManagementLabel,
+               node->management.empty() ? std::string("absent") : "'" + node->management + "'",
+               draplugin::kManagementDra, node_name, draplugin::kManagementLabel,
+               draplugin::kManagementDra);
+    return kExitRefused;
+  }
+
+  deviceplugin::HostPaths host;
+  host.sysfs_root = opts.sysfs_root;
+  host.dev_root = opts.dev_root;
+  host.opt_aws_root = opts.opt_aws_root;
+  auto inventory = deviceplugin::Discover(host);
+  if (!inventory.ok()) return fail(inventory.error());
+  for (const std::string& warning : inventory->warnings) spdlog::warn("{}", warning);
+  auto topology = deviceplugin::ResolveTopology(**catalog, *inventory, opts.instance_type);
+  if (!topology.ok()) return fail(topology.error());
+  for (const std::string& note : topology->notes) spdlog::info("{}", note);
+  const topology::NodeShape& shape = topology->shape;
+
+  draplugin::PublisherConfig config;
+  config.facts.node_name = node_name;
+  config.facts.node_uid = node->uid;
+  config.facts.neuron_driver_version = NeuronDriverVersion(opts.sysfs_root);
+  config.facts.dra_driver_version = TOPOSCHED_VERSION;
+  config.facts.network_node_layers = node->network_node_layers;
+  config.shape = shape;
+  config.partitionable = *partitionable;
+  config.order = *order;
+  spdlog::info(
+      "node {} (uid {}): {} with {} devices, {} cores each{}; Neuron driver {}", node_name,
+      node->uid, shape.type->name, shape.devices, shape.cores_per_device,
+      shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : std::string(),
+      config.facts.neuron_driver_version.empty() ? "unknown" : config.facts.neuron_driver_version);
+  draplugin::SlicePublisher publisher(**client, config);
+  PublisherAdapter adapter(publisher);
+
+  draplugin::DraPluginOptions options;
+  options.node_name = node_name;
+  options.host = host;
+  options.cdi_root = cdi_root;
+  options.plugin_dir = opts.plugin_dir;
+  options.registry_dir = opts.registry_dir;
+  options.numbering = *numbering;
+  options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
+
+  struct sigaction action {};
+  action.sa_handler = OnDraStopSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+
+  draplugin::DraPlugin plugin(options, shape, **client, adapter);
+  std::unique_ptr<net::HttpServer> probe;
+  if (!opts.probe_listen.empty()) {
+    auto listen = SplitListen(opts.probe_listen, "--probe-listen");
+    if (!listen.ok()) return fail(listen.error());
+    auto started =
+        deviceplugin::StartProbeServer(listen->first, listen->second, plugin.readiness());
+    if (!started.ok())
+      return fail(fmt::format("--probe-listen {}: {}", opts.probe_listen, started.error()));
+    probe = std::move(started).value();
+    spdlog::info("probe endpoint on {}:{} (/healthz, /readyz, /metrics)", listen->first,
+                 probe->port());
+  }
+  if (Status started = plugin.Start(); !started.ok()) {
+    plugin.Stop();
+    return fail(started.error());
+  }
+  while (!g_dra_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  spdlog::info("stopping: removing the registration and DRA sockets");
+  plugin.Stop();
+  probe.reset();
+  return kExitOk;
+}
+
+}  // namespace toposched::cli
