@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/keys.h"
 
 namespace toposched::draplugin {
 
-// The node label deciding who manages a node's Neuron devices: `dra` (this plugin; the device
-// plugin and the extender leave the node alone), absent or `device-plugin` (the device plugin).
-inline constexpr std::string_view kManagementLabel = "toposched.io/neuron-management";
-inline constexpr std::string_view kManagementDra = "dra";
+// Who manages the node's Neuron devices: claims/keys.h is the label's home.
+inline constexpr std::string_view kManagementLabel = claims::kLabelNeuronManagement;
+inline constexpr std::string_view kManagementDra = claims::kNeuronManagementDra;
 // topology.k8s.aws/network-node-layer-1..3.
 inline constexpr std::string_view kNetworkNodeLayerPrefix = "topology.k8s.aws/network-node-layer-";
 
