@@ -85,13 +85,16 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                   fmt::format("Nodes as TYPE=COUNT pairs in fleet order, e.g. "
                               "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog); "
                               "ipu-pod16=2/4 is 2 shared IPU-PODs reached by 4 head nodes each. "
-                              "Default: {} in dynamic mode, {} in fill mode",
+                              "Default: {} in dynamic and queue mode, {} in fill mode",
                               sim::kDefaultDynamicFleet, sim::kDefaultFillFleet));
   cmd->add_option("--mode", opts->mode,
-                  "dynamic: arrivals and departures at the trace's times; a pod that does not "
-                  "fit is rejected, not queued. fill: add tasks in order, none leaving, until the "
-                  "fleet refuses one (report the unallocated share then), and go on to the end")
-      ->check(CLI::IsMember({"dynamic", "fill"}))
+                  "queue: arrivals at the trace's times; a pod that does not fit waits, as "
+                  "kube-scheduler keeps it Pending, and is tried again whenever a pod leaves; "
+                  "it runs for its trace lifetime from when it starts (wait, utilisation, "
+                  "device-hours). dynamic: the same times, but a pod that does not fit is "
+                  "dropped. fill: add tasks in order, none leaving, until the fleet refuses one "
+                  "(report the unallocated share then), and go on to the end")
+      ->check(CLI::IsMember({"dynamic", "fill", "queue"}))
       ->capture_default_str();
   cmd->add_option("--policy", opts->policies,
                   "Comma-separated policies to compare: scarcity, best-fit, first-fit, spread, "
@@ -241,6 +244,7 @@ int RunDra(const SimulateOptions& opts, const topology::Catalog& catalog,
            const std::vector<sim::NodeGroup>& fleet) {
   auto trace = LoadTrace(opts);
   if (!trace.ok()) return Fail(opts, trace.error());
+  if (opts.mode == "queue") return Fail(opts, "--dra: fill or dynamic mode (--mode)");
   const sim::Mode mode = opts.mode == "fill" ? sim::Mode::kFill : sim::Mode::kDynamic;
   auto results = mode == sim::Mode::kFill
                      ? sim::SimulateDraFill(catalog, trace.value(), fleet, opts.seed)
@@ -266,7 +270,9 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
                                : sim::FormatGangTable(result.value()));
     return kExitOk;
   }
-  const sim::Mode mode = opts.mode == "fill" ? sim::Mode::kFill : sim::Mode::kDynamic;
+  const sim::Mode mode = opts.mode == "fill"    ? sim::Mode::kFill
+                         : opts.mode == "queue" ? sim::Mode::kQueue
+                                                : sim::Mode::kDynamic;
   const std::string fleet_spec =
       opts.fleet.empty() ? std::string(sim::DefaultFleet(mode)) : opts.fleet;
   auto fleet = sim::ParseFleet(fleet_spec, *catalog.value());

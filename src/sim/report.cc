@@ -61,6 +61,30 @@ std::vector<Row> TableRows(const SimResult& r) {
   std::vector<Row> rows;
   rows.push_back(
       MakeRow(r, "pods placed", [](const PolicyResult& p) { return Grouped(p.placed); }));
+  if (r.mode == Mode::kQueue) {
+    // Nothing is dropped for lack of room: pods wait. Only never-legal counts are refused.
+    rows.push_back(MakeRow(r, "pods that waited",
+                           [](const PolicyResult& p) { return Grouped(p.waited); }));
+    rows.push_back(MakeRow(r, "still waiting at the end",
+                           [](const PolicyResult& p) { return Grouped(p.still_waiting); }));
+    rows.push_back(MakeRow(r, "mean wait (hours)",
+                           [](const PolicyResult& p) { return GroupedFixed(p.mean_wait_s / 3600, 2); }));
+    rows.push_back(MakeRow(r, "p95 wait (hours)",
+                           [](const PolicyResult& p) { return GroupedFixed(p.p95_wait_s / 3600, 2); }));
+    rows.push_back(MakeRow(r, "waiting while units were free", [](const PolicyResult& p) {
+      return Percent(p.fragmented_wait_share);
+    }));
+    rows.push_back(MakeRow(r, "device-hours allocated",
+                           [](const PolicyResult& p) { return GroupedFixed(p.device_hours, 1); }));
+    rows.push_back(MakeRow(r, "allocated share, time-weighted",
+                           [](const PolicyResult& p) { return Percent(p.avg_allocated_share); }));
+    rows.push_back(MakeRow(r, "makespan (days)",
+                           [](const PolicyResult& p) { return GroupedFixed(p.makespan_s / 86400, 2); }));
+    rows.push_back(MakeRow(r, "count never legal (refused)", [](const PolicyResult& p) {
+      return Grouped(Reason(p, RejectReason::kNeverLegal));
+    }));
+    return rows;
+  }
   rows.push_back(
       MakeRow(r, "pods rejected", [](const PolicyResult& p) { return Grouped(p.rejected); }));
   for (RejectReason reason :
@@ -122,7 +146,7 @@ std::vector<std::string> HeaderLines(const SimResult& r, std::string_view trace_
   const std::string order =
       r.seed == 0 ? "trace order"
                   : (r.mode == Mode::kFill ? "tasks shuffled" : "same-second arrivals shuffled");
-  if (r.mode == Mode::kDynamic) {
+  if (r.mode != Mode::kFill) {
     lines.push_back(fmt::format("  time:  {:.1f} days of virtual time; seed {} ({})",
                                 r.span_s / 86400.0, r.seed, order));
   } else {
@@ -150,6 +174,13 @@ constexpr std::string_view kNotesDynamic = R"(
 A rejected pod is dropped, not queued. Shares are of all devices, a core counting as its part
 of a device; time-weighted ones cover the whole replay, quiet stretches included.
 )";
+constexpr std::string_view kNotesQueue = R"(
+A pod that does not fit waits, as kube-scheduler keeps it Pending, and is tried again in arrival
+order each time a pod leaves; a big pod that does not fit never blocks smaller ones. It runs for
+its trace lifetime from when it starts. 'waiting while units were free': of all the pod-time
+spent waiting, the share during which a node that could take the pod had enough free units, but
+not as a legal set: what fragmentation costs in time.
+)";
 constexpr std::string_view kNotesFill = R"(
 First failure: the first pod refused for lack of room; the share of devices still unallocated
 then is FGD's (ATC'23) waste measure, lower is better. No time passes: devices are counted.
@@ -165,7 +196,9 @@ std::string Verdict(const SimResult& r) {
   const PolicyResult* ours = nullptr;
   const PolicyResult* rival = nullptr;
   const bool fill = r.mode == Mode::kFill;
+  const bool queue = r.mode == Mode::kQueue;
   auto better = [&](const PolicyResult& a, const PolicyResult& b) {
+    if (queue) return a.mean_wait_s < b.mean_wait_s;
     return fill ? a.unallocated_share_at_first_failure < b.unallocated_share_at_first_failure
                 : a.placed > b.placed;
   };
@@ -186,6 +219,13 @@ std::string Verdict(const SimResult& r) {
         100 *
             (ours->unallocated_share_at_first_failure - rival->unallocated_share_at_first_failure));
   }
+  if (queue) {
+    return fmt::format(
+        "scarcity: mean wait {:.2f} h, {:.1f} device-hours; the best baseline here by wait, {}: "
+        "{:.2f} h, {:.1f} device-hours.\n",
+        ours->mean_wait_s / 3600, ours->device_hours, PolicyName(rival->policy),
+        rival->mean_wait_s / 3600, rival->device_hours);
+  }
   return fmt::format("scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n",
                      ours->placed, PolicyName(rival->policy), rival->placed,
                      ours->placed - rival->placed);
@@ -193,7 +233,10 @@ std::string Verdict(const SimResult& r) {
 
 std::string ReadingNotes(const SimResult& r) {
   std::string notes(kNotesCommon.substr(1));
-  notes += (r.mode == Mode::kDynamic ? kNotesDynamic : kNotesFill).substr(1);
+  notes += (r.mode == Mode::kDynamic ? kNotesDynamic
+            : r.mode == Mode::kQueue ? kNotesQueue
+                                     : kNotesFill)
+               .substr(1);
   notes += kNotesFragmentation.substr(1);
   return notes;
 }
@@ -289,7 +332,7 @@ std::string LineChart(const SimResult& r, bool percent, double (*value)(const Ut
   constexpr int kBottom = 42;
   constexpr int kPlotWidth = kWidth - kLeft - kRight;
   constexpr int kPlotHeight = kHeight - kTop - kBottom;
-  const bool dynamic = r.mode == Mode::kDynamic;
+  const bool dynamic = r.mode != Mode::kFill;
   const double unit = dynamic ? 86400.0 : 1.0;  // days, or tasks
   const double x_max = ChartEnd(r) / unit;
   double y_max = percent ? 1.0 : 0.0;  // counts: up to the highest one shown
@@ -450,6 +493,7 @@ std::string FormatTable(const SimResult& result, std::string_view trace_name) {
 
 std::string FormatJson(const SimResult& r, std::string_view trace_name) {
   const bool dynamic = r.mode == Mode::kDynamic;
+  const bool queue = r.mode == Mode::kQueue;
   std::string out = "{";
   out += fmt::format("\"mode\":{},\"trace\":{},\"seed\":{}", JsonQuote(ModeName(r.mode)),
                      JsonQuote(trace_name), r.seed);
@@ -469,9 +513,11 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
     out += (i == 0 ? "" : ",") + JsonQuote(r.warnings[i]);
   }
   out += "]";
-  if (dynamic) out += fmt::format(",\"span_hours\":{}", JsonNumber(r.span_s / 3600.0, 3));
+  if (dynamic || queue) {
+    out += fmt::format(",\"span_hours\":{}", JsonNumber(r.span_s / 3600.0, 3));
+  }
   out += fmt::format(",\"unallocated_share_meaning\":{}",
-                     JsonQuote(dynamic ? "time-weighted average over the replay"
+                     JsonQuote(dynamic || queue ? "time-weighted average over the replay"
                                        : "share of devices unallocated when the first pod failed "
                                          "for lack of room (at the end if none failed)"));
   out += ",\"policies\":[";
@@ -491,7 +537,16 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
       first = false;
     }
     out += "}";
-    if (dynamic) {
+    if (queue) {
+      out += fmt::format(
+          ",\"device_hours\":{},\"unallocated_share\":{},\"waited\":{},\"still_waiting\":{},"
+          "\"mean_wait_hours\":{},\"p95_wait_hours\":{},\"fragmented_wait_share\":{},"
+          "\"makespan_hours\":{},\"peak_allocated_share\":{}",
+          JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6), p.waited,
+          p.still_waiting, JsonNumber(p.mean_wait_s / 3600.0, 4),
+          JsonNumber(p.p95_wait_s / 3600.0, 4), JsonNumber(p.fragmented_wait_share, 6),
+          JsonNumber(p.makespan_s / 3600.0, 3), JsonNumber(p.peak_allocated_share, 6));
+    } else if (dynamic) {
       out += fmt::format(
           ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"
           "\"fragmentation\":{},\"peak_allocated_share\":{},\"peak_at_hours\":{}",
@@ -550,7 +605,7 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
   out += "</table>\n<p>" + HtmlEscape(ReadingNotes(r)) + "</p>\n";
 
   out += fmt::format("<h2>Allocated share of the fleet's devices, {}</h2>\n",
-                     r.mode == Mode::kDynamic ? "over virtual time" : "as tasks are added");
+                     r.mode != Mode::kFill ? "over virtual time" : "as tasks are added");
   out += Legend(r);
   out += "<div class=\"scroll\">" +
          LineChart(r, true, [](const UtilizationPoint& p) { return p.allocated_share; }) +
@@ -564,11 +619,19 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
         "stays full and only the rejections grow.";
   }
   out += "</p>\n";
-  out += "<h2>Pods rejected so far</h2>\n" + Legend(r);
-  out += "<div class=\"scroll\">" +
-         LineChart(r, false,
-                   [](const UtilizationPoint& p) { return static_cast<double>(p.rejected); }) +
-         "</div>\n";
+  if (r.mode == Mode::kQueue) {
+    out += "<h2>Pods waiting</h2>\n" + Legend(r);
+    out += "<div class=\"scroll\">" +
+           LineChart(r, false,
+                     [](const UtilizationPoint& p) { return static_cast<double>(p.waiting); }) +
+           "</div>\n";
+  } else {
+    out += "<h2>Pods rejected so far</h2>\n" + Legend(r);
+    out += "<div class=\"scroll\">" +
+           LineChart(r, false,
+                     [](const UtilizationPoint& p) { return static_cast<double>(p.rejected); }) +
+           "</div>\n";
+  }
 
   out +=
       "<h2>Device maps</h2>\n<p>A box per device, split into its cores; each pod has its own "

@@ -4,7 +4,9 @@
 #include <bit>
 #include <charconv>
 #include <numeric>
+#include <map>
 #include <optional>
+#include <queue>
 #include <random>
 #include <tuple>
 
@@ -114,8 +116,10 @@ class PolicyRun {
   }
 
   // Places the job or says why not. Errors only if the tracker contradicts itself.
-  Result<std::optional<RejectReason>> Place(size_t job_index, const Job& job, int64_t now_ns) {
-    const int node = ChooseNode(job.pod);
+  // `retry`: the pod was tried before (queue mode), so it is not counted into the demand again.
+  Result<std::optional<RejectReason>> Place(size_t job_index, const Job& job, int64_t now_ns,
+                                            bool retry = false) {
+    const int node = ChooseNode(job.pod, retry);
     if (node < 0) return std::optional<RejectReason>(Classify(job.request));
     TOPOSCHED_ASSIGN_OR_RETURN(
         auto reserved, BindPod(tracker_, job.pod, names_[static_cast<size_t>(node)], now_ns));
@@ -137,6 +141,17 @@ class PolicyRun {
     tracker_.Forget(job.pod.uid);
     placed_on_[job_index] = -1;
     Refresh(counted_on_[static_cast<size_t>(node)]);
+  }
+
+  // True when some node whose type could ever grant `request` has that many free units, counted
+  // without topology: a pod waiting now waits for a legal set, not for room.
+  bool FitsIgnoringTopology(const Request& request) const {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeView& node = nodes_[counted_on_[i]];
+      if (!topology::CanEverGrant(node.shape, request)) continue;
+      if (topology::Allocate(node.shape, node.usage, request, Policy::kCountOnly).ok()) return true;
+    }
+    return false;
   }
 
   // Device-equivalents: a core counts as 1/cores_per_device of its device.
@@ -174,8 +189,9 @@ class PolicyRun {
   // The scheduler's part: which node, as the tracker ranks them for the policy (the extender's
   // prioritize serves the same ranking). Every arrival is counted into the expected demand first,
   // placed or not, as the extender counts each pod once when it is first filtered.
-  int ChooseNode(const tracker::PodSpec& pod) {
-    const tracker::Ranking ranking = sim::ChooseNode(tracker_, pod, names_);
+  int ChooseNode(const tracker::PodSpec& pod, bool retry) {
+    const tracker::Ranking ranking =
+        retry ? tracker_.Rank(pod, names_) : sim::ChooseNode(tracker_, pod, names_);
     for (size_t i = 0; i < ranking.fits.size(); ++i)
       unresolvable_[i] = ranking.fits[i].unresolvable;
     return ranking.best;
@@ -366,6 +382,152 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
   return out;
 }
 
+// Queue mode: kube-scheduler's Pending queue. An arriving pod is tried at once; one that does
+// not fit waits. When a pod leaves, the waiting pods are tried again in the queue's order
+// (priority, then arrival: the trace has no priority, so arrival), each placed if it fits now, so
+// a big pod that still does not fit never blocks smaller ones behind it (kube-scheduler retries
+// each Pending pod on its own after a cluster event; it has no head-of-line blocking). A pod runs
+// for its trace lifetime from when it starts. Requests no node of the fleet could ever grant are
+// refused on arrival (kube-scheduler would keep them Pending forever) and counted as rejected.
+Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
+                              const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
+                              const std::vector<Job>& jobs, const std::vector<Event>& events,
+                              const Options& options, Progress& progress) {
+  PolicyResult out;
+  out.policy = policy;
+  const bool record = options.record_report_data;
+  PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
+  TOPOSCHED_RETURN_IF_ERROR(run.setup());
+
+  // Arrivals in the dynamic replay's order (its events, departures dropped: a departure here
+  // depends on when the pod started).
+  std::vector<size_t> arrivals;
+  for (const Event& e : events) {
+    if (e.phase == kArrival) arrivals.push_back(e.job);
+  }
+  using Departure = std::pair<int64_t, size_t>;  // (time, job), earliest first
+  std::priority_queue<Departure, std::vector<Departure>, std::greater<>> departures;
+  std::vector<size_t> waiting;  // jobs, in queue order
+  std::vector<double> waits_s;
+  const int64_t start = arrivals.empty() ? 0 : jobs[arrivals.front()].creation_ns;
+  int64_t now = start;
+  double device_seconds = 0, allocated_seconds = 0, wait_seconds = 0, fragmented_seconds = 0;
+
+  auto advance = [&](int64_t t) {
+    if (t <= now) return;
+    const double dt = static_cast<double>(t - now) / kNsPerSecond;
+    device_seconds += run.allocated_devices() * dt;
+    allocated_seconds += run.allocated_share() * dt;
+    if (!waiting.empty()) {
+      wait_seconds += static_cast<double>(waiting.size()) * dt;
+      // One look per request class: every waiting pod of a class waits for the same reason.
+      std::map<std::pair<int, int>, bool> fragmented;
+      for (size_t j : waiting) {
+        const Request& r = jobs[j].request;
+        const auto key = std::make_pair(static_cast<int>(r.unit), r.count);
+        auto it = fragmented.find(key);
+        if (it == fragmented.end()) it = fragmented.emplace(key, run.FitsIgnoringTopology(r)).first;
+        if (it->second) fragmented_seconds += dt;
+      }
+    }
+    now = t;
+  };
+  auto started = [&](size_t j) {
+    const Job& job = jobs[j];
+    const double wait = static_cast<double>(now - job.creation_ns) / kNsPerSecond;
+    waits_s.push_back(wait);
+    if (wait > 0) ++out.waited;
+    ++out.placed;
+    departures.emplace(now + (job.deletion_ns - job.creation_ns), j);
+  };
+  auto sample = [&]() {
+    const double x = static_cast<double>(now - start) / kNsPerSecond;
+    const double share = run.allocated_share();
+    if (share > out.peak_allocated_share) {
+      out.peak_allocated_share = share;
+      out.peak_at_s = x;
+      if (record) out.device_maps = run.DeviceMaps();
+    }
+    if (record) {
+      out.timeline.push_back({x, share, out.rejected, static_cast<int>(waiting.size())});
+    }
+  };
+  // After a departure: every waiting pod is tried once, in queue order. Within one pass, a
+  // request that did not fit is not tried again for later pods of the same class (nothing was
+  // freed in between: placing others only takes room).
+  auto retry_waiting = [&]() -> Status {
+    std::vector<size_t> still;
+    std::vector<std::pair<int, int>> failed;
+    for (size_t j : waiting) {
+      const Request& r = jobs[j].request;
+      const auto key = std::make_pair(static_cast<int>(r.unit), r.count);
+      if (std::find(failed.begin(), failed.end(), key) != failed.end()) {
+        still.push_back(j);
+        continue;
+      }
+      TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(j, jobs[j], now, /*retry=*/true));
+      if (outcome) {
+        failed.push_back(key);
+        still.push_back(j);
+      } else {
+        started(j);
+      }
+    }
+    waiting = std::move(still);
+    return OkStatus();
+  };
+
+  size_t next = 0;
+  while (next < arrivals.size() || !departures.empty()) {
+    const bool depart = !departures.empty() &&
+                        (next == arrivals.size() ||
+                         departures.top().first <= jobs[arrivals[next]].creation_ns);
+    if (depart) {
+      const auto [t, j] = departures.top();
+      departures.pop();
+      advance(t);
+      run.Remove(j, jobs[j]);
+      // Departures at the same instant all free their ids before anyone is retried.
+      if (departures.empty() || departures.top().first != t) {
+        TOPOSCHED_RETURN_IF_ERROR(retry_waiting());
+      }
+    } else {
+      const size_t j = arrivals[next++];
+      advance(jobs[j].creation_ns);
+      TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(j, jobs[j], now));
+      if (!outcome) {
+        started(j);
+      } else if (*outcome == RejectReason::kNeverLegal) {
+        CountRejection(out, jobs[j], *outcome);
+      } else {
+        waiting.push_back(j);
+      }
+    }
+    sample();
+    progress.Step(policy);
+  }
+  out.still_waiting = static_cast<int>(waiting.size());
+  out.makespan_s = static_cast<double>(now - start) / kNsPerSecond;
+  out.device_hours = device_seconds / 3600.0;
+  out.avg_allocated_share = out.makespan_s > 0 ? allocated_seconds / out.makespan_s : 0.0;
+  out.avg_unallocated_share = 1.0 - out.avg_allocated_share;
+  out.fragmented_wait_share = wait_seconds > 0 ? fragmented_seconds / wait_seconds : 0.0;
+  if (!waits_s.empty()) {
+    out.mean_wait_s = std::accumulate(waits_s.begin(), waits_s.end(), 0.0) /
+                      static_cast<double>(waits_s.size());
+    std::vector<double> sorted = waits_s;
+    const size_t k = (sorted.size() * 95 + 99) / 100 - 1;  // nearest rank
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
+    out.p95_wait_s = sorted[k];
+  }
+  if (record) {
+    out.device_maps_moment = fmt::format("at peak allocation ({:.1f}%, day {:.2f} of the replay)",
+                                         100.0 * out.peak_allocated_share, out.peak_at_s / 86400.0);
+  }
+  RecordEnd(out, run);
+  return out;
+}
+
 // Tasks in order (shuffled for a nonzero seed), none leaving, until the fleet refuses; then on
 // to the end, counting.
 Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
@@ -430,10 +592,20 @@ std::string_view TrimSpaces(std::string_view s) {
 
 }  // namespace
 
-std::string_view ModeName(Mode mode) { return mode == Mode::kDynamic ? "dynamic" : "fill"; }
+std::string_view ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kDynamic:
+      return "dynamic";
+    case Mode::kFill:
+      return "fill";
+    case Mode::kQueue:
+      return "queue";
+  }
+  return "";
+}
 
 std::string_view DefaultFleet(Mode mode) {
-  return mode == Mode::kDynamic ? kDefaultDynamicFleet : kDefaultFillFleet;
+  return mode == Mode::kFill ? kDefaultFillFleet : kDefaultDynamicFleet;
 }
 
 std::string_view RejectReasonKey(RejectReason reason) {
@@ -544,7 +716,8 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
                            const Options& options) {
   if (options.policies.empty()) return Error{"no policy to simulate"};
   if (options.fleet.empty()) return Error{"the fleet is empty"};
-  if (options.mode == Mode::kDynamic && !trace.has_time_columns) {
+  const bool timed = options.mode != Mode::kFill;
+  if (timed && !trace.has_time_columns) {
     return Error{
         "this trace has no creation_time and deletion_time columns, so there is nothing to "
         "replay in time; use fill mode (--mode fill), which adds its tasks in order until the "
@@ -603,11 +776,12 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
       ++result.cpu_only_skipped;
       continue;
     }
-    if (options.mode == Mode::kDynamic && !task.has_times) {
+    if (timed && !task.has_times) {
       ++result.bad_rows;
       if (static_cast<int>(result.warnings.size()) < kMaxWarnings) {
-        result.warnings.push_back(fmt::format("{}:{}: skipped in dynamic mode: {}",
-                                              trace.source_name, task.line, task.time_problem));
+        result.warnings.push_back(fmt::format("{}:{}: skipped in {} mode: {}", trace.source_name,
+                                              task.line, ModeName(options.mode),
+                                              task.time_problem));
       }
       continue;
     }
@@ -627,7 +801,7 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
   std::vector<Event> events;
   std::vector<size_t> order;
   int64_t steps = 0;
-  if (options.mode == Mode::kDynamic) {
+  if (timed) {
     events = BuildEvents(jobs, options.seed);
     if (!events.empty()) {
       result.span_s = static_cast<double>(events.back().t - events.front().t) / kNsPerSecond;
@@ -642,6 +816,8 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
     Result<PolicyResult> run =
         options.mode == Mode::kDynamic
             ? RunDynamic(catalog, policy, fleet, &pools, jobs, events, options, progress)
+        : options.mode == Mode::kQueue
+            ? RunQueue(catalog, policy, fleet, &pools, jobs, events, options, progress)
             : RunFill(catalog, policy, fleet, &pools, jobs, order, options, progress);
     if (!run.ok()) return Error{run.error()};
     result.policies.push_back(std::move(run).value());

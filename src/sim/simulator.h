@@ -42,6 +42,10 @@ std::string FormatFleet(const std::vector<NodeGroup>& fleet);
 enum class Mode {
   kDynamic,  // arrivals and departures at the trace's times; a pod that does not fit is rejected
   kFill,     // tasks in order, none leave: fill the fleet until it refuses, then keep counting
+  // Arrivals at the trace's times; a pod that does not fit waits, as kube-scheduler keeps it
+  // Pending, and is tried again whenever a pod leaves; it runs for its trace lifetime from when
+  // it starts. See Options and docs/simulator.md ("Queue mode").
+  kQueue,
 };
 std::string_view ModeName(Mode mode);
 
@@ -89,6 +93,7 @@ struct UtilizationPoint {
   double x = 0;
   double allocated_share = 0;
   int rejected = 0;  // pods rejected so far
+  int waiting = 0;   // queue mode: pods waiting now
 };
 
 // Which pod holds each core of one node at one moment.
@@ -123,6 +128,18 @@ struct PolicyResult {
   double devices_allocated_at_first_failure = 0;
   double unallocated_share_at_first_failure = 0;
   double fragmentation_at_first_failure = 0;
+
+  // Queue mode. Waits are from arrival to start; a pod still waiting at the end is counted in
+  // still_waiting (its wait has no end) and left out of the wait statistics.
+  int waited = 0;  // pods that did not start at once
+  int still_waiting = 0;
+  double mean_wait_s = 0;  // over the pods that started
+  double p95_wait_s = 0;
+  double makespan_s = 0;   // first arrival to last departure (or to the end, with pods waiting)
+  double avg_allocated_share = 0;  // time-weighted over the makespan
+  // Of all the time pods spent waiting, the share during which enough free units existed on a
+  // node that could ever take the pod, only not as a legal set: what fragmentation costs.
+  double fragmented_wait_share = 0;
 
   // Both modes, at the end of the run (dynamic: after the last departure, so usually zero).
   double devices_allocated_at_end = 0;

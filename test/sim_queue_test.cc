@@ -1,0 +1,109 @@
+// Queue mode (sim/simulator.h, Mode::kQueue): pods that do not fit wait as kube-scheduler keeps
+// them Pending, are tried again when a pod leaves, run their whole lifetime from when they start,
+// and a waiting big pod never blocks a smaller one behind it.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "sim/report.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+#include "topology/catalog.h"
+
+namespace toposched::sim {
+namespace {
+
+SimResult RunQueue(std::string_view csv, std::string_view fleet_spec,
+                   topology::Policy policy = topology::Policy::kFirstFit) {
+  auto trace = ParseTrace(csv, "test");
+  EXPECT_TRUE(trace.ok());
+  auto fleet = ParseFleet(fleet_spec, topology::Catalog::Embedded());
+  EXPECT_TRUE(fleet.ok());
+  Options options;
+  options.mode = Mode::kQueue;
+  options.fleet = fleet.value();
+  options.policies = {policy};
+  auto result = Simulate(topology::Catalog::Embedded(), trace.value(), options);
+  EXPECT_TRUE(result.ok()) << (result.ok() ? "" : result.error());
+  return result.ok() ? result.value() : SimResult{};
+}
+
+// One trn1.32xlarge (16 devices). A holds 8 devices for 100 s; B asks for 16 at t=1 and must
+// wait; C asks for 4 at t=2 and fits at once beside A, although B arrived first.
+constexpr std::string_view kNoHeadOfLine =
+    "name,num_gpu,gpu_milli,creation_time,deletion_time\n"
+    "A,8,1000,0,100\n"
+    "B,16,1000,1,51\n"
+    "C,4,1000,2,202\n";
+
+TEST(SimQueueTest, AWaitingBigPodDoesNotBlockASmallerOne) {
+  const SimResult r = RunQueue(kNoHeadOfLine, "trn1.32xlarge=1");
+  ASSERT_EQ(r.policies.size(), 1u);
+  const PolicyResult& p = r.policies.front();
+  EXPECT_EQ(p.placed, 3);
+  EXPECT_EQ(p.rejected, 0);
+  EXPECT_EQ(p.waited, 1);  // B only
+  EXPECT_EQ(p.still_waiting, 0);
+  // B starts when C leaves at 202 (A left at 100): waited 201 s; A and C waited 0.
+  EXPECT_NEAR(p.mean_wait_s, 201.0 / 3, 1e-9);
+  EXPECT_NEAR(p.p95_wait_s, 201.0, 1e-9);
+  // B then runs its 50 s: the last departure is at 252.
+  EXPECT_NEAR(p.makespan_s, 252.0, 1e-9);
+  // 8 x 100 + 4 x 200 + 16 x 50 device-seconds.
+  EXPECT_NEAR(p.device_hours, (800.0 + 800.0 + 800.0) / 3600.0, 1e-9);
+}
+
+TEST(SimQueueTest, WaitingWhileUnitsAreFreeIsFragmentation) {
+  // inf2.24xlarge: 6 devices in a chain. First-fit puts X, Y, Z on 0, 1, 2; Y leaves, so a
+  // 4-device pod finds 4 free units (1, 3, 4, 5) that are not consecutive and waits.
+  constexpr std::string_view csv =
+      "name,num_gpu,gpu_milli,creation_time,deletion_time\n"
+      "X,1,1000,0,100\n"
+      "Y,1,1000,0,10\n"
+      "Z,1,1000,0,100\n"
+      "W,4,1000,20,30\n";
+  const PolicyResult p = RunQueue(csv, "inf2.24xlarge=1").policies.front();
+  EXPECT_EQ(p.waited, 1);
+  // W waits from 20 to 100, the whole time with 4 free units not in a run of 4.
+  EXPECT_NEAR(p.fragmented_wait_share, 1.0, 1e-9);
+  EXPECT_NEAR(p.mean_wait_s, 80.0 / 4, 1e-9);
+}
+
+TEST(SimQueueTest, APodThatNeverFitsWaitsToTheEnd) {
+  // 16 devices on an inf2.24xlarge (6) can never be granted: refused as never legal, not queued.
+  constexpr std::string_view csv =
+      "name,num_gpu,gpu_milli,creation_time,deletion_time\n"
+      "big,16,1000,0,10\n"
+      "ok,1,1000,0,10\n";
+  const PolicyResult p = RunQueue(csv, "inf2.24xlarge=1").policies.front();
+  EXPECT_EQ(p.placed, 1);
+  EXPECT_EQ(p.rejected, 1);
+  EXPECT_EQ(p.still_waiting, 0);
+}
+
+TEST(SimQueueTest, EveryPolicyStartsEveryPodAndTheReportsShowTheQueue) {
+  constexpr std::string_view csv =
+      "name,num_gpu,gpu_milli,creation_time,deletion_time\n"
+      "a,2,1000,0,100\n"
+      "b,1,300,5,50\n"
+      "c,8,1000,6,60\n";
+  auto trace = ParseTrace(csv, "t");
+  ASSERT_TRUE(trace.ok());
+  auto fleet = ParseFleet(kDefaultDynamicFleet, topology::Catalog::Embedded());
+  ASSERT_TRUE(fleet.ok());
+  Options options;
+  options.mode = Mode::kQueue;
+  options.fleet = fleet.value();
+  options.policies = {topology::Policy::kScarcity, topology::Policy::kFirstFit,
+                      topology::Policy::kCountOnly};
+  options.record_report_data = true;
+  auto r = Simulate(topology::Catalog::Embedded(), trace.value(), options);
+  ASSERT_TRUE(r.ok()) << r.error();
+  for (const PolicyResult& p : r->policies) EXPECT_EQ(p.placed, 3);
+  EXPECT_NE(FormatTable(r.value(), "t").find("mean wait (hours)"), std::string::npos);
+  EXPECT_NE(FormatJson(r.value(), "t").find("\"mean_wait_hours\""), std::string::npos);
+  EXPECT_NE(FormatHtml(r.value(), "t").find("Pods waiting"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace toposched::sim
