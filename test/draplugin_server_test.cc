@@ -2,6 +2,7 @@
 // registration and DRAPlugin sockets), the fake API server serving ResourceClaims, a fake Neuron
 // host tree, and the CDI directory the plugin writes. Prepare, per-claim errors, unprepare, the
 // CDI checkpoint across a restart, and registration.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -76,6 +77,8 @@ class FakePublisher : public UsagePublisher {
     std::lock_guard lock(mutex_);
     fail_ = fail;
   }
+  void ForgetPublished() override { ++forgets_; }
+  int forgets() const { return forgets_; }
 
  private:
   mutable std::mutex mutex_;
@@ -84,6 +87,7 @@ class FakePublisher : public UsagePublisher {
   topology::DeviceMask unhealthy_ = 0;
   bool fail_ = false;
   std::vector<topology::Request> requests_;
+  std::atomic<int> forgets_{0};
 };
 
 // A resource.k8s.io/v1 ResourceClaim allocated `devices` (request "neurons") on `pool`.
@@ -261,9 +265,14 @@ TEST_F(DraPluginServerTest, RegistrationAnswersGetInfoAndTurnsReady) {
   kubelet_->Notify(false, "no such version");
   EXPECT_FALSE(plugin_->registered());
   EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("waiting for kubelet"));
+  const int publishes = publisher_.publishes();
   kubelet_->Notify(true, "");
   EXPECT_TRUE(plugin_->registered());
   EXPECT_TRUE(plugin_->readiness().ready()) << plugin_->readiness().reason();
+  // A kubelet that registers us may just have wiped the node's slices: they are read back and
+  // published again.
+  EXPECT_TRUE(WaitUntil(
+      [&] { return publisher_.forgets() >= 1 && publisher_.publishes() > publishes; }, 5s));
 
   plugin_->Stop();
   EXPECT_FALSE(fs::exists(dir_.path() + "/plugins_registry/neuron.aws.com-reg.sock"));
@@ -375,6 +384,27 @@ TEST_F(DraPluginServerTest, OpaqueConfigSetsTheLncOfWholeDevices) {
               HasSubstr("logicalNeuronCore: 3 is not allowed"));
   EXPECT_THAT(response.claims().at("uid-bad").error(), HasSubstr("spec.devices.config[0]"));
   EXPECT_FALSE(fs::exists(SpecPath("uid-bad")));
+}
+
+// AWS's UltraServerConfig for a multi-node job needs the server and node ids of its neuron_node
+// devices; without them the pod would run as if alone, so the claim is refused with the reason.
+TEST_F(DraPluginServerTest, MultiNodeUltraServerConfigIsRefusedWithTheWayOut) {
+  Start("trn2.48xlarge", 2);
+  auto us = [](int mode) {
+    return nlohmann::json::array({{{"opaque",
+                                    {{"driver", "neuron.aws.com"},
+                                     {"parameters",
+                                      {{"apiVersion", "neuron.aws.com/v1"},
+                                       {"kind", "UltraServerConfig"},
+                                       {"ultraserverMode", mode}}}}}}});
+  };
+  api_.ServeJson(ClaimPath("us2"), ClaimJson("us2", "uid-us2", {"neurondevice0"}, kNode, us(2)));
+  api_.ServeJson(ClaimPath("us1"), ClaimJson("us1", "uid-us1", {"neurondevice1"}, kNode, us(1)));
+  const auto response = kubelet_->Prepare({{"us2", "uid-us2"}, {"us1", "uid-us1"}});
+  EXPECT_THAT(response.claims().at("uid-us2").error(), HasSubstr("neuron_node"));
+  EXPECT_THAT(response.claims().at("uid-us2").error(), HasSubstr("extender"));
+  EXPECT_FALSE(fs::exists(SpecPath("uid-us2")));
+  EXPECT_EQ(response.claims().at("uid-us1").error(), "");
 }
 
 TEST_F(DraPluginServerTest, PerClaimErrors) {

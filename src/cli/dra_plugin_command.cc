@@ -38,6 +38,7 @@ struct DraPluginOptions {
   std::string order = "scarcity";
   std::string visible_cores = "container";
   int health_interval_ms = 1000;
+  int resync_interval_s = 60;
   std::string probe_listen;
   std::string log_level = "info";
 };
@@ -101,6 +102,12 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
                   "unhealthy devices")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
+  cmd->add_option("--resync-interval-s", opts->resync_interval_s,
+                  "How often the node's ResourceSlices are read back from the API server and "
+                  "repaired (kubelet deletes them when it starts; it is also done at once when "
+                  "kubelet registers the plugin)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
   cmd->add_option("--probe-listen", opts->probe_listen,
                   "Serve GET /healthz, /readyz and /metrics in plain HTTP on HOST:PORT (e.g. "
                   ":8081). /readyz answers 200 once kubelet has registered the plugin and the "
@@ -116,20 +123,6 @@ namespace {
 std::atomic<bool> g_dra_stop{false};
 
 extern "C" void OnDraStopSignal(int) { g_dra_stop = true; }
-
-class PublisherAdapter : public draplugin::UsagePublisher {
- public:
-  explicit PublisherAdapter(draplugin::SlicePublisher& publisher) : publisher_(publisher) {}
-  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override {
-    return publisher_.Publish(unhealthy, usage);
-  }
-  void ObserveRequest(const topology::Request& request) override {
-    publisher_.ObserveRequest(request);
-  }
-
- private:
-  draplugin::SlicePublisher& publisher_;
-};
 
 // The Neuron driver's version from sysfs; empty when unreadable.
 std::string NeuronDriverVersion(const std::string& sysfs_root) {
@@ -227,7 +220,6 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
       shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : std::string(),
       config.facts.neuron_driver_version.empty() ? "unknown" : config.facts.neuron_driver_version);
   draplugin::SlicePublisher publisher(**client, config);
-  PublisherAdapter adapter(publisher);
 
   draplugin::DraPluginOptions options;
   options.node_name = node_name;
@@ -237,6 +229,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   options.registry_dir = opts.registry_dir;
   options.numbering = *numbering;
   options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
+  options.resync_interval = std::chrono::seconds(opts.resync_interval_s);
 
   struct sigaction action {};
   action.sa_handler = OnDraStopSignal;
@@ -244,7 +237,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 
-  draplugin::DraPlugin plugin(options, shape, **client, adapter);
+  draplugin::DraPlugin plugin(options, shape, **client, publisher);
   std::unique_ptr<net::HttpServer> probe;
   if (!opts.probe_listen.empty()) {
     auto listen = SplitListen(opts.probe_listen, "--probe-listen");

@@ -347,6 +347,9 @@ topology::DeviceMask DraPlugin::CheckHealth() {
 }
 
 void DraPlugin::HealthLoop() {
+  const auto resync_every = std::max<int64_t>(
+      1, options_.resync_interval.count() / std::max<int64_t>(1, options_.health_interval.count()));
+  int64_t ticks = 0;
   while (true) {
     {
       MutexLock lock(mutex_);
@@ -362,7 +365,12 @@ void DraPlugin::HealthLoop() {
       changed = unhealthy != unhealthy_;
       unhealthy_ = unhealthy;
     }
-    if (changed) {
+    if (++ticks % resync_every == 0) resync_pending_ = true;
+    if (resync_pending_.exchange(false)) {
+      // Read back what the API server holds: kubelet wipes a node's slices when it starts.
+      publisher_.ForgetPublished();
+      PublishNow(changed ? "a device health change" : "a resync with the API server");
+    } else if (changed) {
       PublishNow("a device health change");
     } else if (publish_pending_) {
       PublishNow("a failed publish");
@@ -374,6 +382,8 @@ void DraPlugin::OnRegistrationStatus(bool registered, const std::string& error) 
   registered_ = registered;
   if (registered) {
     spdlog::info("kubelet registered DRA driver {} (endpoint {})", dra::kDriverName, dra_socket());
+    // A kubelet that (re)starts wipes the node's slices: the health loop reads back and repairs.
+    resync_pending_ = true;
   } else {
     spdlog::error("kubelet REFUSED to register DRA driver {}: {}", dra::kDriverName,
                   error.empty() ? "(no reason given)" : error);

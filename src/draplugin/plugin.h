@@ -22,6 +22,7 @@
 #include "deviceplugin/readiness.h"
 #include "deviceplugin/sysfs.h"
 #include "draplugin/prepare.h"
+#include "draplugin/usage_publisher.h"
 #include "kube/client.h"
 #include "topology/allocator.h"
 
@@ -35,15 +36,6 @@ namespace toposched::draplugin {
 inline constexpr std::string_view kPluginType = "DRAPlugin";
 inline constexpr std::string_view kDraServiceVersion = "v1.DRAPlugin";
 
-// Where the node's offers go (SlicePublisher in production, a fake in tests). Called from
-// several threads; the plugin serialises its own calls.
-class UsagePublisher {
- public:
-  virtual ~UsagePublisher() = default;
-  virtual Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) = 0;
-  virtual void ObserveRequest(const topology::Request& request) = 0;
-};
-
 struct DraPluginOptions {
   std::string node_name;
   deviceplugin::HostPaths host;
@@ -52,6 +44,9 @@ struct DraPluginOptions {
   std::string registry_dir = "/var/lib/kubelet/plugins_registry";
   deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kContainer;
   std::chrono::milliseconds health_interval{1000};
+  // How often the slices are read back from the API server and repaired (kubelet wipes them at
+  // its start; another client may edit them). Also done at once when kubelet registers us.
+  std::chrono::milliseconds resync_interval{60000};
 };
 
 // One claim as kubelet names it, and what preparing it gave.
@@ -123,6 +118,7 @@ class DraPlugin {
   std::atomic<bool> publish_pending_{false};
   std::atomic<bool> published_{false};
   std::atomic<bool> registered_{false};
+  std::atomic<bool> resync_pending_{false};
 
   std::unique_ptr<DraService> dra_service_;
   std::unique_ptr<RegistrationService> registration_service_;

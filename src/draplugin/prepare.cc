@@ -204,6 +204,15 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
     }
     return Error{fmt::format("{} has no device of driver {} allocated", who, dra::kDriverName)};
   }
+  if (mode && *mode > 1) {
+    // A multi-node UltraServer job also needs its server and node ids, which come with AWS's
+    // neuron_node devices; we publish none. A pod started without them would run as if alone.
+    return Error{fmt::format(
+        "{}: ultraserverMode {} ({}) needs AWS's neuron_node devices (the UltraServer's server "
+        "and node ids), which toposched dra-plugin does not publish; run multi-node UltraServer "
+        "jobs as gangs through the toposched extender (docs/ultraserver.md)",
+        who, *mode, mode_from)};
+  }
   auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
   if (!env.ok()) return Error{fmt::format("{}: {}", who, env.error())};
   prepared.env = std::move(env).value();

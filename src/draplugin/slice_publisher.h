@@ -15,6 +15,7 @@
 #include "base/result.h"
 #include "dra/offers.h"
 #include "dra/slices.h"
+#include "draplugin/usage_publisher.h"
 #include "kube/client.h"
 #include "topology/allocator.h"
 #include "topology/demand.h"
@@ -35,7 +36,7 @@ struct PublisherConfig {
 };
 
 // Thread-safe: Publish may be called from the health loop and from Prepare/Unprepare at once.
-class SlicePublisher {
+class SlicePublisher : public UsagePublisher {
  public:
   SlicePublisher(kube::ApiClient& api, PublisherConfig config);
 
@@ -43,12 +44,12 @@ class SlicePublisher {
   // order by the scarcity cost of each offer given `usage` (the units held by prepared claims).
   // Nothing is written when the plan equals what was last published. On a partial failure the
   // next call starts over from a fresh read of the slices.
-  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage);
+  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override;
   // A claim of this shape was prepared on the node: it feeds the demand model behind the order.
-  void ObserveRequest(const topology::Request& request);
+  void ObserveRequest(const topology::Request& request) override;
   // The next Publish reads the slices afresh instead of trusting what it last wrote, so a slice
   // someone else edited or deleted is repaired (the plugin calls it now and then).
-  void ForgetPublished();
+  void ForgetPublished() override;
   // Removes every slice of this driver for this node (on shutdown with --cleanup, and in tests).
   Status DeleteAll();
 
