@@ -14,6 +14,10 @@
 #   (b) a 3-device set on trn2.48xlarge (sizes 1, 4, 8, 16) is never allocated
 #   (d) AWS's own 1x4-connected-neurons template, as AWS publishes it: 4 devices of one row
 source "$(dirname "$0")/lib.sh"
+# Before e2e_init, which would build the control plane of another version first.
+dra_minor=$(cut -d. -f2 <<<"${TOPOSCHED_E2E_K8S:-1.20}")
+[[ "$dra_minor" =~ ^[0-9]+$ ]] && [ "$dra_minor" -ge 37 ] ||
+  skip "the DRA scenario runs on 1.37 only: partitionable devices (DRAPartitionableDevices, beta and on from 1.36) carry its device sets and core ranges, and resource.k8s.io/v1 needs 1.34+; this is ${TOPOSCHED_E2E_K8S:-1.20}"
 e2e_init dra
 # What a failure shows first: the plugin's last prepare/publish lines and the kubelet's DRA lines.
 e2e_why() {
@@ -21,7 +25,6 @@ e2e_why() {
   [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "dra|resourceclaim|cdi|prepare" "$KUBELET_LOG" | tail -n 6; }
   return 0
 }
-k8s_at_least 37 || skip "the DRA scenario runs on 1.37 only: partitionable devices (DRAPartitionableDevices, beta and on from 1.36) carry its device sets and core ranges, and resource.k8s.io/v1 needs 1.34+; this is $E2E_K8S"
 E2E_HELM_SETS=(--set draDriver.enabled=true)
 e2e_pause_image
 e2e_control_plane
@@ -178,7 +181,9 @@ half="$E2E_CDI_DIR/neuron.aws.com-00000000-dead-beef-0000-000000000000.json.tmp.
 printf '{"cdiVersion":"0.6.0","kind":"neuron.aws.com/device","devices":[{"name":"x","containerEd' >"$half"
 e2e_dra_plugin kn "$DRA_HOST"
 wait_for 30 "the restarted plugin to remove the half-written $half" test ! -e "$half"
-wait_for 90 "pod dev-1 Running after the plugin restarted" phase_is dev-1 Running
+# The kill may land while kubelet still waits for the answer (its call then fails with EOF): kubelet
+# retries the pod at its own sync backoff, about 70 s here.
+wait_for 150 "pod dev-1 Running after the plugin restarted" phase_is dev-1 Running
 out=$(check_container dev-1 2) || die "dev-1: $out"
 leftover=$(find "$E2E_CDI_DIR" -type f ! -name 'neuron.aws.com-*.json')
 [ -z "$leftover" ] || die "the restarted plugin left non-spec files in the CDI dir: $leftover"
@@ -187,7 +192,9 @@ n_specs=$(find "$E2E_CDI_DIR" -name 'neuron.aws.com-*.json' | wc -l)
 for f in "$E2E_CDI_DIR"/neuron.aws.com-*.json; do
   python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$f" || die "$f is not JSON after the restart"
 done
-pass "(e) plugin SIGKILLed at dev-1's prepare and restarted: it removed a half-written spec ($(grep -m1 "a CDI spec write that did not finish" "$DRA_LOG" | sed 's/^.*\] //' | cut -c1-120)); dev-1 Running ($out); the CDI dir holds 3 whole specs and nothing else"
+inflight="after kubelet had its answer"
+grep -q 'Failed to prepare dynamic resources.*pod="default/dev-1"' "$KUBELET_LOG" && inflight="before kubelet had its answer (kubelet: $(grep -m1 'Failed to prepare dynamic resources.*pod="default/dev-1"' "$KUBELET_LOG" | grep -o 'err="[^"]*' | cut -c6-110))"
+pass "(e) plugin SIGKILLed at dev-1's prepare, $inflight, and restarted: it removed a half-written spec ($(grep -m1 "a CDI spec write that did not finish" "$DRA_LOG" | sed 's/^.*\] //' | cut -c1-200)); dev-1 Running ($out); the CDI dir holds 3 whole specs and nothing else"
 
 # (f) a device the driver stops showing leaves the ResourceSlices, and returns when it is back.
 used=$(cat "$W"/claim-*.json | python3 -c '

@@ -788,7 +788,6 @@ state = "$c/state"
   # runc fails with "can't get final child's PID from pipe". Clamped to containerd's own value instead.
   restrict_oom_score_adj = true
 ${E2E_PAUSE_IMAGE:+  sandbox_image = \"$E2E_PAUSE_IMAGE\"}
-${E2E_CDI_DIR:+  # dra.sh: CDI on (2.x: the default), with the DRA plugin's spec directory besides the standard ones.}
 ${E2E_CDI_DIR:+  enable_cdi = true}
 ${E2E_CDI_DIR:+  cdi_spec_dirs = [\"$E2E_CDI_DIR\", \"/etc/cdi\", \"/var/run/cdi\"]}
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -803,6 +802,8 @@ ${E2E_CDI_DIR:+  cdi_spec_dirs = [\"$E2E_CDI_DIR\", \"/etc/cdi\", \"/var/run/cdi
     bin_dir = "$c/cni/bin"
     conf_dir = "$c/cni/conf"
 TOML
+  # E2E_CDI_DIR (dra.sh): CDI on (2.x: the default) with the DRA plugin's spec directory besides the
+  # standard ones; containerd 2 moves both keys to io.containerd.cri.v1.runtime when it migrates.
   # containerd 2 reads this version-2 file too (it migrates it); its runc shim is found on PATH.
   start containerd "$W/containerd.log" env PATH="$(dirname "$(command -v "$CONTAINERD_BIN")"):$PATH" "$CONTAINERD_BIN" --config "$c/config.toml"
   wait_for 30 "containerd socket" test -S "$c/c.sock"
