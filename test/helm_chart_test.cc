@@ -541,16 +541,18 @@ TEST(HelmChart, AChangedValueRollsTheSchedulerOnUpgrade) {
   EXPECT_NE(stamp(before), stamp(after));
 }
 
-// The device plugin stays off the nodes the DRA plugin manages (toposched.io/neuron-management=dra),
-// whether or not the DRA plugin is installed: the label decides who manages a node.
+// The device plugin stays off the nodes the DRA plugin manages
+// (toposched.io/neuron-management=dra), whether or not the DRA plugin is installed: the label
+// decides who manages a node.
 TEST(HelmChart, DevicePluginAvoidsDraNodes) {
   for (const char* values : {"", kDra}) {
     const Rendered r(values);
     ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
-    const YAML::Node terms =
-        r.Get("DaemonSet", "neuron-device-plugin-daemonset")["spec"]["template"]["spec"]
-         ["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-         ["nodeSelectorTerms"][0]["matchExpressions"];
+    const YAML::Node terms = r.Get(
+        "DaemonSet",
+        "neuron-device-plugin-daemonset")["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+                                         ["requiredDuringSchedulingIgnoredDuringExecution"]
+                                         ["nodeSelectorTerms"][0]["matchExpressions"];
     ASSERT_EQ(terms.size(), 3u) << values;
     EXPECT_EQ(terms[2]["key"].as<std::string>(), "toposched.io/neuron-management");
     EXPECT_EQ(terms[2]["operator"].as<std::string>(), "NotIn");
@@ -558,21 +560,20 @@ TEST(HelmChart, DevicePluginAvoidsDraNodes) {
   }
 }
 
-// draDriver.enabled=true: `toposched dra-plugin` under AWS's names and keys (ultraserver-dra-helm.md
-// §2, kubernetes-2026.md §1.1), on the dra-labelled nodes only, with least-privilege RBAC.
+// draDriver.enabled=true: `toposched dra-plugin` under AWS's names and keys
+// (ultraserver-dra-helm.md §2, kubernetes-2026.md §1.1), on the dra-labelled nodes only, with
+// least-privilege RBAC.
 TEST(HelmChart, DraDriverUnderAwsNames) {
   const Rendered r(std::string(kDra) + " --kube-version 1.37.2");
   ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
-  EXPECT_THAT(r.KindsAndNames(),
-              ElementsAre("ClusterRole/neuron-device-plugin", "ClusterRole/neuron-dra-driver",
-                          "ClusterRoleBinding/neuron-device-plugin",
-                          "ClusterRoleBinding/neuron-dra-driver",
-                          "DaemonSet/neuron-device-plugin-daemonset",
-                          "DaemonSet/neuron-dra-driver-kubelet-plugin",
-                          "DeviceClass/neuron.aws.com", "DeviceClass/neuroncores.toposched.io",
-                          "DeviceClass/neurondevices.toposched.io",
-                          "ServiceAccount/neuron-device-plugin",
-                          "ServiceAccount/neuron-dra-driver-sa"));
+  EXPECT_THAT(
+      r.KindsAndNames(),
+      ElementsAre("ClusterRole/neuron-device-plugin", "ClusterRole/neuron-dra-driver",
+                  "ClusterRoleBinding/neuron-device-plugin", "ClusterRoleBinding/neuron-dra-driver",
+                  "DaemonSet/neuron-device-plugin-daemonset",
+                  "DaemonSet/neuron-dra-driver-kubelet-plugin", "DeviceClass/neuron.aws.com",
+                  "DeviceClass/neuroncores.toposched.io", "DeviceClass/neurondevices.toposched.io",
+                  "ServiceAccount/neuron-device-plugin", "ServiceAccount/neuron-dra-driver-sa"));
   const YAML::Node ds = r.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin");
   EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "kube-system");
   const YAML::Node spec = ds["spec"]["template"]["spec"];
@@ -589,8 +590,8 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_THAT(Strings(c["command"]),
               ElementsAre("/usr/local/bin/toposched", "dra-plugin", "--dev-root", "/host/dev",
                           "--plugin-dir", "$(KUBELET_PLUGINS_DIRECTORY_PATH)/neuron.aws.com",
-                          "--registry-dir", "$(KUBELET_REGISTRAR_DIRECTORY_PATH)",
-                          "--probe-listen", "0.0.0.0:8081"));
+                          "--registry-dir", "$(KUBELET_REGISTRAR_DIRECTORY_PATH)", "--probe-listen",
+                          "0.0.0.0:8081"));
   std::vector<std::string> env;
   for (const YAML::Node& e : c["env"]) {
     env.push_back(e["name"].as<std::string>() + "=" +
@@ -602,9 +603,11 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
   EXPECT_EQ(c["resources"]["limits"]["memory"].as<std::string>(), "256Mi");
   std::vector<std::string> host_paths;
-  for (const YAML::Node& v : spec["volumes"]) host_paths.push_back(v["hostPath"]["path"].as<std::string>());
-  EXPECT_THAT(host_paths, ElementsAre("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
-                                      "/var/run/cdi", "/sys", "/dev", "/opt/aws"));
+  for (const YAML::Node& v : spec["volumes"])
+    host_paths.push_back(v["hostPath"]["path"].as<std::string>());
+  EXPECT_THAT(host_paths,
+              ElementsAre("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
+                          "/var/run/cdi", "/sys", "/dev", "/opt/aws"));
   // Each hostPath is mounted at the same path, but /dev (at /host/dev, as the device plugin's).
   for (const YAML::Node& m : c["volumeMounts"]) {
     if (m["name"].as<std::string>() == "dev") {
@@ -657,16 +660,17 @@ TEST(HelmChart, DraDeviceClassesFollowTheCluster) {
   EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.20.2"), 0);
   EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.34.0"), 3);
   EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2"), 3);
-  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.33.5 --set draDriver.deviceClasses=true"),
-            3);
-  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2 --set draDriver.deviceClasses=false"),
-            0);
+  EXPECT_EQ(
+      classes(std::string(kDra) + " --kube-version 1.33.5 --set draDriver.deviceClasses=true"), 3);
+  EXPECT_EQ(
+      classes(std::string(kDra) + " --kube-version 1.37.2 --set draDriver.deviceClasses=false"), 0);
   EXPECT_EQ(classes("--kube-version 1.37.2"), 0) << "draDriver off";
 
-  const Rendered r(std::string(kDra) +
-                   " --set draDriver.fullnameOverride=my-dra --set draDriver.serviceAccount.name=my-sa"
-                   " --set draDriver.namespaceOverride=neuron-dra-driver"
-                   " --set-json draDriver.nodeSelector='{\"pool\":\"trn\"}'");
+  const Rendered r(
+      std::string(kDra) +
+      " --set draDriver.fullnameOverride=my-dra --set draDriver.serviceAccount.name=my-sa"
+      " --set draDriver.namespaceOverride=neuron-dra-driver"
+      " --set-json draDriver.nodeSelector='{\"pool\":\"trn\"}'");
   ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
   const YAML::Node ds = r.Get("DaemonSet", "my-dra");
   ASSERT_TRUE(ds.IsMap());

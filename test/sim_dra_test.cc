@@ -34,7 +34,8 @@ std::vector<NodeGroup> Fleet(std::string_view spec) {
 
 TEST(SimDraTest, IndexOrderOnFleetOrderNodesIsFirstFit) {
   const Trace trace = LoadDefaultTrace();
-  for (std::string_view spec : {kDefaultFillFleet, std::string_view("trn2.48xlarge=3,inf2.48xlarge=2")}) {
+  for (std::string_view spec :
+       {kDefaultFillFleet, std::string_view("trn2.48xlarge=3,inf2.48xlarge=2")}) {
     for (uint64_t seed : {0, 1, 2}) {
       const std::vector<NodeGroup> fleet = Fleet(spec);
       auto dra = SimulateDraFill(topology::Catalog::Embedded(), trace, fleet, seed);

@@ -117,7 +117,8 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
 
   auto* dra = cmd->add_flag(
       "--dra", opts->dra,
-      "Instead of the policies: the trace replayed (fill or dynamic mode) into a DRA cluster, where "
+      "Instead of the policies: the trace replayed (fill or dynamic mode) into a DRA cluster, "
+      "where "
       "kube-scheduler's DRA allocator takes the first free published device and the driver's "
       "publish order is the only lever: a naive driver's index order against toposched "
       "dra-plugin's scarcity order, each with fleet-order and least-allocated node choice. "

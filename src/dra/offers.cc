@@ -87,23 +87,26 @@ Result<Offer> OfferFromName(const NodeShape& shape, std::string_view name) {
   const bool known = std::any_of(std::begin(kPrefixes), std::end(kPrefixes),
                                  [&](std::string_view p) { return name.starts_with(p); });
   if (!known || name.size() > 63) {
-    return Error{fmt::format("DRA device '{}' is not one of this driver's names (neurondeviceN, "
-                             "neurondevices-A-B, neuroncores-A-B)",
-                             name)};
+    return Error{
+        fmt::format("DRA device '{}' is not one of this driver's names (neurondeviceN, "
+                    "neurondevices-A-B, neuroncores-A-B)",
+                    name)};
   }
   for (Offer& offer : LegalOffers(shape, /*partitionable=*/true)) {
     if (offer.name == name) return std::move(offer);
   }
-  return Error{fmt::format("DRA device '{}' is not a legal choice on this {} node ({} devices, "
-                           "{} cores per device)",
-                           name, shape.type->name, shape.devices, shape.cores_per_device)};
+  return Error{
+      fmt::format("DRA device '{}' is not a legal choice on this {} node ({} devices, "
+                  "{} cores per device)",
+                  name, shape.type->name, shape.devices, shape.cores_per_device)};
 }
 
 std::vector<int> CoresOfOffer(const NodeShape& shape, const Offer& offer) {
   if (offer.kind == OfferKind::kCores) return offer.placement.ids;
   std::vector<int> cores;
   for (int d : offer.placement.ids) {
-    for (int k = 0; k < shape.cores_per_device; ++k) cores.push_back(d * shape.cores_per_device + k);
+    for (int k = 0; k < shape.cores_per_device; ++k)
+      cores.push_back(d * shape.cores_per_device + k);
   }
   return cores;
 }

@@ -19,10 +19,13 @@ constexpr std::string_view kOurDomain = "toposched.io";
 constexpr std::string_view kAwsGroupDomain = "resource.aws.com";
 
 std::string DeviceCounterSet(const NodeShape& shape, int device) {
-  return shape.devices <= kMaxCountersPerSet ? std::string("neurondevices")
-                                             : fmt::format("neurondevices-{}", device / kMaxCountersPerSet);
+  return shape.devices <= kMaxCountersPerSet
+             ? std::string("neurondevices")
+             : fmt::format("neurondevices-{}", device / kMaxCountersPerSet);
 }
-std::string CoreCounterSet(int core) { return fmt::format("neuroncores-{}", core / kMaxCountersPerSet); }
+std::string CoreCounterSet(int core) {
+  return fmt::format("neuroncores-{}", core / kMaxCountersPerSet);
+}
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ULL;
@@ -85,7 +88,8 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
   if (offer.kind == OfferKind::kDevice) attrs.Int("deviceId", offer.placement.ids.front());
   attrs.String("instanceType", shape.type->name);
   attrs.String("resourceType", ResourceTypeOf(offer.kind));
-  if (!facts.dra_driver_version.empty()) attrs.Version("draDriverVersion", facts.dra_driver_version);
+  if (!facts.dra_driver_version.empty())
+    attrs.Version("draDriverVersion", facts.dra_driver_version);
   if (!facts.neuron_driver_version.empty())
     attrs.String("neuronDriverVersion", facts.neuron_driver_version);
   for (size_t i = 0; i < facts.network_node_layers.size() && i < 3; ++i) {
@@ -266,8 +270,8 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
   const auto counter_sets = options.partitionable
                                 ? CounterSetsOf(shape)
                                 : std::map<std::string, std::map<std::string, int64_t>>{};
-  const int counter_slices = static_cast<int>(
-      (counter_sets.size() + kMaxCounterSetsPerSlice - 1) / kMaxCounterSetsPerSlice);
+  const int counter_slices = static_cast<int>((counter_sets.size() + kMaxCounterSetsPerSlice - 1) /
+                                              kMaxCounterSetsPerSlice);
   const int total = device_slices + counter_slices;
   const std::string prefix = SliceNamePrefix(facts.node_name);
 

@@ -30,7 +30,8 @@ struct DraNode {
 
 bool Matches(const dra::Offer& offer, const Request& request) {
   const auto n = static_cast<int>(offer.placement.ids.size());
-  if (request.unit == Unit::kCore) return offer.kind == dra::OfferKind::kCores && n == request.count;
+  if (request.unit == Unit::kCore)
+    return offer.kind == dra::OfferKind::kCores && n == request.count;
   if (request.count == 1) return offer.kind == dra::OfferKind::kDevice;
   return offer.kind == dra::OfferKind::kDeviceSet && n == request.count;
 }
@@ -42,7 +43,8 @@ Unit UnitOf(const dra::Offer& offer) {
 // The first published offer on `node` that fits `request`: what the DRA allocator takes.
 const dra::Offer* FirstFree(const DraNode& node, const Request& request) {
   for (const dra::Offer& offer : node.offers) {
-    if (Matches(offer, request) && node.usage.AllFree(node.shape, UnitOf(offer), offer.placement.ids))
+    if (Matches(offer, request) &&
+        node.usage.AllFree(node.shape, UnitOf(offer), offer.placement.ids))
       return &offer;
   }
   return nullptr;
@@ -110,9 +112,8 @@ class DraCluster {
     Republish(node, variant_.scarcity_order);  // after Unprepare
   }
   bool CanEverGrant(const Request& request) const {
-    return std::any_of(nodes_.begin(), nodes_.end(), [&](const DraNode& n) {
-      return topology::CanEverGrant(n.shape, request);
-    });
+    return std::any_of(nodes_.begin(), nodes_.end(),
+                       [&](const DraNode& n) { return topology::CanEverGrant(n.shape, request); });
   }
   double unallocated_share() const {
     return 1.0 - static_cast<double>(used_units_) / static_cast<double>(fleet_units_);
@@ -271,20 +272,23 @@ std::string FormatDraTable(const std::vector<DraResult>& results, std::string_vi
                          r.failed ? r.first_failure_request : std::string("none"),
                          100.0 * r.unallocated_share_at_first_failure);
     }
-    out += "\nplaced: pods placed before the first refusal for lack of room (never-legal counts "
-           "are skipped).\n";
+    out +=
+        "\nplaced: pods placed before the first refusal for lack of room (never-legal counts "
+        "are skipped).\n";
   } else {
     out += fmt::format("{:<22} {:>10} {:>10} {:>14}\n", "order/node choice", "placed", "refused",
                        "device-hours");
     for (const DraResult& r : results) {
-      out += fmt::format("{:<22} {:>10} {:>10} {:>14.1f}\n", r.variant.Name(), r.placed,
-                         r.refused, r.device_hours);
+      out += fmt::format("{:<22} {:>10} {:>10} {:>14.1f}\n", r.variant.Name(), r.placed, r.refused,
+                         r.device_hours);
     }
-    out += "\nrefused: no node had a free published device matching the claim (a real cluster "
-           "keeps it Pending;\nhere it is dropped, as --mode dynamic counts refusals).\n";
+    out +=
+        "\nrefused: no node had a free published device matching the claim (a real cluster "
+        "keeps it Pending;\nhere it is dropped, as --mode dynamic counts refusals).\n";
   }
-  out += "index: a naive driver's order (lowest ids first); scarcity: toposched dra-plugin's "
-         "order.\n";
+  out +=
+      "index: a naive driver's order (lowest ids first); scarcity: toposched dra-plugin's "
+      "order.\n";
   return out;
 }
 

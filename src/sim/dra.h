@@ -36,12 +36,12 @@ struct DraResult {
   DraVariant variant;
   bool failed = false;
   int placed_before_first_failure = 0;
-  std::string first_failure_request;     // e.g. "2 devices"
+  std::string first_failure_request;  // e.g. "2 devices"
   double unallocated_share_at_first_failure = 0;
   int never_legal = 0;  // pods no node of the fleet could ever take (not a failure)
   // Dynamic replay only.
   int placed = 0;
-  int refused = 0;  // for lack of a free matching device on every node
+  int refused = 0;          // for lack of a free matching device on every node
   double device_hours = 0;  // a core counts as 1/cores_per_device of its device
 };
 

@@ -63,23 +63,25 @@ std::vector<Row> TableRows(const SimResult& r) {
       MakeRow(r, "pods placed", [](const PolicyResult& p) { return Grouped(p.placed); }));
   if (r.mode == Mode::kQueue) {
     // Nothing is dropped for lack of room: pods wait. Only never-legal counts are refused.
-    rows.push_back(MakeRow(r, "pods that waited",
-                           [](const PolicyResult& p) { return Grouped(p.waited); }));
+    rows.push_back(
+        MakeRow(r, "pods that waited", [](const PolicyResult& p) { return Grouped(p.waited); }));
     rows.push_back(MakeRow(r, "still waiting at the end",
                            [](const PolicyResult& p) { return Grouped(p.still_waiting); }));
-    rows.push_back(MakeRow(r, "mean wait (hours)",
-                           [](const PolicyResult& p) { return GroupedFixed(p.mean_wait_s / 3600, 2); }));
-    rows.push_back(MakeRow(r, "p95 wait (hours)",
-                           [](const PolicyResult& p) { return GroupedFixed(p.p95_wait_s / 3600, 2); }));
-    rows.push_back(MakeRow(r, "waiting while units were free", [](const PolicyResult& p) {
-      return Percent(p.fragmented_wait_share);
+    rows.push_back(MakeRow(r, "mean wait (hours)", [](const PolicyResult& p) {
+      return GroupedFixed(p.mean_wait_s / 3600, 2);
     }));
+    rows.push_back(MakeRow(r, "p95 wait (hours)", [](const PolicyResult& p) {
+      return GroupedFixed(p.p95_wait_s / 3600, 2);
+    }));
+    rows.push_back(MakeRow(r, "waiting while units were free",
+                           [](const PolicyResult& p) { return Percent(p.fragmented_wait_share); }));
     rows.push_back(MakeRow(r, "device-hours allocated",
                            [](const PolicyResult& p) { return GroupedFixed(p.device_hours, 1); }));
     rows.push_back(MakeRow(r, "allocated share, time-weighted",
                            [](const PolicyResult& p) { return Percent(p.avg_allocated_share); }));
-    rows.push_back(MakeRow(r, "makespan (days)",
-                           [](const PolicyResult& p) { return GroupedFixed(p.makespan_s / 86400, 2); }));
+    rows.push_back(MakeRow(r, "makespan (days)", [](const PolicyResult& p) {
+      return GroupedFixed(p.makespan_s / 86400, 2);
+    }));
     rows.push_back(MakeRow(r, "count never legal (refused)", [](const PolicyResult& p) {
       return Grouped(Reason(p, RejectReason::kNeverLegal));
     }));
@@ -516,10 +518,11 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
   if (dynamic || queue) {
     out += fmt::format(",\"span_hours\":{}", JsonNumber(r.span_s / 3600.0, 3));
   }
-  out += fmt::format(",\"unallocated_share_meaning\":{}",
-                     JsonQuote(dynamic || queue ? "time-weighted average over the replay"
-                                       : "share of devices unallocated when the first pod failed "
-                                         "for lack of room (at the end if none failed)"));
+  out += fmt::format(
+      ",\"unallocated_share_meaning\":{}",
+      JsonQuote(dynamic || queue ? "time-weighted average over the replay"
+                                 : "share of devices unallocated when the first pod failed "
+                                   "for lack of room (at the end if none failed)"));
   out += ",\"policies\":[";
   for (size_t i = 0; i < r.policies.size(); ++i) {
     const PolicyResult& p = r.policies[i];

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <queue>
 #include <random>
@@ -479,9 +479,9 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
 
   size_t next = 0;
   while (next < arrivals.size() || !departures.empty()) {
-    const bool depart = !departures.empty() &&
-                        (next == arrivals.size() ||
-                         departures.top().first <= jobs[arrivals[next]].creation_ns);
+    const bool depart =
+        !departures.empty() &&
+        (next == arrivals.size() || departures.top().first <= jobs[arrivals[next]].creation_ns);
     if (depart) {
       const auto [t, j] = departures.top();
       departures.pop();
@@ -513,8 +513,8 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   out.avg_unallocated_share = 1.0 - out.avg_allocated_share;
   out.fragmented_wait_share = wait_seconds > 0 ? fragmented_seconds / wait_seconds : 0.0;
   if (!waits_s.empty()) {
-    out.mean_wait_s = std::accumulate(waits_s.begin(), waits_s.end(), 0.0) /
-                      static_cast<double>(waits_s.size());
+    out.mean_wait_s =
+        std::accumulate(waits_s.begin(), waits_s.end(), 0.0) / static_cast<double>(waits_s.size());
     std::vector<double> sorted = waits_s;
     const size_t k = (sorted.size() * 95 + 99) / 100 - 1;  // nearest rank
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());

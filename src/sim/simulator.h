@@ -135,7 +135,7 @@ struct PolicyResult {
   int still_waiting = 0;
   double mean_wait_s = 0;  // over the pods that started
   double p95_wait_s = 0;
-  double makespan_s = 0;   // first arrival to last departure (or to the end, with pods waiting)
+  double makespan_s = 0;  // first arrival to last departure (or to the end, with pods waiting)
   double avg_allocated_share = 0;  // time-weighted over the makespan
   // Of all the time pods spent waiting, the share during which enough free units existed on a
   // node that could ever take the pod, only not as a legal set: what fragmentation costs.
