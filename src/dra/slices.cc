@@ -247,6 +247,7 @@ std::vector<CounterUse> CountersConsumedBy(const NodeShape& shape, const Offer& 
       use(DeviceCounterSet(shape, d), fmt::format("d{}", d), shape.cores_per_device);
   }
   std::vector<CounterUse> out;
+  out.reserve(uses.size());
   for (auto& [name, u] : uses) out.push_back(std::move(u));
   return out;
 }

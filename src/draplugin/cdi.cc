@@ -125,7 +125,7 @@ std::string CdiSpecJson(const PreparedClaim& claim) {
   for (const auto& [name, value] : claim.env) {
     if (!first) out += ',';
     first = false;
-    out += JsonQuote(name + "=" + value);
+    out += JsonQuote(fmt::format("{}={}", name, value));
   }
   out += "]}}\n";
   return out;

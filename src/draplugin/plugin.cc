@@ -46,7 +46,8 @@ std::string DescribeDevices(const PreparedClaim& claim) {
 
 std::string DescribeEnv(const std::map<std::string, std::string>& env) {
   std::vector<std::string> parts;
-  for (const auto& [name, value] : env) parts.push_back(name + "=" + value);
+  parts.reserve(env.size());
+  for (const auto& [name, value] : env) parts.push_back(fmt::format("{}={}", name, value));
   return fmt::format("{}", fmt::join(parts, " "));
 }
 

@@ -67,7 +67,7 @@ Status DecodeConfigs(ondemand::value& value, const Path& path, ClaimConfig::Sour
     ClaimConfig config;
     config.source = default_source;
     bool opaque = false;
-    const Status read = EachField(
+    Status read = EachField(
         element, at, [&](std::string_view key, ondemand::value field, const Path& f) -> Status {
           if (key == "requests") return ReadStrings(field, f, config.requests);
           if (key == "source") {
