@@ -25,7 +25,7 @@ struct SimulateOptions {
   std::string trace;
   std::string fleet;  // empty: the mode's default fleet
   std::string mode = "fill";
-  std::string policies = "scarcity,first-fit,spread,binpack,count-only";
+  std::string policies = "scarcity,fgd,first-fit,spread,binpack,count-only";
   uint64_t seed = 0;
   std::string synthetic;
   int synthetic_tasks = 5000;
@@ -63,6 +63,9 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       "  first-fit   AWS's: lowest-index sets on the first node in fleet order that fits\n"
       "  spread      kube-scheduler's LeastAllocated: the emptiest node, lowest-index sets\n"
       "  binpack     MostAllocated / HAMi binpack: the fullest node that fits, lowest-index sets\n"
+      "  fgd         FGD (ATC'23): the node whose expected fragmentation over the request mix\n"
+      "              seen so far grows least, lowest-index sets (fgd-scarcity-sets: with our "
+      "sets)\n"
       "  count-only  blind to topology, so never refused for it (always run, as a reference)\n"
       "Ties among baselines go to the first node in fleet order.\n"
       "Unreadable trace rows are skipped and counted. Exit 0 on success, 2 on bad flags or\n"
@@ -98,6 +101,7 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--policy", opts->policies,
                   "Comma-separated policies to compare: scarcity, best-fit, first-fit, spread, "
+                  "fgd, fgd-scarcity-sets, "
                   "binpack, count-only (count-only is added when missing: the others are read "
                   "against it)")
       ->capture_default_str();

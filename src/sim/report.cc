@@ -206,9 +206,10 @@ std::string Verdict(const SimResult& r) {
   };
   for (const auto& p : r.policies) {
     if (p.policy == topology::Policy::kScarcity) ours = &p;
-    const bool baseline = p.policy == topology::Policy::kFirstFit ||
-                          p.policy == topology::Policy::kSpread ||
-                          p.policy == topology::Policy::kBinpack;
+    const bool baseline =
+        p.policy == topology::Policy::kFirstFit || p.policy == topology::Policy::kSpread ||
+        p.policy == topology::Policy::kBinpack || p.policy == topology::Policy::kFgd ||
+        p.policy == topology::Policy::kFgdScarcitySets;
     if (baseline && (rival == nullptr || better(p, *rival))) rival = &p;
   }
   if (ours == nullptr || rival == nullptr) return {};
@@ -289,6 +290,10 @@ std::string_view PolicyColour(topology::Policy policy) {
       return "#a6761d";
     case topology::Policy::kCountOnly:
       return "#7570b3";
+    case topology::Policy::kFgd:
+      return "#1f78b4";
+    case topology::Policy::kFgdScarcitySets:
+      return "#a6cee3";
   }
   return "#444";
 }

@@ -674,22 +674,36 @@ std::string_view PolicyName(Policy policy) {
       return "binpack";
     case Policy::kCountOnly:
       return "count-only";
+    case Policy::kFgd:
+      return "fgd";
+    case Policy::kFgdScarcitySets:
+      return "fgd-scarcity-sets";
   }
   return "?";
 }
 
 Result<Policy> ParsePolicy(std::string_view name) {
   for (Policy p : {Policy::kScarcity, Policy::kBestFit, Policy::kFirstFit, Policy::kSpread,
-                   Policy::kBinpack, Policy::kCountOnly}) {
+                   Policy::kBinpack, Policy::kCountOnly, Policy::kFgd, Policy::kFgdScarcitySets}) {
     if (PolicyName(p) == name) return p;
   }
-  return Error{fmt::format(
-      "unknown policy '{}': use scarcity, best-fit, first-fit, spread, binpack or count-only",
-      name)};
+  return Error{
+      fmt::format("unknown policy '{}': use scarcity, best-fit, first-fit, spread, binpack, fgd, "
+                  "fgd-scarcity-sets or count-only",
+                  name)};
 }
 
 Policy SetPolicy(Policy policy) {
-  return policy == Policy::kSpread || policy == Policy::kBinpack ? Policy::kFirstFit : policy;
+  switch (policy) {
+    case Policy::kSpread:
+    case Policy::kBinpack:
+    case Policy::kFgd:
+      return Policy::kFirstFit;
+    case Policy::kFgdScarcitySets:
+      return Policy::kScarcity;
+    default:
+      return policy;
+  }
 }
 
 Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
@@ -813,6 +827,17 @@ std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
 
 Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
                   Policy policy, const SlotCosts* costs) {
+  const bool fgd = policy == Policy::kFgd || policy == Policy::kFgdScarcitySets;
+  if (fgd && costs != nullptr) {
+    // FGD weighs the node by how much the chosen set grows its expected fragmentation.
+    Decision d = Allocate(shape, usage, request, SetPolicy(policy), costs);
+    if (!d.ok()) return d;
+    NodeUsage after = usage;
+    after.Take(shape, d.placement.unit, d.placement.ids);
+    d.cost =
+        ExpectedFragmentation(shape, after, *costs) - ExpectedFragmentation(shape, usage, *costs);
+    return d;
+  }
   policy = SetPolicy(policy);
   if (policy == Policy::kCountOnly) {
     if (request.count <= 0 ||

@@ -46,6 +46,12 @@ enum class Policy {
   kSpread,     // lowest-index sets on the emptiest node (kube-scheduler's LeastAllocated)
   kBinpack,    // lowest-index sets on the fullest node that fits (MostAllocated, HAMi binpack)
   kCountOnly,  // ignores topology: any N free units. An upper bound for the simulator only.
+  // FGD as published (Weng et al., ATC'23, "fragmentation gradient descent"): the node whose
+  // expected fragmentation over the workload's request mix grows least (ExpectedFragmentation in
+  // demand.h), with AWS's lowest-index set on it.
+  kFgd,
+  // FGD's node choice with our set choice (kScarcity's), so the node choice is compared alone.
+  kFgdScarcitySets,
 };
 std::string_view PolicyName(Policy policy);
 Result<Policy> ParsePolicy(std::string_view name);

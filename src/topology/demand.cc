@@ -1,6 +1,7 @@
 #include "topology/demand.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace toposched::topology {
 namespace {
@@ -81,8 +82,34 @@ SlotCosts SlotCosts::From(const DemandModel& demand, std::span<const int64_t> su
     const double slots = i < supply.size() ? static_cast<double>(supply[i]) : 0.0;
     const double share = total > 0 ? classes[i].weight / total : 0.0;
     out.per_slot.push_back(slots > 0 ? share / (slots * slots) : 0.0);
+    out.shares.push_back(share);
   }
   return out;
+}
+
+double ExpectedFragmentation(const NodeShape& shape, const NodeUsage& usage,
+                             const SlotCosts& costs) {
+  const int64_t free_units = FreeUnits(shape, usage);
+  if (free_units == 0) return 0;
+  double expected = 0;
+  for (size_t i = 0; i < costs.classes.size() && i < costs.shares.size(); ++i) {
+    const Request& request = costs.classes[i];
+    if (costs.shares[i] <= 0) continue;
+    int64_t usable = 0;
+    if (shape.type->rule == LegalSetRule::kAny && request.unit == Unit::kDevice &&
+        request.count != shape.devices) {
+      // Every subset is legal: each wholly free device serves, if there are enough of them.
+      const int free_devices = std::popcount(shape.AllDevices() & ~usage.busy_devices());
+      if (free_devices >= request.count) usable = free_devices * kUnitsPerDevice;
+    } else {
+      CoreBits covered;
+      for (const Placement& p : LegalPlacements(shape, usage, request))
+        covered |= CoresOf(shape, p);
+      usable = static_cast<int64_t>(covered.count()) * UnitsPerCore(shape);
+    }
+    expected += costs.shares[i] * static_cast<double>(free_units - usable);
+  }
+  return expected / kUnitsPerDevice;
 }
 
 }  // namespace toposched::topology

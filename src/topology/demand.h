@@ -69,7 +69,8 @@ int64_t FreeUnits(const NodeShape& shape, const NodeUsage& usage);
 struct SlotCosts {
   std::vector<Request> classes;
   std::vector<double> per_slot;
-  double per_unit = 0;  // per unit of free capacity taken (kUnitsPerDevice units = 1 device)
+  std::vector<double> shares;  // each class's share of the expected requests (FGD's weights)
+  double per_unit = 0;         // per unit of free capacity taken (kUnitsPerDevice units = 1 device)
 
   // share_r / supply_r^2: the marginal change of sum_r share_r / supply_r, a barrier that grows
   // as any class's remaining homes run out; classes the fleet can never serve cost nothing.
@@ -77,6 +78,13 @@ struct SlotCosts {
   static SlotCosts From(const DemandModel& demand, std::span<const int64_t> supply,
                         int64_t free_units);
 };
+
+// FGD's measure (Weng et al., ATC'23, §4), mapped from GPUs to Neuron units: for each expected
+// request class, the free units of the node that no free legal set of that class can use (all of
+// them when the class does not fit at all), weighted by the class's share and summed; in
+// devices (a core is its share of a device). The node whose measure grows least is FGD's choice.
+double ExpectedFragmentation(const NodeShape& shape, const NodeUsage& usage,
+                             const SlotCosts& costs);
 
 // The cost of going from `before` to `after` on one node: the slots each class loses and the
 // capacity taken, weighted.

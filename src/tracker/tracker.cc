@@ -315,6 +315,8 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
                      : static_cast<double>(pool.usage.used_core_count()) / pool.shape->cores;
     switch (policy_) {
       case Policy::kScarcity:
+      case Policy::kFgd:
+      case Policy::kFgdScarcitySets:
         k.badness = fit.cost;
         break;
       case Policy::kBestFit:
