@@ -111,6 +111,30 @@ Status ForEachElement(ondemand::array& array, const Path& path, Fn&& fn) {
   return OkStatus();
 }
 
+// Open and visit in one step, for optional parts of a document: a null (or absent, when the
+// caller never reaches it) object, map or array has nothing to visit.
+template <typename Fn>
+Status ForEachFieldOf(ondemand::value& value, const Path& path, Fn&& fn) {
+  ondemand::object object;
+  bool present = false;
+  if (Status s = OpenObject(value, path, object, present); !s.ok() || !present) return s;
+  return ForEachField(object, path, std::forward<Fn>(fn));
+}
+template <typename Fn>
+Status ForEachMapEntryOf(ondemand::value& value, const Path& path, Fn&& fn) {
+  ondemand::object object;
+  bool present = false;
+  if (Status s = OpenObject(value, path, object, present); !s.ok() || !present) return s;
+  return ForEachMapEntry(object, path, std::forward<Fn>(fn));
+}
+template <typename Fn>
+Status ForEachElementOf(ondemand::value& value, const Path& path, Fn&& fn) {
+  ondemand::array array;
+  bool present = false;
+  if (Status s = OpenArray(value, path, array, present); !s.ok() || !present) return s;
+  return ForEachElement(array, path, std::forward<Fn>(fn));
+}
+
 // The thread's reusable parser; see DecodeDocument.
 ondemand::parser& ThreadParser();
 // Frees a parser that grew for an unusually large document.

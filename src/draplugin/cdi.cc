@@ -49,32 +49,10 @@ std::vector<std::string> Split(std::string_view text, char sep) {
   }
 }
 
-template <typename Fn>
-Status EachField(ondemand::value& value, const Path& path, Fn&& fn) {
-  ondemand::object object;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, path, object, present));
-  if (!present) return OkStatus();
-  return json::ForEachField(object, path, std::forward<Fn>(fn));
-}
-
-template <typename Fn>
-Status EachElement(ondemand::value& value, const Path& path, Fn&& fn) {
-  ondemand::array array;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(value, path, array, present));
-  if (!present) return OkStatus();
-  return json::ForEachElement(array, path, std::forward<Fn>(fn));
-}
-
 Status ReadAnnotations(ondemand::value& value, const Path& path,
                        std::map<std::string, std::string>& out) {
-  ondemand::object object;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, path, object, present));
-  if (!present) return OkStatus();
-  return json::ForEachMapEntry(
-      object, path, [&](std::string_view key, ondemand::value v, const Path& at) -> Status {
+  return json::ForEachMapEntryOf(
+      value, path, [&](std::string_view key, ondemand::value v, const Path& at) -> Status {
         return json::ReadString(v, at, out[std::string(key)]);
       });
 }
@@ -144,43 +122,43 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path("cdi");
-    return EachField(
+    return json::ForEachFieldOf(
         root, path, [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
           if (key == "kind") return json::ReadString(value, at, kind);
           if (key == "annotations") return ReadAnnotations(value, at, annotations);
           if (key == "containerEdits") {
-            return EachField(value, at,
-                             [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
-                               if (k != "env") return OkStatus();
-                               return EachElement(
-                                   v, p, [&](size_t, ondemand::value e, const Path& ep) -> Status {
-                                     std::string entry;
-                                     TOPOSCHED_RETURN_IF_ERROR(json::ReadString(e, ep, entry));
-                                     const size_t eq = entry.find('=');
-                                     if (eq == std::string::npos || eq == 0)
-                                       return json::ErrorAt(ep, "expected NAME=VALUE");
-                                     claim.env[entry.substr(0, eq)] = entry.substr(eq + 1);
-                                     return OkStatus();
-                                   });
-                             });
+            return json::ForEachFieldOf(
+                value, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+                  if (k != "env") return OkStatus();
+                  return json::ForEachElementOf(
+                      v, p, [&](size_t, ondemand::value e, const Path& ep) -> Status {
+                        std::string entry;
+                        TOPOSCHED_RETURN_IF_ERROR(json::ReadString(e, ep, entry));
+                        const size_t eq = entry.find('=');
+                        if (eq == std::string::npos || eq == 0)
+                          return json::ErrorAt(ep, "expected NAME=VALUE");
+                        claim.env[entry.substr(0, eq)] = entry.substr(eq + 1);
+                        return OkStatus();
+                      });
+                });
           }
           if (key != "devices") return OkStatus();
-          return EachElement(
+          return json::ForEachElementOf(
               value, at, [&](size_t, ondemand::value element, const Path& ep) -> Status {
                 RawDevice device;
-                Status read = EachField(
+                Status read = json::ForEachFieldOf(
                     element, ep,
                     [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
                       if (k == "name") return json::ReadString(v, p, device.name);
                       if (k == "annotations") return ReadAnnotations(v, p, device.annotations);
                       if (k != "containerEdits") return OkStatus();
-                      return EachField(
+                      return json::ForEachFieldOf(
                           v, p,
                           [&](std::string_view k2, ondemand::value v2, const Path& p2) -> Status {
                             if (k2 != "deviceNodes") return OkStatus();
-                            return EachElement(
+                            return json::ForEachElementOf(
                                 v2, p2, [&](size_t, ondemand::value n, const Path& np) -> Status {
-                                  return EachField(
+                                  return json::ForEachFieldOf(
                                       n, np,
                                       [&](std::string_view k3, ondemand::value v3,
                                           const Path& p3) -> Status {

@@ -10,102 +10,83 @@ namespace {
 namespace ondemand = simdjson::ondemand;
 using json::Path;
 
-// Opens `value` as an object; `present` false for null.
-template <typename Fn>
-Status EachField(ondemand::value& value, const Path& path, Fn&& fn) {
-  ondemand::object object;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, path, object, present));
-  if (!present) return OkStatus();
-  return json::ForEachField(object, path, std::forward<Fn>(fn));
-}
-
-template <typename Fn>
-Status EachElement(ondemand::value& value, const Path& path, Fn&& fn) {
-  ondemand::array array;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(value, path, array, present));
-  if (!present) return OkStatus();
-  return json::ForEachElement(array, path, std::forward<Fn>(fn));
-}
-
 Status ReadStrings(ondemand::value& value, const Path& path, std::vector<std::string>& out) {
-  return EachElement(value, path, [&](size_t, ondemand::value element, const Path& at) -> Status {
-    std::string text;
-    TOPOSCHED_RETURN_IF_ERROR(json::ReadString(element, at, text));
-    out.push_back(std::move(text));
-    return OkStatus();
-  });
+  return json::ForEachElementOf(value, path,
+                                [&](size_t, ondemand::value element, const Path& at) -> Status {
+                                  std::string text;
+                                  TOPOSCHED_RETURN_IF_ERROR(json::ReadString(element, at, text));
+                                  out.push_back(std::move(text));
+                                  return OkStatus();
+                                });
 }
 
 Status DecodeOpaque(ondemand::value& value, const Path& path, ClaimConfig& config) {
-  return EachField(value, path,
-                   [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
-                     if (key == "driver") return json::ReadString(field, at, config.driver);
-                     if (key == "parameters") {
-                       ondemand::json_type type;
-                       TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(field, at, type));
-                       if (type == ondemand::json_type::null) return OkStatus();
-                       if (type != ondemand::json_type::object)
-                         return json::ErrorAt(at, "expected an object");
-                       ondemand::object object;
-                       bool present = false;
-                       TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
-                       std::string_view raw;
-                       if (auto error = object.raw_json().get(raw))
-                         return json::JsonErrorAt(at, error);
-                       config.parameters.assign(raw);
-                       return OkStatus();
-                     }
-                     return OkStatus();
-                   });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
+        if (key == "driver") return json::ReadString(field, at, config.driver);
+        if (key == "parameters") {
+          ondemand::json_type type;
+          TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(field, at, type));
+          if (type == ondemand::json_type::null) return OkStatus();
+          if (type != ondemand::json_type::object) return json::ErrorAt(at, "expected an object");
+          ondemand::object object;
+          bool present = false;
+          TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
+          std::string_view raw;
+          if (auto error = object.raw_json().get(raw)) return json::JsonErrorAt(at, error);
+          config.parameters.assign(raw);
+          return OkStatus();
+        }
+        return OkStatus();
+      });
 }
 
 Status DecodeConfigs(ondemand::value& value, const Path& path, ClaimConfig::Source default_source,
                      std::vector<ClaimConfig>& out) {
-  return EachElement(value, path, [&](size_t, ondemand::value element, const Path& at) -> Status {
-    ClaimConfig config;
-    config.source = default_source;
-    bool opaque = false;
-    Status read = EachField(
-        element, at, [&](std::string_view key, ondemand::value field, const Path& f) -> Status {
-          if (key == "requests") return ReadStrings(field, f, config.requests);
-          if (key == "source") {
-            std::string source;
-            TOPOSCHED_RETURN_IF_ERROR(json::ReadString(field, f, source));
-            if (source == "FromClass") {
-              config.source = ClaimConfig::Source::kClass;
-            } else if (source == "FromClaim" || source.empty()) {
-              config.source = ClaimConfig::Source::kClaim;
-            } else {
-              return json::ErrorAt(f, fmt::format("'{}' is not FromClass or FromClaim", source));
-            }
-            return OkStatus();
-          }
-          if (key == "opaque") {
-            opaque = true;
-            return DecodeOpaque(field, f, config);
-          }
-          return OkStatus();
-        });
-    if (!read.ok()) return read;
-    // A configuration of another type than opaque (none exists in v1 yet) is not ours.
-    if (opaque) out.push_back(std::move(config));
-    return OkStatus();
-  });
+  return json::ForEachElementOf(
+      value, path, [&](size_t, ondemand::value element, const Path& at) -> Status {
+        ClaimConfig config;
+        config.source = default_source;
+        bool opaque = false;
+        Status read = json::ForEachFieldOf(
+            element, at, [&](std::string_view key, ondemand::value field, const Path& f) -> Status {
+              if (key == "requests") return ReadStrings(field, f, config.requests);
+              if (key == "source") {
+                std::string source;
+                TOPOSCHED_RETURN_IF_ERROR(json::ReadString(field, f, source));
+                if (source == "FromClass") {
+                  config.source = ClaimConfig::Source::kClass;
+                } else if (source == "FromClaim" || source.empty()) {
+                  config.source = ClaimConfig::Source::kClaim;
+                } else {
+                  return json::ErrorAt(f,
+                                       fmt::format("'{}' is not FromClass or FromClaim", source));
+                }
+                return OkStatus();
+              }
+              if (key == "opaque") {
+                opaque = true;
+                return DecodeOpaque(field, f, config);
+              }
+              return OkStatus();
+            });
+        if (!read.ok()) return read;
+        // A configuration of another type than opaque (none exists in v1 yet) is not ours.
+        if (opaque) out.push_back(std::move(config));
+        return OkStatus();
+      });
 }
 
 Status DecodeResult(ondemand::value& value, const Path& path, AllocatedDevice& device) {
-  return EachField(value, path,
-                   [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
-                     if (key == "request") return json::ReadString(field, at, device.request);
-                     if (key == "driver") return json::ReadString(field, at, device.driver);
-                     if (key == "pool") return json::ReadString(field, at, device.pool);
-                     if (key == "device") return json::ReadString(field, at, device.device);
-                     if (key == "adminAccess")
-                       return json::ReadBool(field, at, device.admin_access);
-                     return OkStatus();
-                   });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
+        if (key == "request") return json::ReadString(field, at, device.request);
+        if (key == "driver") return json::ReadString(field, at, device.driver);
+        if (key == "pool") return json::ReadString(field, at, device.pool);
+        if (key == "device") return json::ReadString(field, at, device.device);
+        if (key == "adminAccess") return json::ReadBool(field, at, device.admin_access);
+        return OkStatus();
+      });
 }
 
 Status DecodeAllocation(ondemand::value& value, const Path& path, ResourceClaimView& claim) {
@@ -113,13 +94,13 @@ Status DecodeAllocation(ondemand::value& value, const Path& path, ResourceClaimV
   TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(value, path, type));
   if (type == ondemand::json_type::null) return OkStatus();
   claim.allocated = true;
-  return EachField(
+  return json::ForEachFieldOf(
       value, path, [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
         if (key != "devices") return OkStatus();
-        return EachField(
+        return json::ForEachFieldOf(
             field, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
               if (k == "results") {
-                return EachElement(
+                return json::ForEachElementOf(
                     v, p, [&](size_t, ondemand::value element, const Path& e) -> Status {
                       AllocatedDevice device;
                       TOPOSCHED_RETURN_IF_ERROR(DecodeResult(element, e, device));
@@ -153,7 +134,7 @@ Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
     ondemand::json_type type;
     TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(root, path, type));
     if (type != ondemand::json_type::object) return json::ErrorAt(path, "expected an object");
-    return EachField(
+    return json::ForEachFieldOf(
         root, path, [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
           if (key == "kind") {
             std::string kind;
@@ -164,19 +145,19 @@ Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
             return OkStatus();
           }
           if (key == "metadata") {
-            return EachField(field, at,
-                             [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
-                               if (k == "namespace") return json::ReadString(v, p, claim.ns);
-                               if (k == "name") return json::ReadString(v, p, claim.name);
-                               if (k == "uid") return json::ReadString(v, p, claim.uid);
-                               return OkStatus();
-                             });
+            return json::ForEachFieldOf(
+                field, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+                  if (k == "namespace") return json::ReadString(v, p, claim.ns);
+                  if (k == "name") return json::ReadString(v, p, claim.name);
+                  if (k == "uid") return json::ReadString(v, p, claim.uid);
+                  return OkStatus();
+                });
           }
           if (key == "spec") {
-            return EachField(
+            return json::ForEachFieldOf(
                 field, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
                   if (k != "devices") return OkStatus();
-                  return EachField(
+                  return json::ForEachFieldOf(
                       v, p, [&](std::string_view k2, ondemand::value v2, const Path& p2) -> Status {
                         if (k2 != "config") return OkStatus();
                         return DecodeConfigs(v2, p2, ClaimConfig::Source::kClaim,
@@ -185,11 +166,11 @@ Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
                 });
           }
           if (key == "status") {
-            return EachField(field, at,
-                             [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
-                               if (k == "allocation") return DecodeAllocation(v, p, claim);
-                               return OkStatus();
-                             });
+            return json::ForEachFieldOf(
+                field, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+                  if (k == "allocation") return DecodeAllocation(v, p, claim);
+                  return OkStatus();
+                });
           }
           return OkStatus();
         });

@@ -55,21 +55,13 @@ std::string SpliceMetadata(const std::string& json, std::string_view resource_ve
 }
 
 Status ReadMetadata(ondemand::value& value, const Path& path, KnownSlice& out) {
-  ondemand::object object;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, path, object, present));
-  if (!present) return OkStatus();
-  return json::ForEachField(
-      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
         if (key == "name") return json::ReadString(field, at, out.name);
         if (key == "resourceVersion") return json::ReadString(field, at, out.resource_version);
         if (key != "annotations") return OkStatus();
-        ondemand::object annotations;
-        bool has = false;
-        TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, annotations, has));
-        if (!has) return OkStatus();
-        return json::ForEachMapEntry(
-            annotations, at,
+        return json::ForEachMapEntryOf(
+            field, at,
             [&](std::string_view name, ondemand::value& entry, const Path& entry_at) -> Status {
               if (name != kDigestAnnotation) return OkStatus();
               return json::ReadString(entry, entry_at, out.digest);
@@ -78,32 +70,20 @@ Status ReadMetadata(ondemand::value& value, const Path& path, KnownSlice& out) {
 }
 
 Status ReadSpec(ondemand::value& value, const Path& path, KnownSlice& out) {
-  ondemand::object object;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, path, object, present));
-  if (!present) return OkStatus();
-  return json::ForEachField(
-      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
         if (key == "pool") {
-          ondemand::object pool;
-          bool has = false;
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, pool, has));
-          if (!has) return OkStatus();
-          return json::ForEachField(
-              pool, at, [&](std::string_view k, ondemand::value& v, const Path& p) -> Status {
+          return json::ForEachFieldOf(
+              field, at, [&](std::string_view k, ondemand::value& v, const Path& p) -> Status {
                 return k == "generation" ? json::ReadInt64(v, p, out.generation) : OkStatus();
               });
         }
         if (key == "sharedCounters") {
-          ondemand::array sets;
-          bool has = false;
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(field, at, sets, has));
-          if (!has) return OkStatus();
-          return json::ForEachElement(sets, at,
-                                      [&](size_t, ondemand::value&, const Path&) -> Status {
-                                        out.has_shared_counters = true;
-                                        return OkStatus();
-                                      });
+          return json::ForEachElementOf(field, at,
+                                        [&](size_t, ondemand::value&, const Path&) -> Status {
+                                          out.has_shared_counters = true;
+                                          return OkStatus();
+                                        });
         }
         return OkStatus();
       });

@@ -159,7 +159,7 @@ pass "(c) cores-2 Running with a core range of one device: $out"
 rct one-device neurondevices.toposched.io 'device.attributes["toposched.io"].deviceCount == 1'
 lines_before=$(wc -l <"$DRA_LOG")
 dra_pod dev-1 kn template one-device
-prepare_seen() { tail -n +"$((lines_before + 1))" "$DRA_LOG" | grep -qi "prepar"; }
+prepare_seen() { grep -qi "prepar" <<<"$(tail -n +"$((lines_before + 1))" "$DRA_LOG")"; }
 deadline=$(($(date +%s) + 60))
 until prepare_seen; do
   [ "$(date +%s)" -lt "$deadline" ] || die "the plugin never logged a prepare for dev-1"

@@ -859,13 +859,24 @@ e2e_images() {
 
 # e2e_import_images: into our containerd's k8s.io namespace (where the CRI plugin looks), unpacked
 # into the native snapshotter the CRI plugin uses (ctr's default would be overlayfs).
+# ctr_import_flags: sets CTR_IMPORT_FLAGS. containerd 2 imports through its transfer service,
+# which unpacks only into the snapshotters of its unpack_config (overlayfs by default): --local
+# imports directly, into native (1.6 has no flag). The help is read whole first: `ctr --help |
+# grep -q` lets grep close the pipe early, and under pipefail ctr's SIGPIPE made the test fail at
+# random, leaving the flag out (then "no unpack platforms defined").
+ctr_import_flags() {
+  local help
+  help=$("$CTR_BIN" images import --help 2>&1 || true)
+  CTR_IMPORT_FLAGS=()
+  [[ "$help" == *--local* ]] && CTR_IMPORT_FLAGS=(--local)
+  return 0
+}
+
 e2e_import_images() {
-  local f local_import=()
-  # containerd 2 imports through its transfer service, which unpacks only into the snapshotters of
-  # its unpack_config (overlayfs by default): --local imports directly, into native (1.6 has no flag).
-  "$CTR_BIN" images import --help 2>&1 | grep -q -- '--local' && local_import=(--local)
+  local f
+  ctr_import_flags
   for f in pause toposched kube-scheduler; do
-    ctr_ images import "${local_import[@]}" --snapshotter native --platform linux/amd64 "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
+    ctr_ images import "${CTR_IMPORT_FLAGS[@]}" --snapshotter native --platform linux/amd64 "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
       { cat "$W/images/import.log" >&2; die "ctr images import $f.tar failed"; }
   done
   local have; have=$(ctr_ images ls -q)
@@ -1033,11 +1044,10 @@ e2e_pause_image() {
 }
 
 e2e_import_pause_image() {
-  local local_import=()
-  "$CTR_BIN" images import --help 2>&1 | grep -q -- '--local' && local_import=(--local)
-  ctr_ images import "${local_import[@]}" --snapshotter native --platform linux/amd64 "$W/images/pause.tar" >>"$W/images/import.log" 2>&1 ||
+  ctr_import_flags
+  ctr_ images import "${CTR_IMPORT_FLAGS[@]}" --snapshotter native --platform linux/amd64 "$W/images/pause.tar" >>"$W/images/import.log" 2>&1 ||
     { cat "$W/images/import.log" >&2; die "ctr images import pause.tar failed"; }
-  ctr_ images ls -q | grep -qx "$E2E_PAUSE_IMAGE" || die "image $E2E_PAUSE_IMAGE is not in containerd after the import"
+  grep -qx "$E2E_PAUSE_IMAGE" <<<"$(ctr_ images ls -q)" || die "image $E2E_PAUSE_IMAGE is not in containerd after the import"
 }
 
 # e2e_host_dev_nodes COUNT: /dev/neuron0..COUNT-1 on the host as character devices 1:3 (what
@@ -1124,5 +1134,7 @@ node_slices_json() { k get resourceslices -o json --field-selector "spec.nodeNam
 node_slice_names() { node_slices_json "$1" | python3 -c 'import json,sys; [print(s["metadata"]["name"]) for s in json.load(sys.stdin)["items"]]'; }
 node_slice_devices() { node_slices_json "$1" | python3 -c 'import json,sys; [print(d["name"]) for s in json.load(sys.stdin)["items"] for d in (s["spec"].get("devices") or [])]'; }
 # node_slices_have NODE DEVICE / node_slices_lack NODE DEVICE
-node_slices_have() { node_slice_devices "$1" | grep -qx -- "$2"; }
+# (grep reads a here-string: `cmd | grep -q` under pipefail fails when grep's early exit
+# SIGPIPEs cmd.)
+node_slices_have() { grep -qx -- "$2" <<<"$(node_slice_devices "$1")"; }
 node_slices_lack() { local d; d=$(node_slice_devices "$1") && [ -n "$d" ] && ! grep -qx -- "$2" <<<"$d"; }
