@@ -833,12 +833,7 @@ E2E_IMAGE_TAG=e2e
 # registry.k8s.io/kube-scheduler:vMAJOR.MINOR.PATCH (E2E_SCHED_IMAGE); SKIP when that fails.
 e2e_images() {
   local d="$W/images" rc=0
-  mkdir -p "$d"
-  command -v gcc >/dev/null || skip "no gcc to build test/e2e/pause.c"
-  gcc -static -O2 -o "$d/pause" "$E2E_DIR/pause.c" >"$d/gcc.log" 2>&1 || skip "gcc -static test/e2e/pause.c failed: $(head -3 "$d/gcc.log")"
-  nice -n 19 "$E2E_REPO/scripts/image.sh" --name localhost/toposched-pause --tag "$E2E_IMAGE_TAG" \
-    --entrypoint /pause --user 65535:65535 -o "$d/pause.tar" "$d/pause" >"$d/image-pause.log" 2>&1 || rc=$?
-  [ $rc = 0 ] || { tail -5 "$d/image-pause.log" >&2; skip "scripts/image.sh could not build the pause image ($rc)"; }
+  e2e_pause_image
   nice -n 19 "$E2E_REPO/scripts/image.sh" --tag "$E2E_IMAGE_TAG" -o "$d/toposched.tar" "$TOPOSCHED_BIN" \
     >"$d/image-toposched.log" 2>&1 || rc=$?
   [ $rc = 0 ] || { tail -5 "$d/image-toposched.log" >&2; skip "scripts/image.sh could not build the toposched image ($rc)"; }
@@ -849,7 +844,6 @@ e2e_images() {
   nice -n 19 "$E2E_REPO/scripts/image.sh" --name registry.k8s.io/kube-scheduler --tag "$tag" \
     -o "$d/kube-scheduler.tar" "$K8S_BIN/kube-scheduler" >"$d/image-kube-scheduler.log" 2>&1 || rc=$?
   [ $rc = 0 ] || { tail -5 "$d/image-kube-scheduler.log" >&2; skip "scripts/image.sh could not build the kube-scheduler image ($rc)"; }
-  E2E_PAUSE_IMAGE="localhost/toposched-pause:$E2E_IMAGE_TAG"
   E2E_IMAGE="localhost/toposched:$E2E_IMAGE_TAG"
   E2E_SCHED_IMAGE="registry.k8s.io/kube-scheduler:$tag"
   E2E_IMAGES=1
@@ -872,13 +866,16 @@ ctr_import_flags() {
   return 0
 }
 
+# e2e_import_archive NAME: $W/images/NAME.tar into containerd (k8s.io namespace, native snapshotter).
+e2e_import_archive() {
+  ctr_import_flags
+  ctr_ images import "${CTR_IMPORT_FLAGS[@]}" --snapshotter native --platform linux/amd64 "$W/images/$1.tar" >>"$W/images/import.log" 2>&1 ||
+    { cat "$W/images/import.log" >&2; die "ctr images import $1.tar failed"; }
+}
+
 e2e_import_images() {
   local f
-  ctr_import_flags
-  for f in pause toposched kube-scheduler; do
-    ctr_ images import "${CTR_IMPORT_FLAGS[@]}" --snapshotter native --platform linux/amd64 "$W/images/$f.tar" >>"$W/images/import.log" 2>&1 ||
-      { cat "$W/images/import.log" >&2; die "ctr images import $f.tar failed"; }
-  done
+  for f in pause toposched kube-scheduler; do e2e_import_archive "$f"; done
   local have; have=$(ctr_ images ls -q)
   for f in "$E2E_PAUSE_IMAGE" "$E2E_IMAGE" "$E2E_SCHED_IMAGE"; do
     grep -qx "$f" <<<"$have" || die "image $f is not in containerd after the import"
@@ -1044,9 +1041,7 @@ e2e_pause_image() {
 }
 
 e2e_import_pause_image() {
-  ctr_import_flags
-  ctr_ images import "${CTR_IMPORT_FLAGS[@]}" --snapshotter native --platform linux/amd64 "$W/images/pause.tar" >>"$W/images/import.log" 2>&1 ||
-    { cat "$W/images/import.log" >&2; die "ctr images import pause.tar failed"; }
+  e2e_import_archive pause
   grep -qx "$E2E_PAUSE_IMAGE" <<<"$(ctr_ images ls -q)" || die "image $E2E_PAUSE_IMAGE is not in containerd after the import"
 }
 
