@@ -108,6 +108,9 @@ inline constexpr std::string_view kLabelNeuronLnc = "toposched.io/neuron-lnc";
 // never manage one node: each refuses, or leaves alone, a node the label gives the other.
 inline constexpr std::string_view kLabelNeuronManagement = "toposched.io/neuron-management";
 inline constexpr std::string_view kNeuronManagementDra = "dra";
+// On each ResourceSlice the DRA plugin publishes: a digest of its content without the pool's
+// generation, so that an unchanged plan (also after a restart) writes nothing.
+inline constexpr std::string_view kAnnotationSliceDigest = "toposched.io/slice-digest";
 inline bool ManagedByDra(const std::map<std::string, std::string, std::less<>>& node_labels) {
   const auto it = node_labels.find(kLabelNeuronManagement);
   return it != node_labels.end() && it->second == kNeuronManagementDra;
@@ -147,6 +150,7 @@ static_assert(kAnnotationGranted.starts_with(kKeyPrefix));
 // The node decoder keeps only labels under our prefix (kube::kOwnKeyPrefix).
 static_assert(kLabelNeuronLnc.starts_with(kKeyPrefix));
 static_assert(kLabelNeuronManagement.starts_with(kKeyPrefix));
+static_assert(kAnnotationSliceDigest.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));
 static_assert(kAnnotationGang.starts_with(kKeyPrefix));
 static_assert(kAnnotationGangSize.starts_with(kKeyPrefix));

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/json_reader.h"
+#include "claims/keys.h"
 
 namespace toposched::draplugin {
 namespace {
@@ -19,7 +20,6 @@ using KnownSlice = SlicePublisher::KnownSlice;
 
 constexpr std::string_view kSlicesPath = "/apis/resource.k8s.io/v1/resourceslices";
 // What we wrote, generation left out, so an unchanged plan is recognised after a restart too.
-constexpr std::string_view kDigestAnnotation = "toposched.io/slice-digest";
 constexpr int kListPageSize = 100;
 
 bool Is2xx(long status) { return status >= 200 && status < 300; }  // NOLINT(google-runtime-int)
@@ -48,7 +48,8 @@ std::string SpliceMetadata(const std::string& json, std::string_view resource_ve
   if (!resource_version.empty()) {
     extra += fmt::format("\"resourceVersion\":\"{}\",", resource_version);
   }
-  extra += fmt::format("\"annotations\":{{\"{}\":\"{}\"}},", kDigestAnnotation, digest);
+  extra +=
+      fmt::format("\"annotations\":{{\"{}\":\"{}\"}},", claims::kAnnotationSliceDigest, digest);
   std::string out = json;
   out.insert(at + kOpen.size(), extra);
   return out;
@@ -63,7 +64,7 @@ Status ReadMetadata(ondemand::value& value, const Path& path, KnownSlice& out) {
         return json::ForEachMapEntryOf(
             field, at,
             [&](std::string_view name, ondemand::value& entry, const Path& entry_at) -> Status {
-              if (name != kDigestAnnotation) return OkStatus();
+              if (name != claims::kAnnotationSliceDigest) return OkStatus();
               return json::ReadString(entry, entry_at, out.digest);
             });
       });
