@@ -105,5 +105,47 @@ TEST(SimQueueTest, EveryPolicyStartsEveryPodAndTheReportsShowTheQueue) {
   EXPECT_NE(FormatHtml(r.value(), "t").find("Pods waiting"), std::string::npos);
 }
 
+// The table never shows a baseline ahead of ours without a line saying why, or calling it a loss.
+SimResult TwoPolicies(Mode mode) {
+  SimResult r;
+  r.mode = mode;
+  r.policies.resize(2);
+  r.policies[0].policy = topology::Policy::kScarcity;
+  r.policies[1].policy = topology::Policy::kSpread;
+  return r;
+}
+
+TEST(SimReportLeads, ExplainsABaselineAheadOrCallsItALoss) {
+  SimResult fill = TwoPolicies(Mode::kFill);
+  fill.policies[0].placed = 597;
+  fill.policies[1].placed = 600;
+  fill.policies[0].devices_allocated_at_end = fill.policies[1].devices_allocated_at_end = 500;
+  fill.policies[1].unallocated_share_at_first_failure = 0.3;
+  std::string text = FormatTable(fill, "t");
+  EXPECT_NE(text.find("pods placed (ours 597 in 500.0 devices): spread 600 in 500.0"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("the packing measure is the first failure"), std::string::npos);
+  EXPECT_EQ(text.find("a loss of ours"), std::string::npos);
+
+  fill.policies[1].devices_allocated_at_end = 501;  // more pods and more devices: no excuse
+  EXPECT_NE(FormatTable(fill, "t").find("a loss of ours"), std::string::npos);
+
+  SimResult queue = TwoPolicies(Mode::kQueue);
+  queue.policies[0].mean_wait_s = 3600;
+  queue.policies[1].mean_wait_s = 7200;
+  queue.policies[0].device_hours = 100;
+  queue.policies[1].device_hours = 110;
+  text = FormatTable(queue, "t");
+  EXPECT_NE(text.find("ours did the same work in less capacity"), std::string::npos) << text;
+  EXPECT_EQ(text.find("a loss of ours"), std::string::npos);
+  queue.policies[1].mean_wait_s = 1800;
+  EXPECT_NE(FormatTable(queue, "t").find("mean wait (ours 1.00 h): spread 0.50 h — a loss of ours"),
+            std::string::npos);
+
+  SimResult even = TwoPolicies(Mode::kQueue);
+  EXPECT_EQ(FormatTable(even, "t").find("Where a baseline is ahead"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace toposched::sim

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/json_escape.h"
 
@@ -163,7 +164,8 @@ constexpr std::string_view kNotesCommon = R"(
 How to read it: each column is the same pods on the same fleet; only the policy differs.
 scarcity is ours (the set and node that take least from the requests still expected, by how
 few homes each has left); first-fit is AWS's (lowest ids, first node), spread and binpack are
-kube-scheduler's LeastAllocated and MostAllocated node scoring with AWS's lowest-index sets.
+kube-scheduler's LeastAllocated and MostAllocated node scoring with AWS's lowest-index sets,
+fgd is FGD (ATC'23): the node whose expected fragmentation grows least, with the same sets.
 count-only ignores topology (any free units will do), so it never refuses a pod for topology:
 its gap to the others is what the topology rules cost. It bounds each decision, not the run:
 accepting a big pod that topology refuses can crowd out several small ones later, so compare
@@ -192,6 +194,13 @@ Fragmentation: 1 - (sum over nodes of the largest legal device set still free) /
 0% = no waste. Definitions, the GPU-to-Neuron mapping and the fleet: docs/simulator.md.
 )";
 
+// The policies ours is compared with (count-only ignores topology: a reference, not a rival).
+bool IsBaseline(topology::Policy policy) {
+  return policy == topology::Policy::kFirstFit || policy == topology::Policy::kSpread ||
+         policy == topology::Policy::kBinpack || policy == topology::Policy::kFgd ||
+         policy == topology::Policy::kFgdScarcitySets;
+}
+
 // One line comparing ours with the strongest baseline that ran (never the kindest): fill mode by
 // the unallocated share at the first failure, dynamic mode by pods placed.
 std::string Verdict(const SimResult& r) {
@@ -206,11 +215,7 @@ std::string Verdict(const SimResult& r) {
   };
   for (const auto& p : r.policies) {
     if (p.policy == topology::Policy::kScarcity) ours = &p;
-    const bool baseline =
-        p.policy == topology::Policy::kFirstFit || p.policy == topology::Policy::kSpread ||
-        p.policy == topology::Policy::kBinpack || p.policy == topology::Policy::kFgd ||
-        p.policy == topology::Policy::kFgdScarcitySets;
-    if (baseline && (rival == nullptr || better(p, *rival))) rival = &p;
+    if (IsBaseline(p.policy) && (rival == nullptr || better(p, *rival))) rival = &p;
   }
   if (ours == nullptr || rival == nullptr) return {};
   if (fill) {
@@ -232,6 +237,132 @@ std::string Verdict(const SimResult& r) {
   return fmt::format("scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n",
                      ours->placed, PolicyName(rival->policy), rival->placed,
                      ours->placed - rival->placed);
+}
+
+// Every row of the table on which a baseline beats ours, one line per row and reason, so that a
+// newcomer never reads a baseline's win without its reason (docs/simulator.md, "How to read the
+// comparison"). A row with no known reason is called a loss, plainly.
+std::string BaselineLeads(const SimResult& r) {
+  const PolicyResult* ours = nullptr;
+  for (const auto& p : r.policies) {
+    if (p.policy == topology::Policy::kScarcity) ours = &p;
+  }
+  if (ours == nullptr) return {};
+  struct Lead {
+    std::string row;  // the table's row, and ours on it
+    std::string why;
+    std::vector<std::string> who;  // "spread 600"
+  };
+  std::vector<Lead> leads;
+  auto lead = [&leads](std::string row, std::string who, std::string why) {
+    for (Lead& l : leads) {
+      if (l.row == row && l.why == why) {
+        l.who.push_back(std::move(who));
+        return;
+      }
+    }
+    leads.push_back({std::move(row), std::move(why), {std::move(who)}});
+  };
+  constexpr std::string_view kLoss = "a loss of ours";
+  const std::string ours_devices_end = fmt::format("{:.1f}", ours->devices_allocated_at_end);
+  for (const auto& b : r.policies) {
+    if (!IsBaseline(b.policy)) continue;
+    const std::string name(PolicyName(b.policy));
+    switch (r.mode) {
+      case Mode::kDynamic:
+        if (b.placed > ours->placed) {
+          lead(fmt::format("pods placed (ours {}, {:.0f} device-hours)", ours->placed,
+                           ours->device_hours),
+               fmt::format("{} {} ({:.0f} device-hours)", name, b.placed, b.device_hours),
+               b.device_hours < ours->device_hours
+                   ? "fewer device-hours: when a pod that does not fit is dropped, refusing big "
+                     "pods wins pods; --mode queue is the measure that does not reward it"
+                   : std::string(kLoss));
+        }
+        break;
+      case Mode::kFill:
+        if (b.unallocated_share_at_first_failure + 1e-9 <
+            ours->unallocated_share_at_first_failure) {
+          lead("unallocated share at first failure",
+               fmt::format("{} {:.1f}%", name, 100 * b.unallocated_share_at_first_failure),
+               std::string(kLoss));
+        } else if (b.placed_before_first_failure > ours->placed_before_first_failure) {
+          lead(fmt::format("placed before the first failure (ours {})",
+                           ours->placed_before_first_failure),
+               fmt::format("{} {}", name, b.placed_before_first_failure),
+               "smaller pods: it had allocated fewer devices when it failed");
+        }
+        if (b.placed > ours->placed) {
+          const bool same = std::abs(b.devices_allocated_at_end - ours->devices_allocated_at_end) <
+                            0.05;
+          lead(fmt::format("pods placed (ours {} in {} devices)", ours->placed, ours_devices_end),
+               fmt::format("{} {} in {:.1f}", name, b.placed, b.devices_allocated_at_end),
+               same || b.devices_allocated_at_end < ours->devices_allocated_at_end
+                   ? "after the first failure the run goes on and small pods fill what is left, "
+                     "so this count rewards ending on small pods; the packing measure is the "
+                     "first failure"
+                   : std::string(kLoss));
+        }
+        if (b.unallocated_share_at_first_failure > ours->unallocated_share_at_first_failure &&
+            b.fragmentation_at_first_failure < ours->fragmentation_at_first_failure) {
+          lead(fmt::format("fragmentation at first failure (ours {:.1f}%)",
+                           100 * ours->fragmentation_at_first_failure),
+               fmt::format("{} {:.1f}%", name, 100 * b.fragmentation_at_first_failure),
+               "each policy is measured at its own first failure, and these failed with more "
+               "devices free");
+        }
+        break;
+      case Mode::kQueue: {
+        // Wait is the measure; the other rows are read against it.
+        constexpr double kSameSeconds = 18;  // 0.005 h: the table's rounding
+        const bool waits_less = b.mean_wait_s < ours->mean_wait_s - kSameSeconds;
+        if (waits_less) {
+          lead(fmt::format("mean wait (ours {:.2f} h)", ours->mean_wait_s / 3600),
+               fmt::format("{} {:.2f} h", name, b.mean_wait_s / 3600), std::string(kLoss));
+        }
+        if (!waits_less && b.waited < ours->waited) {
+          lead(fmt::format("pods that waited (ours {})", ours->waited),
+               fmt::format("{} {}", name, b.waited),
+               "fewer pods waited, but longer: the mean wait is not below ours");
+        }
+        if (!waits_less && b.p95_wait_s < ours->p95_wait_s) {
+          lead(fmt::format("p95 wait (ours {:.2f} h)", ours->p95_wait_s / 3600),
+               fmt::format("{} {:.2f} h", name, b.p95_wait_s / 3600),
+               "not the lower mean wait: the waits above the 95th percentile weigh more");
+        }
+        if (!waits_less && b.fragmented_wait_share < ours->fragmented_wait_share) {
+          lead(fmt::format("waiting while units were free (ours {:.1f}%)",
+                           100 * ours->fragmented_wait_share),
+               fmt::format("{} {:.1f}%", name, 100 * b.fragmented_wait_share),
+               "a share of each policy's own total wait, which is not below ours");
+        }
+        if (b.still_waiting < ours->still_waiting) {
+          lead(fmt::format("still waiting at the end (ours {})", ours->still_waiting),
+               fmt::format("{} {}", name, b.still_waiting), std::string(kLoss));
+        }
+        if (b.device_hours > ours->device_hours + 0.05) {
+          lead(fmt::format("device-hours and allocated share (ours {:.0f})", ours->device_hours),
+               fmt::format("{} {:.0f}", name, b.device_hours),
+               ours->still_waiting == 0 && b.still_waiting == 0
+                   ? "every pod ran its whole lifetime under each policy, so the difference is "
+                     "only where core pods ran (a core is half a device on inf2 and trn1, a "
+                     "quarter on trn2 at LNC 2): ours did the same work in less capacity"
+                   : std::string(kLoss));
+        }
+        if (b.makespan_s < ours->makespan_s - 1) {
+          lead(fmt::format("makespan (ours {:.1f} days)", ours->makespan_s / 86400),
+               fmt::format("{} {:.1f}", name, b.makespan_s / 86400), std::string(kLoss));
+        }
+        break;
+      }
+    }
+  }
+  if (leads.empty()) return {};
+  std::string out = "Where a baseline is ahead of ours, and why:\n";
+  for (const Lead& l : leads) {
+    out += fmt::format("  {}: {} — {}.\n", l.row, fmt::join(l.who, ", "), l.why);
+  }
+  return out;
 }
 
 std::string ReadingNotes(const SimResult& r) {
@@ -494,6 +625,7 @@ std::string FormatTable(const SimResult& result, std::string_view trace_name) {
     out += "\n";
   }
   if (const std::string verdict = Verdict(result); !verdict.empty()) out += "\n" + verdict;
+  out += BaselineLeads(result);
   out += "\n" + ReadingNotes(result);
   return out;
 }
