@@ -185,6 +185,19 @@ TEST(AllocateCli, FlagErrorsExitTwo) {
   }
 }
 
+// An unknown subcommand is named as unknown, with the real ones, and exits 2 — also with --help
+// after it (CLI11 alone printed the main help and exited 0).
+TEST(ToposchedCli, UnknownSubcommandIsNamedAndExitsTwo) {
+  for (const char* args : {"frobnicate", "no-such --help", "--catalog x.yaml frobnicate"}) {
+    SCOPED_TRACE(args);
+    const Outcome o = Toposched(args);
+    EXPECT_EQ(o.exit_code, 2) << o.out << o.err;
+    EXPECT_THAT(o.err, HasSubstr("unknown subcommand '"));
+    EXPECT_THAT(o.err, HasSubstr("allocate, simulate, extender"));
+  }
+  EXPECT_EQ(Toposched("simulate --help").exit_code, 0);
+}
+
 TEST(AllocateCli, CatalogFlagUsesTheFileAndReportsItsErrors) {
   const toposched::testing::TempDir dir;
   const std::string good =

@@ -321,7 +321,7 @@ TEST(GangOf, MalformedNumbersNameTheirKey) {
       {kAnnotationGangSize, "+4", "'+4' is not an integer"},
       {kAnnotationGangSize, " 4", "' 4' is not an integer"},
       {kAnnotationGangSize, "", "annotation toposched.io/gang-size: '' is not an integer"},
-      {kAnnotationGangSize, "65537", "to 65536"},
+      {kAnnotationGangSize, "4097", "to 4096"},
       {kAnnotationGangSize, "99999999999999999999", "is not an integer"},
       {kAnnotationUltraServerNodes, "3",
        "annotation toposched.io/ultraserver-nodes: '3' is not an UltraServer node config"},

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "topology/catalog.h"
+#include "topology/limits.h"
 #include "tracker/tracker.h"
 
 namespace toposched::tracker {
@@ -15,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 PodSpec Member(const std::string& uid, int devices) {
   return PodSpec{uid, "ns/" + uid, {ContainerRequest{"main", Request{Unit::kDevice, devices}}}};
@@ -206,6 +208,18 @@ TEST_F(GangTest, BadRequestsAreRefusedWithTheReason) {
   twice.fixed_nodes = {"us1-n0", "us1-n0"};
   EXPECT_FALSE(tracker_.ReserveGang(twice, names_, 100).ok());
   EXPECT_EQ(tracker_.Stats().reserved, 0);
+}
+
+// The size bound is the one GangOf checks (topology/limits.h): a gang claims accepts is never
+// refused here for its size (it once was: 65536 there, 4096 here).
+TEST_F(GangTest, TheSizeBoundIsTheOneClaimsAccepts) {
+  AddUltraServer("us1");
+  auto largest = tracker_.ReserveGang(Gang("ns/big", topology::kMaxGangSize, 1), names_, 100);
+  ASSERT_FALSE(largest.ok());  // 4,096 nodes are not there, but the size itself is fine
+  EXPECT_THAT(largest.error(), Not(HasSubstr("outside")));
+  auto over = tracker_.ReserveGang(Gang("ns/big", topology::kMaxGangSize + 1, 1), names_, 100);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.error(), HasSubstr("outside 1..4096"));
 }
 
 TEST_F(GangTest, RemovingAGangsNodeReleasesTheGang) {

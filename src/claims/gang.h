@@ -14,12 +14,12 @@
 
 #include "base/result.h"
 #include "kube/objects.h"
+#include "topology/limits.h"
 
 namespace toposched::claims {
 
-// The most members a gang, and so a rank, may count: far above any cluster; a bigger number is a
-// typo, not a job.
-inline constexpr int kMaxGangSize = 65536;
+// The most members a gang, and so a rank, may count (its home: topology/limits.h).
+using topology::kMaxGangSize;
 
 struct GangMembership {
   // "<namespace>/<kind>:<name>": "default/gang:my-gang", "default/podgroup:train-0" (upstream's

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/text.h"
 #include "claims/gang.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
@@ -373,8 +374,12 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     config.url = o.partition_service;
     config.ca_file = o.partition_service_ca_file;
     if (!o.partition_service_token_file.empty()) {
-      std::ifstream in(o.partition_service_token_file);
-      std::getline(in, config.token);
+      Result<std::string> token = ReadTokenFile(o.partition_service_token_file);
+      if (!token.ok()) {
+        spdlog::error("--partition-service-token-file: {}", token.error());
+        return kExitUsage;
+      }
+      config.token = std::move(token).value();
     }
     auto made = provision::MakeHttpService(config);
     if (!made.ok()) {

@@ -1,10 +1,15 @@
 // toposched: topology-aware scheduling for accelerators on Kubernetes. One binary, subcommands.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.h"
 
@@ -45,6 +50,24 @@ int main(int argc, char** argv) {
   auto dra_plugin = AddDraPluginCommand(app);
   auto partition_service = AddPartitionServiceCommand(app);
 
+  // CLI11 answers an unknown word with "A subcommand is required" (or, with --help after it, the
+  // main help and exit 0): name it, list the real ones, and exit 2.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--catalog") {
+      ++i;
+      continue;
+    }
+    if (arg.starts_with("-")) continue;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), arg) == names.end()) {
+      fmt::print(stderr, "toposched: unknown subcommand '{}'; the subcommands are: {}\n", arg,
+                 fmt::join(names, ", "));
+      return kExitUsage;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

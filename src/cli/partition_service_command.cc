@@ -2,11 +2,11 @@
 // status, remove, list) with configurable latency and failure rate, so bind-time provisioning
 // runs end to end on one machine (docs/pools.md).
 #include <csignal>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/text.h"
 #include "cli/commands.h"
 #include "net/http_server.h"
 #include "provision/fake_service.h"
@@ -70,8 +70,12 @@ int RunPartitionService(const PartitionServiceOptions& o) {
   options.failure_rate = o.failure_rate;
   options.seed = o.seed;
   if (!o.token_file.empty()) {
-    std::ifstream in(o.token_file);
-    std::getline(in, options.token);
+    Result<std::string> token = ReadTokenFile(o.token_file);
+    if (!token.ok()) {
+      spdlog::error("--token-file: {}", token.error());
+      return kExitUsage;
+    }
+    options.token = std::move(token).value();
   }
   provision::FakePartitionService fake(options, [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -12,21 +12,14 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include "base/text.h"
+
 namespace toposched::deviceplugin {
 namespace {
 
 constexpr size_t kMaxFileBytes = 64 * 1024;
 // The driver supports 64 devices per host; ids far beyond that are garbage, not hardware.
 constexpr int kMaxDeviceIndex = 1023;
-
-std::string_view Trim(std::string_view text) {
-  const auto is_space = [](char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-  };
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
-  return text;
-}
 
 // Quotes untrusted text for an error message: at most 40 characters, control bytes escaped.
 std::string Quote(std::string_view text) {
@@ -77,7 +70,7 @@ std::string HostPaths::ProductNameFile() const {
 std::string HostPaths::LncConfigFile() const { return opt_aws_root + "/neuron/logical_nc_config"; }
 
 Result<int> ParseCoreCount(std::string_view text) {
-  const std::string_view trimmed = Trim(text);
+  const std::string_view trimmed = TrimSpace(text);
   const auto value = ParseNumber(trimmed, 1024);
   if (!value || *value == 0) {
     return Error{fmt::format("core_count: expected a positive number, got {}", Quote(text))};
@@ -87,10 +80,10 @@ Result<int> ParseCoreCount(std::string_view text) {
 
 Result<std::vector<int>> ParseConnectedDevices(std::string_view text) {
   std::vector<int> out;
-  std::string_view rest = Trim(text);
+  std::string_view rest = TrimSpace(text);
   while (!rest.empty()) {
     const size_t comma = rest.find(',');
-    const std::string_view item = Trim(rest.substr(0, comma));
+    const std::string_view item = TrimSpace(rest.substr(0, comma));
     const auto value = ParseNumber(item, kMaxDeviceIndex);
     if (!value) {
       return Error{fmt::format("connected_devices: expected \"a, b, c\", got {}", Quote(text))};
@@ -102,7 +95,7 @@ Result<std::vector<int>> ParseConnectedDevices(std::string_view text) {
     out.push_back(*value);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
-    if (Trim(rest).empty()) {
+    if (TrimSpace(rest).empty()) {
       return Error{fmt::format("connected_devices: trailing comma in {}", Quote(text))};
     }
   }
@@ -115,16 +108,16 @@ Result<int> ParseLncConfig(std::string_view text) {
   std::string_view rest = text;
   while (!rest.empty()) {
     const size_t newline = rest.find('\n');
-    std::string_view line = Trim(rest.substr(0, newline));
+    std::string_view line = TrimSpace(rest.substr(0, newline));
     rest = newline == std::string_view::npos ? std::string_view{} : rest.substr(newline + 1);
     if (line.empty() || line.front() == '#') continue;
-    if (line.substr(0, 7) == "export ") line = Trim(line.substr(7));
+    if (line.substr(0, 7) == "export ") line = TrimSpace(line.substr(7));
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
       return Error{fmt::format("logical_nc_config: expected KEY=VALUE, got {}", Quote(line))};
     }
-    if (Trim(line.substr(0, eq)) != kKey) continue;
-    std::string_view value = Trim(line.substr(eq + 1));
+    if (TrimSpace(line.substr(0, eq)) != kKey) continue;
+    std::string_view value = TrimSpace(line.substr(eq + 1));
     if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
         value.back() == value.front()) {
       value = value.substr(1, value.size() - 2);
@@ -139,7 +132,7 @@ Result<int> ParseLncConfig(std::string_view text) {
 }
 
 Result<std::string> ParseProductName(std::string_view text) {
-  const std::string_view trimmed = Trim(text);
+  const std::string_view trimmed = TrimSpace(text);
   if (trimmed.empty()) return Error{"product_name is empty"};
   if (trimmed.size() > 128) return Error{"product_name is too long: " + Quote(trimmed)};
   for (char c : trimmed) {

@@ -14,37 +14,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/text.h"
 #include "net/http_client.h"
 
 namespace toposched::kube {
-namespace {
-
-bool IsTokenSafe(std::string_view token) {
-  for (char c : token) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
-  }
-  return true;
-}
-
-std::string TrimWhitespace(std::string_view text) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return {};
-  const size_t last = text.find_last_not_of(" \t\r\n");
-  return std::string(text.substr(first, last - first + 1));
-}
-
-Result<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{"cannot read token file " + path};
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::string token = TrimWhitespace(text.str());
-  if (token.empty()) return Error{"token file " + path + " is empty"};
-  if (!IsTokenSafe(token)) return Error{"token file " + path + " holds control characters"};
-  return token;
-}
-
-}  // namespace
 
 struct ApiClient::Request {
   const char* method = "GET";

@@ -13,6 +13,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "base/text.h"
+
 namespace toposched::kube {
 namespace {
 
@@ -30,13 +32,6 @@ Result<std::string> ReadWholeFile(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) return Error{"cannot read " + path};
   return text.str();
-}
-
-std::string Trim(const std::string& text) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return {};
-  const size_t last = text.find_last_not_of(" \t\r\n");
-  return text.substr(first, last - first + 1);
 }
 
 // One kubeconfig file, parsed, with the directory its relative paths are resolved against.
@@ -312,9 +307,9 @@ Result<ClientConfig> InClusterConfig(const InClusterOptions& options) {
   const bool ipv6 = host.find(':') != std::string::npos;
   config.server = "https://" + (ipv6 ? "[" + host + "]" : host) + ":" + port;
   config.source = "in-cluster service account";
-  Result<std::string> token = ReadWholeFile(options.token_file);
-  if (!token.ok()) return Error{"in-cluster config: service account token: " + token.error()};
-  if (Trim(*token).empty()) return Error{"in-cluster config: " + options.token_file + " is empty"};
+  if (Result<std::string> token = ReadTokenFile(options.token_file); !token.ok()) {
+    return Error{"in-cluster config: service account token: " + token.error()};
+  }
   config.token_file = options.token_file;
   config.token_reload_period = options.token_reload_period;
   std::error_code error;
@@ -323,7 +318,7 @@ Result<ClientConfig> InClusterConfig(const InClusterOptions& options) {
   }
   config.ca_file = options.ca_file;
   if (Result<std::string> ns = ReadWholeFile(options.namespace_file); ns.ok()) {
-    config.default_namespace = Trim(*ns);
+    config.default_namespace = TrimSpace(*ns);
   }
   return config;
 }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/text.h"
 #include "sim/bind.h"
 #include "topology/pools.h"
 #include "tracker/tracker.h"
@@ -584,12 +585,6 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
   return out;
 }
 
-std::string_view TrimSpaces(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 std::string_view ModeName(Mode mode) {
@@ -638,19 +633,19 @@ Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology:
   size_t pos = 0;
   while (pos <= spec.size()) {
     const size_t comma = std::min(spec.find(',', pos), spec.size());
-    const std::string_view entry = TrimSpaces(spec.substr(pos, comma - pos));
+    const std::string_view entry = TrimSpace(spec.substr(pos, comma - pos));
     pos = comma + 1;
     if (entry.empty()) continue;
     const size_t eq = entry.find('=');
     if (eq == std::string_view::npos) {
       return Error{fmt::format("fleet entry '{}' must be TYPE=COUNT, e.g. trn1.32xlarge=4", entry)};
     }
-    const std::string_view type = TrimSpaces(entry.substr(0, eq));
-    std::string_view count_text = TrimSpaces(entry.substr(eq + 1));
+    const std::string_view type = TrimSpace(entry.substr(0, eq));
+    std::string_view count_text = TrimSpace(entry.substr(eq + 1));
     int heads = 0;
     if (const size_t slash = count_text.find('/'); slash != std::string_view::npos) {
-      const std::string_view heads_text = TrimSpaces(count_text.substr(slash + 1));
-      count_text = TrimSpaces(count_text.substr(0, slash));
+      const std::string_view heads_text = TrimSpace(count_text.substr(slash + 1));
+      count_text = TrimSpace(count_text.substr(0, slash));
       const auto [hend, hec] =
           std::from_chars(heads_text.data(), heads_text.data() + heads_text.size(), heads);
       if (hec != std::errc{} || hend != heads_text.data() + heads_text.size() || heads < 1 ||

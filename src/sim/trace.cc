@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "base/text.h"
+
 namespace toposched::sim {
 namespace {
 
@@ -49,16 +51,8 @@ bool SplitCsvLine(std::string_view line, std::vector<std::string>& fields) {
   }
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
 std::optional<int> ParseInt(std::string_view s) {
-  s = Trim(s);
+  s = TrimSpace(s);
   int value = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc{} || end != s.data() + s.size() || s.empty()) return std::nullopt;
@@ -67,7 +61,7 @@ std::optional<int> ParseInt(std::string_view s) {
 
 // Seconds, integer or decimal, to nanoseconds.
 std::optional<int64_t> ParseSeconds(std::string_view s) {
-  s = Trim(s);
+  s = TrimSpace(s);
   double seconds = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), seconds);
   if (ec != std::errc{} || end != s.data() + s.size() || s.empty()) return std::nullopt;
@@ -89,22 +83,23 @@ std::string ReadRow(const Columns& cols, const std::vector<std::string>& fields,
   if (fields.size() != cols.count) {
     return fmt::format("{} fields where the header has {}", fields.size(), cols.count);
   }
-  if (cols.name >= 0) task.name = std::string(Trim(fields[static_cast<size_t>(cols.name)]));
+  if (cols.name >= 0) task.name = std::string(TrimSpace(fields[static_cast<size_t>(cols.name)]));
   if (task.name.empty()) task.name = fmt::format("line {}", task.line);
 
   const std::string_view gpu_text = fields[static_cast<size_t>(cols.num_gpu)];
   const std::optional<int> num_gpu = ParseInt(gpu_text);
   if (!num_gpu || *num_gpu < 0 || *num_gpu > kMaxGpusPerTask) {
-    return fmt::format("num_gpu '{}' is not a count from 0 to {}", Trim(gpu_text), kMaxGpusPerTask);
+    return fmt::format("num_gpu '{}' is not a count from 0 to {}", TrimSpace(gpu_text),
+                       kMaxGpusPerTask);
   }
   task.num_gpu = *num_gpu;
   const std::string_view milli_text = fields[static_cast<size_t>(cols.gpu_milli)];
-  if (Trim(milli_text).empty() && task.num_gpu == 0) {
+  if (TrimSpace(milli_text).empty() && task.num_gpu == 0) {
     task.gpu_milli = 0;  // CPU-only rows may leave the share empty
   } else {
     const std::optional<int> milli = ParseInt(milli_text);
     if (!milli || *milli < 0 || *milli > 1000) {
-      return fmt::format("gpu_milli '{}' is not a share from 0 to 1000", Trim(milli_text));
+      return fmt::format("gpu_milli '{}' is not a share from 0 to 1000", TrimSpace(milli_text));
     }
     task.gpu_milli = *milli;
   }
@@ -116,12 +111,14 @@ std::string ReadRow(const Columns& cols, const std::vector<std::string>& fields,
     const std::optional<int64_t> d = ParseSeconds(deleted);
     // A bad time spoils only a time-driven replay, so it is recorded rather than refused here.
     if (!c) {
-      task.time_problem = fmt::format("creation_time '{}' is not a time in seconds", Trim(created));
-    } else if (!d) {
-      task.time_problem = fmt::format("deletion_time '{}' is not a time in seconds", Trim(deleted));
-    } else if (*d < *c) {
       task.time_problem =
-          fmt::format("deletion_time {} is before creation_time {}", Trim(deleted), Trim(created));
+          fmt::format("creation_time '{}' is not a time in seconds", TrimSpace(created));
+    } else if (!d) {
+      task.time_problem =
+          fmt::format("deletion_time '{}' is not a time in seconds", TrimSpace(deleted));
+    } else if (*d < *c) {
+      task.time_problem = fmt::format("deletion_time {} is before creation_time {}",
+                                      TrimSpace(deleted), TrimSpace(created));
     } else {
       task.has_times = true;
       task.creation_ns = *c;
@@ -157,7 +154,7 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view source_name) {
     pos = eol + 1;
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (Trim(line).empty()) continue;
+    if (TrimSpace(line).empty()) continue;
 
     if (!have_header) {
       if (!SplitCsvLine(line, fields)) {
@@ -166,7 +163,7 @@ Result<Trace> ParseTrace(std::string_view text, std::string_view source_name) {
       }
       cols.count = fields.size();
       for (size_t i = 0; i < fields.size(); ++i) {
-        const std::string_view column = Trim(fields[i]);
+        const std::string_view column = TrimSpace(fields[i]);
         const int index = static_cast<int>(i);
         if (column == "name") cols.name = index;
         if (column == "num_gpu") cols.num_gpu = index;

@@ -5,14 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "base/text.h"
+
 namespace toposched::topology {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool ParseNumber(std::string_view s, int& out) {
   if (s.empty() || s.size() > 9) return false;
@@ -24,11 +20,11 @@ bool ParseNumber(std::string_view s, int& out) {
 // `max_ids` is an error (a short text of ranges must not expand without bound).
 Result<std::vector<int>> ParseInOrder(std::string_view text, int limit, size_t max_ids) {
   std::vector<int> ids;
-  text = Trim(text);
+  text = TrimSpace(text);
   if (text.empty()) return ids;
   while (true) {
     const size_t comma = text.find(',');
-    const std::string_view part = Trim(text.substr(0, comma));
+    const std::string_view part = TrimSpace(text.substr(0, comma));
     const size_t dash = part.find('-');
     int lo = 0;
     int hi = 0;
@@ -37,8 +33,8 @@ Result<std::vector<int>> ParseInOrder(std::string_view text, int limit, size_t m
       ok = ParseNumber(part, lo);
       hi = lo;
     } else {
-      ok = ParseNumber(Trim(part.substr(0, dash)), lo) &&
-           ParseNumber(Trim(part.substr(dash + 1)), hi);
+      ok = ParseNumber(TrimSpace(part.substr(0, dash)), lo) &&
+           ParseNumber(TrimSpace(part.substr(dash + 1)), hi);
     }
     if (!ok) {
       return Error{fmt::format("'{}' is not an id or a range like 0-3", part)};

@@ -12,6 +12,7 @@
 #include <boost/unordered/unordered_flat_map.hpp>
 #include <fmt/format.h>
 
+#include "topology/limits.h"
 #include "tracker/fitting.h"
 #include "tracker/gang_seats.h"
 #include "tracker/tracker.h"
@@ -21,7 +22,7 @@ namespace toposched::tracker {
 namespace {
 
 constexpr std::string_view kSeatPrefix = "gang-seat/";
-constexpr int kMaxGangSize = 4096;
+using topology::kMaxGangSize;
 
 // A group of nodes a gang could take: `nodes[i]` is the member with index i.
 // Views into the candidates and the tracker's node entries, valid under the tracker's lock.

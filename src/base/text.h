@@ -1,0 +1,50 @@
+#pragma once
+
+// Small text helpers every module shares, so that each rule has one spelling: what white space
+// is, and how a secret is read from a file.
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace toposched {
+
+// ASCII white space, the one idea of it: space, tab, newline, carriage return, vertical tab,
+// form feed. A CRLF file's '\r' goes with its line end.
+constexpr bool IsAsciiSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+constexpr std::string_view TrimSpace(std::string_view text) {
+  while (!text.empty() && IsAsciiSpace(text.front())) text.remove_prefix(1);
+  while (!text.empty() && IsAsciiSpace(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// Whether a token can go into an HTTP header as it is: no control characters, which would split or
+// corrupt the header.
+constexpr bool IsTokenSafe(std::string_view token) {
+  for (char c : token) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+// A bearer token from a file (a mounted secret): the whole file, surrounding white space dropped
+// (so a CRLF or a trailing newline never reaches the Authorization header), refused when empty or
+// not IsTokenSafe.
+inline Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"cannot read token file " + path};
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string token(TrimSpace(text.str()));
+  if (token.empty()) return Error{"token file " + path + " is empty"};
+  if (!IsTokenSafe(token)) return Error{"token file " + path + " holds control characters"};
+  return token;
+}
+
+}  // namespace toposched
