@@ -22,6 +22,9 @@ SOURCES = os.environ.get(
 SEEDS = os.environ.get("SEEDS", "1 2 3").split()
 SIZES = [int(s) for s in os.environ.get("SIZES", "1 10").split()]
 JOBS = int(os.environ.get("JOBS", "2"))
+# RAW=file keeps every run's JSON there (written after a run, read instead of running when it
+# exists), so the tables can be printed again without the 20 minutes.
+RAW = os.environ.get("RAW", "")
 
 OURS = "scarcity"
 BASELINES = ["fgd", "fgd-scarcity-sets", "first-fit", "spread", "binpack"]
@@ -134,18 +137,29 @@ def summary(mode, rows, verdict, unit):
     groups = {}
     for row in rows:
         groups.setdefault((short_source(row["source"]), 4 * row["each"]), []).append(row)
-    print(f"### {mode}: summary per workload and fleet size\n")
-    print("| workload | nodes | rows | ours mean | best-baseline mean | rows ours loses | "
-          "worst row: ours − best |")
-    print("|---|---|---|---|---|---|---|")
+    key = "unallocated_share" if mode == "fill" else "mean_wait_hours"
+    scale = 100 if mode == "fill" else 1
+    digits = 2 if mode == "fill" else 3
+    print(f"### {mode}: summary per workload and fleet size (means over the rows)\n")
+    print("| workload | nodes | rows | scarcity (ours) | " + " | ".join(BASELINES) +
+          " | best baseline of each row | rows ours loses | worst row: ours − best |" +
+          (" rows ours has the shortest makespan |" if mode == "queue" else ""))
+    print("|---" * (8 + len(BASELINES) + (mode == "queue")) + "|")
     for (source, nodes), group in groups.items():
         verdicts = [verdict(r) for r in group]
-        ours = sum(v[0] for v in verdicts) / len(verdicts)
+        def mean(name):
+            return sum(scale * r["policies"][name][key] for r in group) / len(group)
         best = sum(v[2] for v in verdicts) / len(verdicts)
         losses = sum(1 for v in verdicts if v[3])
         worst = max(v[0] - v[2] for v in verdicts)
-        print(f"| {source} | {nodes} | {len(group)} | {ours:.2f}{unit} | {best:.2f}{unit} | "
-              f"{losses} | {worst:+.2f}{unit} |")
+        cells = " | ".join(f"{mean(b):.{digits}f}{unit}" for b in BASELINES)
+        line = (f"| {source} | {nodes} | {len(group)} | {mean(OURS):.{digits}f}{unit} | {cells} | "
+                f"{best:.{digits}f}{unit} | {losses} | {worst:+.{digits}f}{unit} |")
+        if mode == "queue":
+            shortest = sum(1 for r in group if r["policies"][OURS]["makespan_hours"] <=
+                           min(r["policies"][b]["makespan_hours"] for b in BASELINES) + 0.5)
+            line += f" {shortest} |"
+        print(line)
     total = sum(1 for r in rows if verdict(r)[3])
     print(f"\n{mode}: {len(rows)} rows, ours loses {total} "
           f"({'by more than 0.5 points' if mode == 'fill' else 'by more than 1% or 0.01 h'}).\n")
@@ -161,8 +175,18 @@ def main():
                 for order in range(len(TYPES_IN_ORDER)):
                     for seed in SEEDS:
                         jobs.append((mode, source, order, seed, size))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
-        rows = list(pool.map(lambda j: run(*j), jobs))
+    if RAW and os.path.exists(RAW):
+        with open(RAW) as f:
+            rows = json.load(f)
+        wanted = {(m, s, o, str(e), z) for m, s, o, e, z in jobs}
+        rows = [r for r in rows if (r["mode"], r["source"], r["order"], str(r["seed"]), r["size"])
+                in wanted]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
+            rows = list(pool.map(lambda j: run(*j), jobs))
+        if RAW:
+            with open(RAW, "w") as f:
+                json.dump(rows, f)
     if "fill" in MODES:
         fill = [r for r in rows if r["mode"] == "fill"]
         print_fill(fill)

@@ -1,7 +1,7 @@
 // Packing quality, pinned: the fill-mode comparison the scarcity policy was built to win (both
-// bundled traces, 3 seeds x 4 fleet orders, against first-fit, spread and binpack), the property
-// that the order and names of the fleet do not matter to it, and the synthetic mixes' parser.
-// Deterministic (no clock, fixed seeds): a change that packs worse fails here.
+// bundled traces, 3 seeds x 4 fleet orders, against first-fit, spread, binpack and both FGDs), the
+// property that the order and names of the fleet do not matter to it, and the synthetic mixes'
+// parser. Deterministic (no clock, fixed seeds): a change that packs worse fails here.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -65,19 +65,21 @@ class BundledTraceTest : public ::testing::TestWithParam<const char*> {};
 // first-fit's mean. The numbers themselves are in docs/benchmarks.md.
 TEST_P(BundledTraceTest, ScarcityBeatsEveryBaselineInEveryFleetOrder) {
   const Trace trace = LoadTrace(GetParam());
-  const std::vector<Policy> policies = {Policy::kScarcity, Policy::kFirstFit, Policy::kSpread,
-                                        Policy::kBinpack};
+  const std::vector<Policy> policies = {Policy::kScarcity, Policy::kFirstFit,
+                                        Policy::kSpread,   Policy::kBinpack,
+                                        Policy::kFgd,      Policy::kFgdScarcitySets};
   double ours_sum = 0;
   double first_fit_sum = 0;
   int rows = 0;
   for (std::string_view fleet : kOrders) {
     for (uint64_t seed : {1, 2, 3}) {
       const std::vector<double> s = FillShares(trace, fleet, seed, policies);
-      ASSERT_EQ(s.size(), 4u);
-      const double best_baseline = std::min({s[1], s[2], s[3]});
+      ASSERT_EQ(s.size(), 6u);
+      const double best_baseline = std::min({s[1], s[2], s[3], s[4], s[5]});
       EXPECT_LE(s[0], best_baseline + 0.005)
           << fleet << " seed " << seed << ": scarcity " << s[0] << ", first-fit " << s[1]
-          << ", spread " << s[2] << ", binpack " << s[3];
+          << ", spread " << s[2] << ", binpack " << s[3] << ", fgd " << s[4]
+          << ", fgd-scarcity-sets " << s[5];
       ours_sum += s[0];
       first_fit_sum += s[1];
       ++rows;

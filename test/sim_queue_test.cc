@@ -122,8 +122,10 @@ TEST(SimReportLeads, ExplainsABaselineAheadOrCallsItALoss) {
   fill.policies[0].devices_allocated_at_end = fill.policies[1].devices_allocated_at_end = 500;
   fill.policies[1].unallocated_share_at_first_failure = 0.3;
   std::string text = FormatTable(fill, "t");
-  EXPECT_NE(text.find("pods placed (ours 597 in 500.0 devices): spread 600 in 500.0"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "pods placed, and so rejected (ours 597 placed in 500.0 devices): spread 600 in 500.0"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("the packing measure is the first failure"), std::string::npos);
   EXPECT_EQ(text.find("a loss of ours"), std::string::npos);

@@ -91,12 +91,14 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                               "Default: {} in dynamic and queue mode, {} in fill mode",
                               sim::kDefaultDynamicFleet, sim::kDefaultFillFleet));
   cmd->add_option("--mode", opts->mode,
-                  "queue: arrivals at the trace's times; a pod that does not fit waits, as "
-                  "kube-scheduler keeps it Pending, and is tried again whenever a pod leaves; "
-                  "it runs for its trace lifetime from when it starts (wait, utilisation, "
-                  "device-hours). dynamic: the same times, but a pod that does not fit is "
-                  "dropped. fill: add tasks in order, none leaving, until the fleet refuses one "
-                  "(report the unallocated share then), and go on to the end")
+                  "fill: add tasks in order, none leaving, until the fleet refuses one "
+                  "(report the unallocated share then), and go on to the end. queue, the replay "
+                  "in time to read: arrivals at the trace's times; a pod that does not fit "
+                  "waits, as kube-scheduler keeps it Pending, and is tried again whenever a pod "
+                  "leaves; it runs for its trace lifetime from when it starts (wait, "
+                  "utilisation, makespan). dynamic: the same times, but a pod that does not fit "
+                  "is dropped (the older measure, kept to compare with earlier numbers: it "
+                  "rewards a policy for refusing big pods)")
       ->check(CLI::IsMember({"dynamic", "fill", "queue"}))
       ->capture_default_str();
   cmd->add_option("--policy", opts->policies,

@@ -293,9 +293,10 @@ std::string BaselineLeads(const SimResult& r) {
                "smaller pods: it had allocated fewer devices when it failed");
         }
         if (b.placed > ours->placed) {
-          const bool same = std::abs(b.devices_allocated_at_end - ours->devices_allocated_at_end) <
-                            0.05;
-          lead(fmt::format("pods placed (ours {} in {} devices)", ours->placed, ours_devices_end),
+          const bool same =
+              std::abs(b.devices_allocated_at_end - ours->devices_allocated_at_end) < 0.05;
+          lead(fmt::format("pods placed, and so rejected (ours {} placed in {} devices)",
+                           ours->placed, ours_devices_end),
                fmt::format("{} {} in {:.1f}", name, b.placed, b.devices_allocated_at_end),
                same || b.devices_allocated_at_end < ours->devices_allocated_at_end
                    ? "after the first failure the run goes on and small pods fill what is left, "
