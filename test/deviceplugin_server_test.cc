@@ -207,7 +207,7 @@ TEST_F(DevicePluginServerTest, ReRegistersAfterKubeletRestart) {
 TEST_F(DevicePluginServerTest, RegistersOnceKubeletAppears) {
   host_.Install("inf2.xlarge");
   RunningPlugin plugin(FastOptions(host_), pods_);
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitUntil([&] { return plugin.manager().kubelet_missing_checks() >= 2; }, 5s));
   EXPECT_EQ(plugin.manager().registrations(), 0);
   FakeKubelet kubelet(host_.kubelet());
   EXPECT_TRUE(WaitUntil([&] { return kubelet.registrations().size() == 2; }, 5s));
@@ -217,7 +217,7 @@ TEST_F(DevicePluginServerTest, WaitsForTheDriverWithoutCrashing) {
   std::filesystem::create_directories(host_.kubelet());
   kubelet_ = std::make_unique<FakeKubelet>(host_.kubelet());
   RunningPlugin plugin(FastOptions(host_), pods_);
-  std::this_thread::sleep_for(400ms);
+  ASSERT_TRUE(WaitUntil([&] { return plugin.manager().discovery_scans() >= 3; }, 5s));
   EXPECT_FALSE(plugin.manager().discovered());
   EXPECT_TRUE(kubelet_->registrations().empty());
   host_.Install("inf2.24xlarge");  // the driver loads

@@ -217,7 +217,13 @@ std::string BindSlowlyWhileTimePasses(FakeApiServer& server, const std::string& 
                         std::chrono::milliseconds(600), 1});
   std::string error = "bind did not return";
   std::thread bind([&] { error = ext.Bind("slow", "uid-slow", "trn-1"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The Binding has reached the server, which holds it for 600 ms: jump the clock now.
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        return !server.RequestsMatching("POST", "/api/v1/namespaces/default/pods/slow/binding")
+                    .empty();
+      },
+      std::chrono::seconds(10)));
   now = jump_ns;  // the write is still waiting on the server
   ext.service->ExpireReservations();
   bind.join();

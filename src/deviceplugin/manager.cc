@@ -80,6 +80,7 @@ bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
   std::optional<Inventory> previous;  // the last scan that found devices, not yet confirmed
   while (!stop) {
     auto inventory = Discover(options_.host);
+    ++discovery_scans_;
     if (inventory.ok() && previous != *inventory) {
       // First sight, or the tree changed since: the driver may still be making it. Look again.
       if (previous) spdlog::info("sysfs changed while being read; reading it again");
@@ -363,6 +364,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
         const std::string error =
             fmt::format("waiting for kubelet: {} does not exist", kubelet_socket);
         if (error != endpoint.last_error) spdlog::warn("{}", error);
+        ++kubelet_missing_checks_;
         endpoint.last_error = error;
         endpoint.next_attempt = now + options_.register_retry;
         continue;

@@ -82,6 +82,10 @@ class DevicePluginManager {
   // For tests and logs.
   bool discovered() const { return discovered_; }
   int registrations() const { return registrations_; }
+  // How often sysfs was scanned, and how often kubelet's socket was found missing: events a test
+  // waits for before it says "nothing happened yet" (no sleeping).
+  int discovery_scans() const { return discovery_scans_; }
+  int kubelet_missing_checks() const { return kubelet_missing_checks_; }
   // For the probe endpoint (probe.h); valid from construction.
   const Readiness& readiness() const { return readiness_; }
 
@@ -118,6 +122,8 @@ class DevicePluginManager {
 
   std::atomic<bool> discovered_{false};
   std::atomic<int> registrations_{0};
+  std::atomic<int> discovery_scans_{0};
+  std::atomic<int> kubelet_missing_checks_{0};
 };
 
 }  // namespace toposched::deviceplugin

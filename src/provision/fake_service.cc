@@ -84,6 +84,7 @@ void FakePartitionService::AdvanceLocked(int64_t now) {
 FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_view target,
                                         std::string_view body, std::string_view authorization) {
   MutexLock lock(mu_);
+  ++requests_;
   if (garbage_) return {200, "{\"partitions\": [ {\"name\": oops"};
   if (!options_.token.empty() && authorization != "Bearer " + options_.token) {
     return Fail(401, "missing or wrong bearer token");
@@ -200,6 +201,11 @@ std::vector<Partition> FakePartitionService::Snapshot() {
 int FakePartitionService::creates() const {
   MutexLock lock(mu_);
   return creates_;
+}
+
+int FakePartitionService::requests() const {
+  MutexLock lock(mu_);
+  return requests_;
 }
 
 }  // namespace toposched::provision

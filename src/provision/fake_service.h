@@ -51,6 +51,7 @@ class FakePartitionService {
   // Every partition now (after advancing states), for assertions.
   std::vector<Partition> Snapshot();
   int creates() const;
+  int requests() const;  // every Handle call, answered or refused: what a test waits on
 
  private:
   struct Entry {
@@ -72,6 +73,7 @@ class FakePartitionService {
   int remove_refusals_ TS_GUARDED_BY(mu_) = 0;
   int lost_create_answers_ TS_GUARDED_BY(mu_) = 0;
   int creates_ TS_GUARDED_BY(mu_) = 0;
+  int requests_ TS_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace toposched::provision

@@ -106,9 +106,11 @@ create_pod us3-filler-1 aws.amazon.com/neuron 1 kubernetes.io/hostname=us3-n1
 create_pod us3-filler-3 aws.amazon.com/neuron 1 kubernetes.io/hostname=us3-n3
 wait_bound 30 us3-filler-1 us3-filler-3
 for i in 0 1 2 3; do gang_pod "c-$i" c 4 4 16; done
-sleep 8
+# Wait for the scheduler to have tried (and refused) every member, then none may be bound.
+for i in 0 1 2 3; do
+  wait_for 30 "a FailedScheduling event on c-$i naming gang c" pending_with "c-$i" "gang default/"
+done
 none_bound c-0 c-1 c-2 c-3 || die "a member of gang c was bound while it cannot be placed whole"
-wait_for 30 "a FailedScheduling event naming gang c" pending_with c-0 "gang default/"
 pass "gang c stays entirely Pending: $(events_of c-0 | grep -m1 gang | cut -c1-220)"
 k delete pod a-0 a-1 a-2 a-3 --wait=false >/dev/null
 wait_bound 120 c-0 c-1 c-2 c-3
