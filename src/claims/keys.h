@@ -85,6 +85,14 @@ inline constexpr std::string_view kAnnotationLwsSize = "leaderworkerset.sigs.k8s
 inline constexpr std::string_view kAnnotationLwsExclusiveTopology =
     "leaderworkerset.sigs.k8s.io/exclusive-topology";
 
+// --- Container env the Neuron runtime reads, set by the device plugin and the DRA driver. ---
+
+// The cores a container may use, numbered as the runtime sees them ("0-3", "4,5").
+inline constexpr std::string_view kEnvVisibleCores = "NEURON_RT_VISIBLE_CORES";
+// The logical NeuronCore size (LNC) the cores are numbered at; also the key of the node's Neuron
+// runtime config file that says which LNC the node runs (deviceplugin/sysfs).
+inline constexpr std::string_view kEnvLogicalNcConfig = "NEURON_LOGICAL_NC_CONFIG";
+
 // --- Container env the device plugin sets from the gang record: the variables AWS's
 // UltraServer init script writes to each MPI worker's /etc/environment. ---
 

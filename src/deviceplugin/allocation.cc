@@ -9,6 +9,7 @@
 
 #include "claims/annotations.h"
 #include "claims/gang.h"
+#include "claims/keys.h"
 #include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
 
@@ -168,8 +169,8 @@ ContainerSetup BuildContainerSetup(const topology::NodeShape& shape, topology::U
   }
   ContainerSetup setup;
   for (int d : devices) setup.device_nodes.push_back(fmt::format("/dev/neuron{}", d));
-  setup.envs["NEURON_RT_VISIBLE_CORES"] = FormatCoreList(cores);
-  if (shape.lnc != 0) setup.envs["NEURON_LOGICAL_NC_CONFIG"] = std::to_string(shape.lnc);
+  setup.envs[std::string(claims::kEnvVisibleCores)] = FormatCoreList(cores);
+  if (shape.lnc != 0) setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(shape.lnc);
   return setup;
 }
 

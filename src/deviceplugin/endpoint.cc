@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include "claims/keys.h"
 #include "deviceplugin.grpc.pb.h"
 #include "topology/id_ranges.h"
 
@@ -131,7 +132,7 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
           grant->pod.empty() ? std::string(" (no annotation, matched to no pod)")
                              : fmt::format(" for {} container {}{}", grant->pod, grant->container,
                                            grant->by_annotation ? "" : " (no annotation)"),
-          fmt::join(setup.device_nodes, ","), setup.envs.at("NEURON_RT_VISIBLE_CORES"), gang_env);
+          fmt::join(setup.device_nodes, ","), setup.envs.at(std::string(claims::kEnvVisibleCores)), gang_env);
     }
     return grpc::Status::OK;
   }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "base/text.h"
+#include "claims/keys.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -103,7 +104,7 @@ Result<std::vector<int>> ParseConnectedDevices(std::string_view text) {
 }
 
 Result<int> ParseLncConfig(std::string_view text) {
-  constexpr std::string_view kKey = "NEURON_LOGICAL_NC_CONFIG";
+  constexpr std::string_view kKey = claims::kEnvLogicalNcConfig;
   std::optional<int> found;
   std::string_view rest = text;
   while (!rest.empty()) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "claims/gang.h"
+#include "claims/keys.h"
 #include "draplugin/opaque_config.h"
 
 namespace toposched::draplugin {
@@ -92,7 +93,7 @@ Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& contex
     setup = deviceplugin::BuildContainerSetup(*other, topology::Unit::kDevice,
                                               std::vector<int>(ids.begin(), ids.end()),
                                               context.numbering);
-    setup.envs["NEURON_LOGICAL_NC_CONFIG"] = std::to_string(lnc);
+    setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(lnc);
   } else {
     std::set<int> cores;
     for (const PreparedDevice& device : devices) {
