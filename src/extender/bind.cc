@@ -48,10 +48,6 @@ Status PartitionSteps::Create(const std::string& key, const std::string& pool,
 
 namespace {
 
-std::chrono::nanoseconds ToNs(std::chrono::milliseconds ms) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(ms);
-}
-
 // Whether the hold is `written`: the same node and, container by container, the same ids.
 bool HeldAsWritten(const tracker::Hold& hold, const tracker::PodAllocation& written) {
   if (hold.allocation.node != written.node ||
@@ -367,12 +363,13 @@ size_t ExtenderService::ResolveUnknownBinds() {
     spdlog::warn("bind {}: {}", bind.attempt.key, message);
     ++bind.tries;
     const auto wait = options_.read_back_retry * (1 << std::min(bind.tries, 4));
-    bind.next_try_ns = now + ToNs(wait).count();
+    bind.next_try_ns = now + std::chrono::nanoseconds(wait).count();
     bind.resolving = false;
     // Held until the next read-back and past it: a failing GET never frees the ids. A hold the
     // watch committed meanwhile has no deadline to move (the error is then expected).
-    if (auto s = ExtendHold(bind.attempt.uid,
-                            bind.next_try_ns + ToNs(options_.reservation_timeout).count());
+    if (auto s = ExtendHold(
+            bind.attempt.uid,
+            bind.next_try_ns + std::chrono::nanoseconds(options_.reservation_timeout).count());
         !s.ok()) {
       spdlog::debug("bind {}: {}", bind.attempt.key, s.error());
     }
@@ -422,11 +419,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
     return EncodeBindingResult(fmt::format("pod {}: {}", key, requests.gang_error));
   }
   if (requests.gang) return BindGangMember(args, requests);
-  // The reservation outlives the slowest Binding write the client allows, so that expiry never
-  // frees ids a write still in flight is about to give the pod.
-  const int64_t deadline = steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              options_.reservation_timeout + writer_.MaxWriteTime())
-                                              .count();
+  const int64_t deadline = BindReservationDeadline();
   // A shared pool's devices exist for the pod only once its partition does. The bind is marked
   // as provisioning before it reserves, so a deletion racing it always leaves cleanup to it.
   BindAttempt attempt;
@@ -453,8 +446,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
     const auto budget = partitions_->options().create_timeout +
                         2 * partitions_->options().remove_timeout + options_.reservation_timeout +
                         writer_.MaxWriteTime();
-    if (auto extended = ExtendHold(args.pod_uid, steady_ns_() + ToNs(budget).count());
-        !extended.ok()) {
+    if (auto extended = ExtendHold(args.pod_uid, SteadyNsAfter(budget)); !extended.ok()) {
       // Just reserved by this thread: gone only if it expired already (a stalled thread).
       metrics_.CountTrackerError("extend");
       return FailBind(attempt, fmt::format("pod {}: its reservation ran out before its partition "
@@ -500,8 +492,8 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
   metrics_.CountApiError(written.unknown() ? "bind_unknown" : "bind_conflict");
   spdlog::warn("bind {} to {}: {}; reading the pod back", key, args.node, written.error);
   // A 409 answers this write definitely (it was not applied); an unknown one may still land.
-  bind.settle_ns =
-      steady_ns_() + (written.unknown() ? ToNs(options_.unknown_write_settle).count() : 0);
+  bind.settle_ns = SteadyNsAfter(written.unknown() ? options_.unknown_write_settle
+                                                   : std::chrono::milliseconds(0));
   std::string message;
   const Resolution resolution = ResolveUnknownBind(bind, &message);
   metrics_.CountBindReadBack(resolution == Resolution::kCommitted  ? "committed"
@@ -509,9 +501,10 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
                                                                    : "unknown");
   if (resolution == Resolution::kCommitted) return EncodeBindingResult("");
   if (resolution == Resolution::kReleased) return EncodeBindingResult(message);
-  bind.next_try_ns = steady_ns_() + ToNs(options_.read_back_retry).count();
-  if (auto s = ExtendHold(attempt.uid, std::max(bind.settle_ns, bind.next_try_ns) +
-                                           ToNs(options_.reservation_timeout).count());
+  bind.next_try_ns = SteadyNsAfter(options_.read_back_retry);
+  if (auto s = ExtendHold(attempt.uid,
+                          std::max(bind.settle_ns, bind.next_try_ns) +
+                              std::chrono::nanoseconds(options_.reservation_timeout).count());
       !s.ok()) {
     // The watch committed the hold meanwhile (the pod is bound as written): nothing to extend.
     spdlog::debug("bind {}: {}", key, s.error());

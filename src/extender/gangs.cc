@@ -18,10 +18,6 @@ namespace toposched::extender {
 
 namespace {
 
-std::chrono::nanoseconds ToNs(std::chrono::milliseconds ms) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(ms);
-}
-
 // The API resource a gang's size is read from, for messages.
 std::string_view ResourceOf(std::string_view source) {
   if (source == "PodGroup") return "podgroups";
@@ -109,7 +105,7 @@ tracker::GangRequest ExtenderService::GangRequestFor(const PodRequests& member, 
 Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& member,
                                                           std::span<const std::string> candidates) {
   const claims::GangMembership& gang = *member.gang;
-  const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
+  const int64_t deadline = SteadyNsAfter(options_.gang_timeout);
   if (!tracker_.HoldsGang(gang.id)) {
     tracker::GangRequest request = GangRequestFor(member, gang.size);
     if (request.size == 0) {
@@ -185,15 +181,10 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
     return EncodeBindingResult(
         fmt::format("pod {} of gang {}: gangs on shared pools are not supported", key, id));
   }
-  // The seats outlive the slowest Binding write, as a single pod's reservation does. ExtendGang
-  // fails only when the gang holds no seats, which FindGang then says.
-  auto gang =
-      tracker_.ExtendGang(id,
-                          steady_ns_() +
-                              ToNs(options_.reservation_timeout + writer_.MaxWriteTime()).count())
-              .ok()
-          ? tracker_.FindGang(id)
-          : std::nullopt;
+  // The seats live as long as a single pod's reservation. ExtendGang fails only when the gang
+  // holds no seats, which FindGang then says.
+  auto gang = tracker_.ExtendGang(id, BindReservationDeadline()).ok() ? tracker_.FindGang(id)
+                                                                      : std::nullopt;
   if (!gang) {
     return EncodeBindingResult(fmt::format(
         "pod {}: gang {} holds no seats (they ran out before its members bound); it will be "
@@ -249,8 +240,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
     metrics_.CountApiError(s.unknown() ? "bind_unknown" : "bind");
     if (s.unknown()) {
       if (auto extended = tracker_.ExtendGang(
-              id, steady_ns_() +
-                      ToNs(options_.unknown_write_settle + options_.reservation_timeout).count());
+              id, SteadyNsAfter(options_.unknown_write_settle + options_.reservation_timeout));
           !extended.ok()) {
         spdlog::error("bind {}: gang {}'s seats ran out while its Binding was written: {}", key, id,
                       extended.error());
@@ -298,7 +288,7 @@ void ExtenderService::RestoreGangs() {
       }
     }
   }
-  const int64_t deadline = steady_ns_() + ToNs(options_.gang_timeout).count();
+  const int64_t deadline = SteadyNsAfter(options_.gang_timeout);
   for (const auto& member : firsts) {
     if (tracker_.HoldsGang(member.gang->id)) continue;
     tracker::GangRequest request = GangRequestFor(member, member.gang_record->size);

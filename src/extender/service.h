@@ -264,6 +264,17 @@ class ExtenderService {
   Resolution ResolveUnknownBind(UnknownBind& bind, std::string* message);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
+  // The steady clock `after` from now, in the tracker's nanoseconds: the one spelling of every
+  // deadline the service sets.
+  int64_t SteadyNsAfter(std::chrono::nanoseconds after) const {
+    return steady_ns_() + after.count();
+  }
+  // How long a bind's reservation lives, a single pod's or a gang's seats alike: the operator's
+  // --reservation-timeout plus the slowest Binding write the client allows, so that expiry never
+  // frees ids a write still in flight is about to give the pod.
+  int64_t BindReservationDeadline() const {
+    return SteadyNsAfter(options_.reservation_timeout + writer_.MaxWriteTime());
+  }
 
   const topology::Catalog& catalog_;
   const ExtenderOptions options_;
