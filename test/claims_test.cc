@@ -70,11 +70,11 @@ TEST(ClaimsResourcesTest, LimitElseRequestSummedOverTheNames) {
   ASSERT_EQ(resources.size(), 1u);
   EXPECT_THAT(resources[0].aliases, ElementsAre("aws.amazon.com/neurondevice"));
   std::string asked_as;
-  EXPECT_EQ(ContainerRequest(both, resources[0], &asked_as), 5);
+  EXPECT_EQ(AsksWithAliases(both, resources[0], &asked_as), 5);
   EXPECT_EQ(asked_as, "aws.amazon.com/neuron");
 
   kube::Container old_name = Asking("old", kResourceNeuronDevice, 1);
-  EXPECT_EQ(ContainerRequest(old_name, resources[0], &asked_as), 1);
+  EXPECT_EQ(AsksWithAliases(old_name, resources[0], &asked_as), 1);
   EXPECT_EQ(asked_as, "aws.amazon.com/neurondevice");
 }
 

@@ -89,11 +89,11 @@ TEST(ContainerUnitsTest, ExtenderAndDevicePluginCountAlike) {
   ASSERT_TRUE(extender_view.ok()) << extender_view.error();
   ASSERT_EQ(extender_view->spec.containers.size(), 3u);
   for (size_t i = 0; i < pod.containers.size(); ++i) {
-    EXPECT_EQ(deviceplugin::ContainerRequest(pod.containers[i], devices),
+    EXPECT_EQ(deviceplugin::AsksWithAliases(pod.containers[i], devices),
               extender_view->spec.containers[i].request.count)
         << pod.containers[i].name;
   }
-  EXPECT_EQ(deviceplugin::ContainerRequest(both, devices), 4);
+  EXPECT_EQ(deviceplugin::AsksWithAliases(both, devices), 4);
 }
 
 TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
@@ -634,7 +634,7 @@ class KubeletModel : public KubeletView {
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
         for (const ResourceSpec& resource : service_.options().resources) {
-          const int n = static_cast<int>(ContainerRequest(container, resource));
+          const int n = static_cast<int>(AsksWithAliases(container, resource));
           if (n == 0) continue;
           std::vector<int> available = FreeFor(resource);
           std::vector<int> ids;

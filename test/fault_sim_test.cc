@@ -685,10 +685,10 @@ class Simulation {
       int64_t used = 0;
       for (const auto& [uid, other] : api_.pods()) {
         if (other.node_name != node || !Live(other)) continue;
-        for (const auto& c : other.containers) used += claims::ContainerRequest(c, spec);
+        for (const auto& c : other.containers) used += claims::AsksWithAliases(c, spec);
       }
       int64_t want = 0;
-      for (const auto& c : pod.containers) want += claims::ContainerRequest(c, spec);
+      for (const auto& c : pod.containers) want += claims::AsksWithAliases(c, spec);
       if (want > 0 && used + want > state.node.allocatable.at(spec.name)) return false;
     }
     return true;

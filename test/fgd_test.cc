@@ -52,8 +52,8 @@ TEST(FgdTest, FreeUnitsNoLegalSetOfAClassCanUseAreItsFragments) {
 TEST(FgdTest, PolicyNamesAndSetRules) {
   EXPECT_EQ(topology::ParsePolicy("fgd").value(), Policy::kFgd);
   EXPECT_EQ(topology::ParsePolicy("fgd-scarcity-sets").value(), Policy::kFgdScarcitySets);
-  EXPECT_EQ(topology::SetPolicy(Policy::kFgd), Policy::kFirstFit);
-  EXPECT_EQ(topology::SetPolicy(Policy::kFgdScarcitySets), Policy::kScarcity);
+  EXPECT_EQ(topology::SetChoicePolicy(Policy::kFgd), Policy::kFirstFit);
+  EXPECT_EQ(topology::SetChoicePolicy(Policy::kFgdScarcitySets), Policy::kScarcity);
 }
 
 TEST(FgdTest, TheNodeWhoseFragmentationGrowsLeastIsChosen) {

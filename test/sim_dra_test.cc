@@ -26,10 +26,10 @@ Trace LoadDefaultTrace() {
   return trace.ok() ? trace.value() : Trace{};
 }
 
-std::vector<NodeGroup> Fleet(std::string_view spec) {
+std::vector<FleetGroup> Fleet(std::string_view spec) {
   auto fleet = ParseFleet(spec, topology::Catalog::Embedded());
   EXPECT_TRUE(fleet.ok());
-  return fleet.ok() ? fleet.value() : std::vector<NodeGroup>{};
+  return fleet.ok() ? fleet.value() : std::vector<FleetGroup>{};
 }
 
 TEST(SimDraTest, IndexOrderOnFleetOrderNodesIsFirstFit) {
@@ -37,7 +37,7 @@ TEST(SimDraTest, IndexOrderOnFleetOrderNodesIsFirstFit) {
   for (std::string_view spec :
        {kDefaultFillFleet, std::string_view("trn2.48xlarge=3,inf2.48xlarge=2")}) {
     for (uint64_t seed : {0, 1, 2}) {
-      const std::vector<NodeGroup> fleet = Fleet(spec);
+      const std::vector<FleetGroup> fleet = Fleet(spec);
       auto dra = SimulateDraFill(topology::Catalog::Embedded(), trace, fleet, seed);
       ASSERT_TRUE(dra.ok()) << dra.error();
       Options options;
@@ -62,7 +62,7 @@ TEST(SimDraTest, IndexOrderOnFleetOrderNodesIsFirstFit) {
 
 TEST(SimDraTest, EveryVariantIsRunAndDeterministic) {
   const Trace trace = LoadDefaultTrace();
-  const std::vector<NodeGroup> fleet = Fleet("inf2.48xlarge=2,trn1.32xlarge=2");
+  const std::vector<FleetGroup> fleet = Fleet("inf2.48xlarge=2,trn1.32xlarge=2");
   auto a = SimulateDraFill(topology::Catalog::Embedded(), trace, fleet, 7);
   auto b = SimulateDraFill(topology::Catalog::Embedded(), trace, fleet, 7);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -49,8 +49,8 @@ int64_t Asks(const kube::Container& container, std::string_view resource) {
   return 0;
 }
 
-int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec,
-                         std::string* asked_as) {
+int64_t AsksWithAliases(const kube::Container& container, const ResourceSpec& spec,
+                        std::string* asked_as) {
   int64_t total = 0;
   auto add = [&](const std::string& name) {
     const int64_t n = Asks(container, name);
@@ -73,7 +73,7 @@ Result<std::vector<ContainerAsk>> ListAsks(const kube::Pod& pod,
     for (const kube::Container& container : *list) {
       for (const ResourceSpec& spec : resources) {
         std::string asked_as;
-        const int64_t total = ContainerRequest(container, spec, &asked_as);
+        const int64_t total = AsksWithAliases(container, spec, &asked_as);
         if (total == 0) continue;
         if (total < 0 || total > std::numeric_limits<int>::max()) {
           return Error{fmt::format("container '{}' asks for {} {}: not a usable count",

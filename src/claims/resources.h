@@ -49,8 +49,8 @@ int64_t Asks(const kube::Container& container, std::string_view resource);
 
 // Asks summed over the resource's name and aliases. `asked_as`, when given, gets the first of
 // those names the container asks for (empty when none).
-int64_t ContainerRequest(const kube::Container& container, const ResourceSpec& spec,
-                         std::string* asked_as = nullptr);
+int64_t AsksWithAliases(const kube::Container& container, const ResourceSpec& spec,
+                        std::string* asked_as = nullptr);
 
 // One container's ask for one resource.
 struct ContainerAsk {

@@ -248,7 +248,7 @@ Result<sim::Trace> LoadTrace(const SimulateOptions& opts) {
 }
 
 int RunDra(const SimulateOptions& opts, const topology::Catalog& catalog,
-           const std::vector<sim::NodeGroup>& fleet) {
+           const std::vector<sim::FleetGroup>& fleet) {
   auto trace = LoadTrace(opts);
   if (!trace.ok()) return Fail(opts, trace.error());
   if (opts.mode == "queue") return Fail(opts, "--dra: fill or dynamic mode (--mode)");

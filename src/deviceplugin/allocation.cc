@@ -115,7 +115,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
       std::sort(claim.ids.begin(), claim.ids.end());
       const kube::Container* container = FindContainer(pod, entry.container, claim.order);
       claim.requested =
-          container == nullptr ? 0 : static_cast<int>(ContainerRequest(*container, *spec));
+          container == nullptr ? 0 : static_cast<int>(AsksWithAliases(*container, *spec));
       out.claims.push_back(std::move(claim));
     }
   }
@@ -170,7 +170,8 @@ ContainerSetup BuildContainerSetup(const topology::NodeShape& shape, topology::U
   ContainerSetup setup;
   for (int d : devices) setup.device_nodes.push_back(fmt::format("/dev/neuron{}", d));
   setup.envs[std::string(claims::kEnvVisibleCores)] = FormatCoreList(cores);
-  if (shape.lnc != 0) setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(shape.lnc);
+  if (shape.lnc != 0)
+    setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(shape.lnc);
   return setup;
 }
 
@@ -407,7 +408,7 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
         const int index = order++;
-        const int asked = static_cast<int>(ContainerRequest(container, resource));
+        const int asked = static_cast<int>(AsksWithAliases(container, resource));
         if (asked == 0) continue;
         const std::string who = fmt::format("{} container {}", key, container.name);
         if (served(container.name, resource.name)) {

@@ -88,7 +88,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
 
 // The quantity a container asks for of `spec` (claims/resources.h: limit, else request, summed
 // over the resource's name and aliases, as the extender counts it).
-using claims::ContainerRequest;
+using claims::AsksWithAliases;
 
 // How NEURON_RT_VISIBLE_CORES numbers cores.
 enum class CoreNumbering {

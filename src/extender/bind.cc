@@ -1,8 +1,6 @@
 // Bind: reserve the ids the policy chose, make the shared pool's partition if there is one,
 // write the Binding with the allocation annotations, commit. Every failure after the first
 // check leaves through FailBind, the one place that gives back what the bind held.
-#include "extender/bind.h"
-
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -10,6 +8,7 @@
 
 #include "claims/annotations.h"
 #include "claims/keys.h"
+#include "extender/partition_steps.h"
 #include "extender/service.h"
 #include "kube/allocation_record.h"
 #include "topology/id_ranges.h"

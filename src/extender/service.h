@@ -7,7 +7,7 @@
 //
 // Lock order: ExtenderService::mu_ is a leaf, held only around the service's own maps, never
 // while calling the tracker, the writer or PartitionSteps. PartitionSteps' lock comes before the
-// tracker's (bind.h). The clang build checks the annotations (-Wthread-safety).
+// tracker's (partition_steps.h). The clang build checks the annotations (-Wthread-safety).
 #ifndef TOPOSCHED_EXTENDER_SERVICE_H_
 #define TOPOSCHED_EXTENDER_SERVICE_H_
 
@@ -26,9 +26,9 @@
 #include "base/mutex.h"
 #include "base/result.h"
 #include "claims/keys.h"
-#include "extender/bind.h"
 #include "extender/metrics.h"
 #include "extender/node_facts.h"
+#include "extender/partition_steps.h"
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
 #include "kube/allocation_record.h"

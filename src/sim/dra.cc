@@ -128,9 +128,9 @@ class DraCluster {
 };
 
 Result<std::vector<DraNode>> BuildNodes(const topology::Catalog& catalog,
-                                        const std::vector<NodeGroup>& fleet) {
+                                        const std::vector<FleetGroup>& fleet) {
   std::vector<DraNode> nodes;
-  for (const NodeGroup& group : fleet) {
+  for (const FleetGroup& group : fleet) {
     const topology::InstanceType* type = catalog.Find(group.instance_type);
     if (type == nullptr) return Error{topology::Catalog::UnknownTypeMessage(group.instance_type)};
     if (group.heads > 0) {
@@ -165,7 +165,8 @@ std::string DraVariant::Name() const {
 }
 
 Result<std::vector<DraResult>> SimulateDraFill(const topology::Catalog& catalog, const Trace& trace,
-                                               const std::vector<NodeGroup>& fleet, uint64_t seed) {
+                                               const std::vector<FleetGroup>& fleet,
+                                               uint64_t seed) {
   TOPOSCHED_ASSIGN_OR_RETURN(std::vector<DraNode> nodes, BuildNodes(catalog, fleet));
   std::vector<Request> requests;
   for (const Task& task : trace.tasks) {
@@ -198,7 +199,7 @@ Result<std::vector<DraResult>> SimulateDraFill(const topology::Catalog& catalog,
 
 Result<std::vector<DraResult>> SimulateDraDynamic(const topology::Catalog& catalog,
                                                   const Trace& trace,
-                                                  const std::vector<NodeGroup>& fleet) {
+                                                  const std::vector<FleetGroup>& fleet) {
   if (!trace.has_time_columns) {
     return Error{"this trace has no creation_time and deletion_time columns: use fill mode"};
   }

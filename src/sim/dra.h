@@ -47,13 +47,13 @@ struct DraResult {
 
 // Every variant, over the same task order (FillOrder(seed)).
 Result<std::vector<DraResult>> SimulateDraFill(const topology::Catalog& catalog, const Trace& trace,
-                                               const std::vector<NodeGroup>& fleet, uint64_t seed);
+                                               const std::vector<FleetGroup>& fleet, uint64_t seed);
 
 // Every variant, replaying arrivals and departures at the trace's times (tasks without usable
 // times are skipped). Same-second arrivals keep trace order.
 Result<std::vector<DraResult>> SimulateDraDynamic(const topology::Catalog& catalog,
                                                   const Trace& trace,
-                                                  const std::vector<NodeGroup>& fleet);
+                                                  const std::vector<FleetGroup>& fleet);
 
 // The results as a table for people, and as one JSON object ({"dra":[...]}).
 std::string FormatDraTable(const std::vector<DraResult>& results, std::string_view trace_name,

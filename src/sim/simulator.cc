@@ -627,8 +627,9 @@ std::string_view RejectReasonLabel(RejectReason reason) {
   return "?";
 }
 
-Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog) {
-  std::vector<NodeGroup> fleet;
+Result<std::vector<FleetGroup>> ParseFleet(std::string_view spec,
+                                           const topology::Catalog& catalog) {
+  std::vector<FleetGroup> fleet;
   constexpr int kMaxNodesPerGroup = 100'000;
   size_t pos = 0;
   while (pos <= spec.size()) {
@@ -683,7 +684,7 @@ Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology:
   return fleet;
 }
 
-std::string FormatFleet(const std::vector<NodeGroup>& fleet) {
+std::string FormatFleet(const std::vector<FleetGroup>& fleet) {
   std::string out;
   for (const auto& group : fleet) {
     if (!out.empty()) out += ',';

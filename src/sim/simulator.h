@@ -27,7 +27,7 @@ namespace toposched::sim {
 // pool kind (rule aligned, e.g. ipu-pod16): `count` pools "<type>-pool<k>", each reached by
 // `heads` head nodes "<type>-pool<k>-head<h>" (docs/pools.md); a pod placed through one head
 // takes the devices from every head of that pool.
-struct NodeGroup {
+struct FleetGroup {
   std::string instance_type;
   int count = 0;
   int heads = 0;
@@ -36,8 +36,8 @@ struct NodeGroup {
 // Parses "trn1.32xlarge=40,inf2.48xlarge=20,ipu-pod16=2/4" (the last: 2 IPU-PODs of 16, each
 // shared by 4 head nodes). The order is the fleet order (first-fit and ties
 // take the first node in it). Unknown types are an error naming the type and how to add it.
-Result<std::vector<NodeGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog);
-std::string FormatFleet(const std::vector<NodeGroup>& fleet);
+Result<std::vector<FleetGroup>> ParseFleet(std::string_view spec, const topology::Catalog& catalog);
+std::string FormatFleet(const std::vector<FleetGroup>& fleet);
 
 enum class Mode {
   kDynamic,  // arrivals and departures at the trace's times; a pod that does not fit is rejected
@@ -61,7 +61,7 @@ std::string_view DefaultFleet(Mode mode);
 
 struct Options {
   Mode mode = Mode::kDynamic;
-  std::vector<NodeGroup> fleet;
+  std::vector<FleetGroup> fleet;
   std::vector<topology::Policy> policies;  // run side by side, in this order
   // 0 keeps trace order. Otherwise fill mode shuffles the tasks and dynamic mode shuffles pods
   // that arrive in the same second, deterministically for the seed.
@@ -155,7 +155,7 @@ struct PolicyResult {
 struct SimResult {
   Mode mode = Mode::kDynamic;
   uint64_t seed = 0;
-  std::vector<NodeGroup> fleet;
+  std::vector<FleetGroup> fleet;
   int nodes = 0;
   int total_devices = 0;
   int rows = 0;                         // rows read, good and bad

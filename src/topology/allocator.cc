@@ -693,7 +693,7 @@ Result<Policy> ParsePolicy(std::string_view name) {
                   name)};
 }
 
-Policy SetPolicy(Policy policy) {
+Policy SetChoicePolicy(Policy policy) {
   switch (policy) {
     case Policy::kSpread:
     case Policy::kBinpack:
@@ -830,7 +830,7 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
   const bool fgd = policy == Policy::kFgd || policy == Policy::kFgdScarcitySets;
   if (fgd && costs != nullptr) {
     // FGD weighs the node by how much the chosen set grows its expected fragmentation.
-    Decision d = Allocate(shape, usage, request, SetPolicy(policy), costs);
+    Decision d = Allocate(shape, usage, request, SetChoicePolicy(policy), costs);
     if (!d.ok()) return d;
     NodeUsage after = usage;
     after.Take(shape, d.placement.unit, d.placement.ids);
@@ -838,7 +838,7 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
         ExpectedFragmentation(shape, after, *costs) - ExpectedFragmentation(shape, usage, *costs);
     return d;
   }
-  policy = SetPolicy(policy);
+  policy = SetChoicePolicy(policy);
   if (policy == Policy::kCountOnly) {
     if (request.count <= 0 ||
         request.count > (request.unit == Unit::kDevice ? shape.devices : shape.cores)) {

@@ -56,7 +56,7 @@ enum class Policy {
 std::string_view PolicyName(Policy policy);
 Result<Policy> ParsePolicy(std::string_view name);
 // The rule that picks a set on one node: spread and binpack pick sets as first-fit does.
-Policy SetPolicy(Policy policy);
+Policy SetChoicePolicy(Policy policy);
 
 using DeviceMask = uint64_t;  // bit d = device d; kMaxDevices is 64
 using CoreBits = std::bitset<kMaxCores>;

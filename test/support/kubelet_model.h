@@ -70,7 +70,7 @@ class KubeletModel : public deviceplugin::KubeletView {
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
         for (const deviceplugin::ResourceSpec& spec : plugin_.options().resources) {
-          const int size = static_cast<int>(deviceplugin::ContainerRequest(container, spec));
+          const int size = static_cast<int>(deviceplugin::AsksWithAliases(container, spec));
           if (size <= 0) continue;
           std::vector<int> available = Available(spec, granted);
           if (static_cast<int>(available.size()) < size) {

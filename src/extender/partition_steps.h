@@ -5,8 +5,8 @@
 //
 // Lock order: PartitionSteps::mu_, then the tracker's own lock (Commit and BeginRelease run
 // under mu_, so that a deletion and a bind agree on who cleans up).
-#ifndef TOPOSCHED_EXTENDER_BIND_H_
-#define TOPOSCHED_EXTENDER_BIND_H_
+#ifndef TOPOSCHED_EXTENDER_PARTITION_STEPS_H_
+#define TOPOSCHED_EXTENDER_PARTITION_STEPS_H_
 
 #include <chrono>
 #include <string>
@@ -80,4 +80,4 @@ class PartitionSteps {
 
 }  // namespace toposched::extender
 
-#endif  // TOPOSCHED_EXTENDER_BIND_H_
+#endif  // TOPOSCHED_EXTENDER_PARTITION_STEPS_H_
