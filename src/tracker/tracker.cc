@@ -1,6 +1,5 @@
 // The tracker's nodes and queries: nodes and their pools, fit and rank, demand and supply,
-// snapshots. Fitting itself is in fitting.cc, preemption in preemption.cc, the hold state machine
-// in holds.cc, rebuild and adopt in rebuild.cc.
+// snapshots. The other files of the class are listed in tracker.h.
 #include "tracker/tracker.h"
 
 #include <algorithm>

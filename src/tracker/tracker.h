@@ -12,6 +12,11 @@
 // changes an exclusive one (mu_, annotated for clang's -Wthread-safety: base/mutex.h). No I/O and
 // no clock: callers pass "now" and deadlines in nanoseconds of whatever clock they use (a virtual
 // one in the simulator).
+//
+// One class over five files: tracker.cc (nodes, fit and rank, demand and supply, stats),
+// holds.cc (the hold state machine), fitting.{h,cc} (multi-container fitting, pure),
+// preemption.cc, rebuild.cc (rebuild, adopt) and gangs.cc (all-or-nothing gang seats in whole
+// node groups; their per-gang state in gang_seats.h).
 #ifndef TOPOSCHED_TRACKER_TRACKER_H_
 #define TOPOSCHED_TRACKER_TRACKER_H_
 
