@@ -13,12 +13,12 @@
 #include <benchmark/benchmark.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
-#include "kube/allocation_record.h"
 #include "kube/decode.h"
 #include "percentiles.h"
 
@@ -49,7 +49,7 @@ kube::Pod RecordedPod(int uid, const std::string& node, const std::string& type,
   c.name = "main";
   c.requests[resource] = static_cast<int64_t>(ids.size());
   pod.containers.push_back(c);
-  const kube::AllocationRecord record{node, type, {{"main", resource, std::move(ids)}}};
+  const claims::AllocationRecord record{node, type, {{"main", resource, std::move(ids)}}};
   for (auto& [k, v] : claims::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
   return pod;
 }

@@ -78,7 +78,7 @@ struct Fleet {
       c.name = "main";
       c.requests["aws.amazon.com/neuron"] = 4;
       pod.containers.push_back(c);
-      const kube::AllocationRecord record{
+      const claims::AllocationRecord record{
           pod.node_name, "trn2u.48xlarge", {{"main", "aws.amazon.com/neuron", {0, 1, 2, 3}}}};
       for (auto& [k, v] : claims::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
       pods.push_back(std::move(pod));

@@ -1,4 +1,4 @@
-// libFuzzer target for the allocation record annotation (kube/allocation_record.h): parsing never
+// libFuzzer target for the allocation record annotation (claims/allocation_record.h): parsing never
 // crashes, and whatever parses survives a write-and-parse round trip unchanged.
 #include <cstddef>
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "kube/allocation_record.h"
+#include "claims/allocation_record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace toposched::kube;  // NOLINT(google-build-using-namespace): a fuzz harness

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
-#include "kube/allocation_record.h"
 #include "topology/catalog.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto groups = claims::SplitAwsIds(text, counts);
   if (!groups.ok()) return 0;
   if (groups->size() != counts.size()) std::abort();
-  kube::AllocationRecord record;
+  claims::AllocationRecord record;
   for (size_t i = 0; i < groups->size(); ++i) {
     const std::vector<int>& group = (*groups)[i];
     if (static_cast<int>(group.size()) != counts[i]) std::abort();

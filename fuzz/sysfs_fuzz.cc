@@ -8,12 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin/sysfs.h"
-#include "kube/allocation_record.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
 

@@ -4,11 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "deviceplugin/allocation.h"
-#include "kube/allocation_record.h"
 
 namespace toposched::claims {
 namespace {
@@ -25,8 +25,8 @@ kube::Container Asking(std::string name, std::string_view resource, int64_t n) {
   return c;
 }
 
-kube::AllocationRecord SampleRecord() {
-  kube::AllocationRecord record;
+claims::AllocationRecord SampleRecord() {
+  claims::AllocationRecord record;
   record.node = "ip-10-0-12-34.us-west-2.compute.internal";
   record.instance_type = "trn1.32xlarge";
   record.containers = {{"train", "aws.amazon.com/neuron", {4, 5, 6, 7}},
@@ -130,7 +130,7 @@ TEST(ClaimsResourcesTest, AsksInKubeletOrder) {
 }
 
 TEST(ClaimsAnnotationsTest, AwsIdsSplitInTheOrderWritten) {
-  kube::AllocationRecord record;
+  claims::AllocationRecord record;
   record.containers = {{"init", "r", {8}}, {"a", "r", {7, 4, 5, 6}}, {"b", "r", {8}}};
   EXPECT_EQ(FormatAwsIds(record), "8,7,4,5,6,8");
   auto groups = SplitAwsIds(FormatAwsIds(record), {1, 4, 1});
@@ -159,10 +159,10 @@ TEST(ClaimsAnnotationsTest, RecordFromPodPrefersOurRecord) {
   EXPECT_EQ(aws->node, "n");
   ASSERT_EQ(aws->containers.size(), 1u);
   EXPECT_EQ(aws->containers[0],
-            (kube::ContainerIds{"main", "aws.amazon.com/neuron", std::vector<int>{3, 2}}));
+            (claims::ContainerIds{"main", "aws.amazon.com/neuron", std::vector<int>{3, 2}}));
 
-  kube::AllocationRecord ours{"n", "t", {{"main", "aws.amazon.com/neuron", {0, 1}}}};
-  pod.annotations[std::string(kAnnotationRecord)] = kube::AllocationRecordJson(ours);
+  claims::AllocationRecord ours{"n", "t", {{"main", "aws.amazon.com/neuron", {0, 1}}}};
+  pod.annotations[std::string(kAnnotationRecord)] = claims::AllocationRecordJson(ours);
   auto record = RecordFromPod(pod, resources);
   ASSERT_TRUE(record.ok()) << record.error();
   EXPECT_EQ(*record, ours);
@@ -181,10 +181,10 @@ TEST(ClaimsAnnotationsTest, RecordFromPodPrefersTheGrantedTruth) {
   pod.node_name = "n";
   pod.containers = {Asking("main", kResourceNeuron, 2)};
   const auto resources = ResourceSet{}.Specs();
-  kube::AllocationRecord bound{"n", "t", {{"main", "aws.amazon.com/neuron", {0, 1}}}};
-  kube::AllocationRecord got{"n", "t", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
-  pod.annotations[std::string(kAnnotationRecord)] = kube::AllocationRecordJson(bound);
-  pod.annotations["toposched.io/granted"] = kube::AllocationRecordJson(got);
+  claims::AllocationRecord bound{"n", "t", {{"main", "aws.amazon.com/neuron", {0, 1}}}};
+  claims::AllocationRecord got{"n", "t", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
+  pod.annotations[std::string(kAnnotationRecord)] = claims::AllocationRecordJson(bound);
+  pod.annotations["toposched.io/granted"] = claims::AllocationRecordJson(got);
   auto record = RecordFromPod(pod, resources);
   ASSERT_TRUE(record.ok()) << record.error();
   EXPECT_EQ(*record, got);
@@ -196,7 +196,7 @@ TEST(ClaimsAnnotationsTest, RecordFromPodPrefersTheGrantedTruth) {
 
   // A pod placed without a record whose truth the plugin wrote still has an allocation.
   pod.annotations.clear();
-  pod.annotations["toposched.io/granted"] = kube::AllocationRecordJson(got);
+  pod.annotations["toposched.io/granted"] = claims::AllocationRecordJson(got);
   EXPECT_TRUE(HasAllocation(pod));
 }
 
@@ -218,7 +218,7 @@ TEST(ClaimsRoundTripTest, MultiContainerAwsIdsReadBackAlikeByExtenderAndDevicePl
   pod.containers = {small, Asking("big", kResourceNeuron, 4)};
 
   // Bind's record: the init container reuses the big app's devices; kubelet's order.
-  kube::AllocationRecord written;
+  claims::AllocationRecord written;
   written.node = "trn-a";
   written.instance_type = "trn1.32xlarge";
   written.containers = {{"init", "aws.amazon.com/neuron", {4, 5, 6, 7}},

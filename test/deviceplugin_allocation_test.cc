@@ -9,13 +9,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin_fixtures.h"
 #include "extender/pod_requests.h"
-#include "kube/allocation_record.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -584,7 +584,7 @@ TEST(DevicePluginRecordTest, KubeletAssignmentIsRecordedOnUnannotatedPods) {
   ASSERT_EQ(patches.size(), 2u);
   EXPECT_EQ(patches[0].name, "plain");
   const auto& plain = patches[0].changes;
-  auto record = kube::ParseAllocationRecord(*plain.at("toposched.io/allocation"));
+  auto record = claims::ParseAllocationRecord(*plain.at("toposched.io/allocation"));
   ASSERT_TRUE(record.ok());
   ASSERT_EQ(record->containers.size(), 2u);
   EXPECT_EQ(record->containers[0].container, "init");
@@ -682,7 +682,7 @@ class KubeletModel : public KubeletView {
     for (const kube::Pod& pod : *live) {
       auto record = claims::RecordFromPod(pod, service_.options().resources);
       if (!record.ok()) continue;
-      for (const kube::ContainerIds& c : record->containers) {
+      for (const claims::ContainerIds& c : record->containers) {
         for (int id : c.ids) used.insert(c.resource == kCore ? id / shape_.cores_per_device : id);
       }
     }

@@ -15,12 +15,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
-#include "kube/allocation_record.h"
 #include "kube/decode.h"
 #include "support/pods.h"
 
@@ -282,8 +282,8 @@ TEST_F(RelistTest, SeededRelistsAndNodeChurnNeverGiveAnIdTwice) {
       // No id recorded for two live pods.
       std::map<std::string, std::set<int>> used;
       for (const auto& [uid, pod] : live) {
-        auto record =
-            kube::ParseAllocationRecord(pod.annotations.at(std::string(claims::kAnnotationRecord)));
+        auto record = claims::ParseAllocationRecord(
+            pod.annotations.at(std::string(claims::kAnnotationRecord)));
         ASSERT_TRUE(record.ok());
         for (const auto& c : record->containers) {
           for (int id : c.ids) {

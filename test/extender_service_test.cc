@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "deviceplugin/allocation.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
-#include "kube/allocation_record.h"
 #include "kube/decode.h"
 #include "support/pods.h"
 
@@ -107,7 +107,7 @@ TEST_F(ServiceTest, BindWritesAwsAnnotationsAndOurRecordThenCommits) {
   EXPECT_EQ(b.annotations.at("NEURON_ALLOCATED"), "false");
   EXPECT_EQ(b.annotations.at("NEURON_ALLOC_TIME"), "1743574052764891534");
   auto record =
-      kube::ParseAllocationRecord(b.annotations.at(std::string(claims::kAnnotationRecord)));
+      claims::ParseAllocationRecord(b.annotations.at(std::string(claims::kAnnotationRecord)));
   ASSERT_TRUE(record.ok()) << record.error();
   EXPECT_EQ(record->node, "trn-a");
   ASSERT_EQ(record->containers.size(), 1u);

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
@@ -45,7 +46,6 @@
 #include "extender/metrics.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
-#include "kube/allocation_record.h"
 #include "kube/objects.h"
 #include "support/kubelet_model.h"
 #include "support/pods.h"
@@ -799,7 +799,7 @@ class Simulation {
       if (Has(Fault::kKubeletOrder)) return created_order_.at(pod.uid);
       auto t = pod.annotations.find(std::string(claims::kAnnotationAllocTime));
       if (t == pod.annotations.end()) return INT64_MAX;
-      auto parsed = kube::ParseAllocTime(t->second);
+      auto parsed = claims::ParseAllocTime(t->second);
       return parsed.ok() ? *parsed : INT64_MAX;
     };
     for (const auto& [uid, pod] : api_.pods()) {

@@ -13,8 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
-#include "kube/allocation_record.h"
 #include "kube/client.h"
 #include "kube/decode.h"
 #include "support/fake_apiserver.h"
@@ -334,7 +334,8 @@ TEST(KubeClientTest, BindCarriesAnnotationsAndKeepsThePodsOthers) {
   server.UpsertPod(PodJson("ml", "train-0", "uid-1", R"(,"annotations":{"keep":"me"})"));
   auto client = ClientFor(server);
   ASSERT_NE(client, nullptr);
-  AllocationRecord record{"node-1", "trn1.32xlarge", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
+  claims::AllocationRecord record{
+      "node-1", "trn1.32xlarge", {{"main", "aws.amazon.com/neuron", {4, 5}}}};
   auto annotations = claims::AllocationAnnotations(record, 1743574052764891534);
   annotations["odd \"key\""] = "line\nbreak \\ \u00e9";
   Status bound = BindPod(*client, "ml", "train-0", "uid-1", "node-1", annotations);
@@ -346,8 +347,8 @@ TEST(KubeClientTest, BindCarriesAnnotationsAndKeepsThePodsOthers) {
   EXPECT_EQ(pod.annotations.at("AWS_NEURON_IDS"), "4,5");
   EXPECT_EQ(pod.annotations.at("NEURON_ALLOCATED"), "false");
   EXPECT_EQ(pod.annotations.at("odd \"key\""), "line\nbreak \\ \u00e9");
-  Result<AllocationRecord> parsed =
-      ParseAllocationRecord(pod.annotations.find(claims::kAnnotationRecord)->second);
+  Result<claims::AllocationRecord> parsed =
+      claims::ParseAllocationRecord(pod.annotations.find(claims::kAnnotationRecord)->second);
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(*parsed, record);
 

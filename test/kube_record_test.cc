@@ -1,4 +1,4 @@
-// Quantities (kube/quantity.h) and the allocation annotations (kube/allocation_record.h).
+// Quantities (kube/quantity.h) and the allocation annotations (claims/allocation_record.h).
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -6,11 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "kube/allocation_record.h"
+#include "claims/allocation_record.h"
 #include "kube/quantity.h"
 
 namespace toposched::kube {
 namespace {
+
+using claims::AllocationRecord;
+using claims::AllocationRecordJson;
+using claims::ContainerIds;
+using claims::ParseAllocationRecord;
+using claims::ParseAllocTime;
 
 using ::testing::HasSubstr;
 

@@ -8,9 +8,9 @@
 
 namespace toposched::claims {
 
-std::string FormatAwsIds(const kube::AllocationRecord& record) {
+std::string FormatAwsIds(const claims::AllocationRecord& record) {
   std::string ids;
-  for (const kube::ContainerIds& container : record.containers) {
+  for (const claims::ContainerIds& container : record.containers) {
     for (int id : container.ids) {
       if (!ids.empty()) ids += ',';
       ids += std::to_string(id);
@@ -28,24 +28,24 @@ Result<std::vector<std::vector<int>>> SplitAwsIds(std::string_view text,
   return groups;
 }
 
-std::map<std::string, std::string> AllocationAnnotations(const kube::AllocationRecord& record,
+std::map<std::string, std::string> AllocationAnnotations(const claims::AllocationRecord& record,
                                                          int64_t alloc_time_ns) {
   std::map<std::string, std::string> annotations;
   annotations.emplace(kAnnotationNeuronIds, FormatAwsIds(record));
   annotations.emplace(kAnnotationAllocated, "false");
   annotations.emplace(kAnnotationAllocTime, std::to_string(alloc_time_ns));
-  annotations.emplace(kAnnotationRecord, kube::AllocationRecordJson(record));
+  annotations.emplace(kAnnotationRecord, claims::AllocationRecordJson(record));
   return annotations;
 }
 
-Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
-                                                const std::vector<ResourceSpec>& resources) {
+Result<claims::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
+                                                  const std::vector<ResourceSpec>& resources) {
   TOPOSCHED_ASSIGN_OR_RETURN(auto asks, ListAsks(pod, resources));
   std::vector<int> counts;
   counts.reserve(asks.size());
   for (const ContainerAsk& ask : asks) counts.push_back(ask.count);
   TOPOSCHED_ASSIGN_OR_RETURN(auto groups, SplitAwsIds(text, counts));
-  kube::AllocationRecord record;
+  claims::AllocationRecord record;
   record.node = pod.node_name;
   for (size_t i = 0; i < asks.size(); ++i) {
     record.containers.push_back({asks[i].container, asks[i].asked_as, std::move(groups[i])});
@@ -59,19 +59,19 @@ bool HasAllocation(const kube::Pod& pod) {
          pod.annotations.count(kAnnotationNeuronIds) != 0;
 }
 
-Result<kube::AllocationRecord> RecordFromPod(const kube::Pod& pod,
-                                             const std::vector<ResourceSpec>& resources) {
+Result<claims::AllocationRecord> RecordFromPod(const kube::Pod& pod,
+                                               const std::vector<ResourceSpec>& resources) {
   // What the containers really got, as the device plugin read it from kubelet, wins over what
   // was reserved at bind.
   if (auto it = pod.annotations.find(kAnnotationGranted); it != pod.annotations.end()) {
-    auto granted = kube::ParseAllocationRecord(it->second);
+    auto granted = claims::ParseAllocationRecord(it->second);
     if (!granted.ok()) {
       return Error{fmt::format("annotation {}: {}", kAnnotationGranted, granted.error())};
     }
     return granted;
   }
   if (auto it = pod.annotations.find(kAnnotationRecord); it != pod.annotations.end()) {
-    auto record = kube::ParseAllocationRecord(it->second);
+    auto record = claims::ParseAllocationRecord(it->second);
     if (!record.ok()) {
       return Error{fmt::format("annotation {}: {}", kAnnotationRecord, record.error())};
     }

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "base/result.h"
+#include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
-#include "kube/allocation_record.h"
 #include "kube/objects.h"
 
 namespace toposched::claims {
@@ -22,7 +22,7 @@ namespace toposched::claims {
 // AWS_NEURON_IDS for `record`: every container's ids one after another, as a plain comma list, in
 // the order of record.containers, which must be kubelet's container order (init containers first,
 // then app containers, each in spec order; within a container, devices before cores).
-std::string FormatAwsIds(const kube::AllocationRecord& record);
+std::string FormatAwsIds(const claims::AllocationRecord& record);
 
 // Splits AWS_NEURON_IDS into consecutive groups of counts[i] ids, in the order written (not
 // sorted; an init container that reuses its pod's ids lists them again). Ids lie in
@@ -32,14 +32,14 @@ Result<std::vector<std::vector<int>>> SplitAwsIds(std::string_view text,
 
 // The four annotations for a pod bound with `record` at `alloc_time_ns`: AWS_NEURON_IDS,
 // NEURON_ALLOCATED "false", NEURON_ALLOC_TIME and toposched.io/allocation.
-std::map<std::string, std::string> AllocationAnnotations(const kube::AllocationRecord& record,
+std::map<std::string, std::string> AllocationAnnotations(const claims::AllocationRecord& record,
                                                          int64_t alloc_time_ns);
 
 // A pod placed by AWS's extender carries only AWS_NEURON_IDS. Splits it over the pod's asks for
 // `resources` (ListAsks: kubelet's order) into a record on the pod's node; each container's
 // resource is the name it asked under.
-Result<kube::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
-                                                const std::vector<ResourceSpec>& resources);
+Result<claims::AllocationRecord> RecordFromAwsIds(const kube::Pod& pod, std::string_view text,
+                                                  const std::vector<ResourceSpec>& resources);
 
 // Whether the pod carries an allocation: toposched.io/granted, toposched.io/allocation or
 // AWS_NEURON_IDS.
@@ -50,8 +50,8 @@ bool HasAllocation(const kube::Pod& pod);
 // toposched.io/allocation (what bind reserved), both parsed strictly, else AWS_NEURON_IDS split by
 // RecordFromAwsIds. Errors name the annotation; a pod with none is an error too ("no allocation
 // record").
-Result<kube::AllocationRecord> RecordFromPod(const kube::Pod& pod,
-                                             const std::vector<ResourceSpec>& resources);
+Result<claims::AllocationRecord> RecordFromPod(const kube::Pod& pod,
+                                               const std::vector<ResourceSpec>& resources);
 
 }  // namespace toposched::claims
 

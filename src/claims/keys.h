@@ -31,7 +31,7 @@ inline constexpr std::string_view kAnnotationNeuronIds = "AWS_NEURON_IDS";
 inline constexpr std::string_view kAnnotationAllocated = "NEURON_ALLOCATED";
 // Unix time in nanoseconds, as a decimal string.
 inline constexpr std::string_view kAnnotationAllocTime = "NEURON_ALLOC_TIME";
-// The kube::AllocationRecord as compact JSON (ids per container and resource).
+// The claims::AllocationRecord as compact JSON (ids per container and resource).
 inline constexpr std::string_view kAnnotationRecord = "toposched.io/allocation";
 // The partition made for the pod in a shared pool (docs/pools.md).
 inline constexpr std::string_view kAnnotationPartition = "toposched.io/partition";

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/gang.h"
 #include "claims/keys.h"
-#include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::deviceplugin {
@@ -85,7 +85,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
   const auto& notes = pod.annotations;
   if (auto it = notes.find(claims::kAnnotationAllocTime); it != notes.end()) {
     // A malformed time only loses the pod its place in the queue, not its devices.
-    if (auto time = kube::ParseAllocTime(it->second); time.ok()) out.alloc_time = *time;
+    if (auto time = claims::ParseAllocTime(it->second); time.ok()) out.alloc_time = *time;
   }
   std::set<std::string> served;
   if (auto it = notes.find(kAnnotationAllocatedContainers); it != notes.end()) {
@@ -103,7 +103,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
       return Error{fmt::format("annotation {} records node {}, but this is node {}",
                                claims::kAnnotationRecord, record.node, node_name)};
     }
-    for (const kube::ContainerIds& entry : record.containers) {
+    for (const claims::ContainerIds& entry : record.containers) {
       const auto spec =
           std::find_if(resources.begin(), resources.end(),
                        [&](const ResourceSpec& r) { return r.Matches(entry.resource); });

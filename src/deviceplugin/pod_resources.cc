@@ -9,10 +9,10 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
 #include "deviceplugin/allocation.h"
-#include "kube/allocation_record.h"
 #include "podresources.grpc.pb.h"
 
 namespace toposched::deviceplugin {
@@ -229,9 +229,9 @@ std::optional<RecordPatch> PlanGrantedPatch(const kube::Pod& pod,
     }
     return std::nullopt;
   }
-  kube::AllocationRecord truth = *record;
+  claims::AllocationRecord truth = *record;
   bool differs = false;
-  for (kube::ContainerIds& entry : truth.containers) {
+  for (claims::ContainerIds& entry : truth.containers) {
     const auto spec =
         std::find_if(context.resources.begin(), context.resources.end(),
                      [&](const ResourceSpec& r) { return r.Matches(entry.resource); });
@@ -250,7 +250,7 @@ std::optional<RecordPatch> PlanGrantedPatch(const kube::Pod& pod,
   RecordPatch patch;
   patch.ns = pod.ns;
   patch.name = pod.name;
-  patch.changes[std::string(claims::kAnnotationGranted)] = kube::AllocationRecordJson(truth);
+  patch.changes[std::string(claims::kAnnotationGranted)] = claims::AllocationRecordJson(truth);
   return patch;
 }
 
@@ -270,7 +270,7 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
       }
       continue;
     }
-    kube::AllocationRecord record;
+    claims::AllocationRecord record;
     record.node = context.node_name;
     record.instance_type = context.instance_type;
     std::vector<std::string> keys;

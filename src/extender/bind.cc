@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
 #include "extender/partition_steps.h"
 #include "extender/service.h"
-#include "kube/allocation_record.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::extender {
@@ -172,7 +172,7 @@ std::string ExtenderService::FailBind(const BindAttempt& attempt, const std::str
 
 std::map<std::string, std::string> ExtenderService::BindingAnnotations(
     const PodRequests& requests, const tracker::PodAllocation& allocation, const std::string& node,
-    kube::AllocationRecord* record) const {
+    claims::AllocationRecord* record) const {
   record->node = node;
   {
     ReaderLock lock(mu_);
@@ -463,7 +463,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
     }
   }
 
-  kube::AllocationRecord record;
+  claims::AllocationRecord record;
   UnknownBind bind;
   bind.annotations = BindingAnnotations(requests, *reserved, args.node, &record);
   if (!attempt.partition.empty()) {

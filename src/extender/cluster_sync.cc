@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
 #include "extender/service.h"
-#include "kube/allocation_record.h"
 
 namespace toposched::extender {
 
@@ -25,7 +25,7 @@ namespace {
 // NEURON_ALLOC_TIME, or 0: the earliest allocation keeps contested ids.
 int64_t AllocTimeOf(const kube::Pod& pod) {
   if (auto t = pod.annotations.find(claims::kAnnotationAllocTime); t != pod.annotations.end()) {
-    auto parsed = kube::ParseAllocTime(t->second);
+    auto parsed = claims::ParseAllocTime(t->second);
     if (parsed.ok()) return *parsed;
   }
   return 0;

@@ -203,7 +203,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
                     "not {}",
                     key, rank, id, gang->nodes[rank], args.node));
   }
-  kube::AllocationRecord record;
+  claims::AllocationRecord record;
   auto annotations = BindingAnnotations(member, gang->slots[rank], args.node, &record);
 
   claims::GangRecord gang_record;

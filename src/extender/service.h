@@ -25,13 +25,13 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
+#include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "extender/metrics.h"
 #include "extender/node_facts.h"
 #include "extender/partition_steps.h"
 #include "extender/pod_requests.h"
 #include "extender/protocol.h"
-#include "kube/allocation_record.h"
 #include "kube/client.h"
 #include "kube/objects.h"
 #include "provision/service.h"
@@ -236,7 +236,7 @@ class ExtenderService {
   std::map<std::string, std::string> BindingAnnotations(const PodRequests& requests,
                                                         const tracker::PodAllocation& allocation,
                                                         const std::string& node,
-                                                        kube::AllocationRecord* record) const
+                                                        claims::AllocationRecord* record) const
       TS_EXCLUDES(mu_);
   void LearnNode(const kube::Node& node) TS_EXCLUDES(mu_);
   // Adopts the pods bound to `node` that were seen before it (unplaced_); call after its facts

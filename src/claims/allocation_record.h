@@ -1,8 +1,9 @@
 // The allocation record toposched writes on a pod when it binds it (the toposched.io/allocation
-// annotation: ids per container and resource) as JSON, and its strict parsing back. The keys and
-// the other bind-time annotations are claims' (claims/keys.h, claims/annotations.h).
-#ifndef TOPOSCHED_KUBE_ALLOCATION_RECORD_H_
-#define TOPOSCHED_KUBE_ALLOCATION_RECORD_H_
+// annotation: ids per container and resource) as JSON, and its strict parsing back, and AWS's
+// NEURON_ALLOC_TIME. Part of the pod contract, beside its keys (keys.h) and the other bind-time
+// annotations (annotations.h).
+#ifndef TOPOSCHED_CLAIMS_ALLOCATION_RECORD_H_
+#define TOPOSCHED_CLAIMS_ALLOCATION_RECORD_H_
 
 #include <cstdint>
 #include <map>
@@ -12,7 +13,7 @@
 
 #include "base/result.h"
 
-namespace toposched::kube {
+namespace toposched::claims {
 
 struct ContainerIds {
   std::string container;
@@ -42,6 +43,6 @@ Result<AllocationRecord> ParseAllocationRecord(std::string_view json);
 // Parses NEURON_ALLOC_TIME: decimal digits only, fitting in int64.
 Result<int64_t> ParseAllocTime(std::string_view text);
 
-}  // namespace toposched::kube
+}  // namespace toposched::claims
 
-#endif  // TOPOSCHED_KUBE_ALLOCATION_RECORD_H_
+#endif  // TOPOSCHED_CLAIMS_ALLOCATION_RECORD_H_

@@ -1,4 +1,4 @@
-#include "kube/allocation_record.h"
+#include "claims/allocation_record.h"
 
 #include <simdjson.h>
 
@@ -12,7 +12,7 @@
 #include "base/json_escape.h"
 #include "base/json_reader.h"
 
-namespace toposched::kube {
+namespace toposched::claims {
 namespace {
 
 using json::Path;
@@ -168,4 +168,4 @@ Result<int64_t> ParseAllocTime(std::string_view text) {
   return static_cast<int64_t>(value);
 }
 
-}  // namespace toposched::kube
+}  // namespace toposched::claims
