@@ -1,9 +1,11 @@
 #pragma once
 
 // Small text helpers every module shares, so that each rule has one spelling: what white space
-// is, and how a secret is read from a file.
+// is, what a decimal number is, and how a secret is read from a file.
 
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -22,6 +24,20 @@ constexpr std::string_view TrimSpace(std::string_view text) {
   while (!text.empty() && IsAsciiSpace(text.front())) text.remove_prefix(1);
   while (!text.empty() && IsAsciiSpace(text.back())) text.remove_suffix(1);
   return text;
+}
+
+// A decimal integer in [min, max] written as digits only: no sign, no white space, no leading '+',
+// nothing after it (the form Kubernetes objects, sysfs and our flags write counts and ids in).
+// nullopt otherwise, including overflow; each caller words its own error.
+constexpr std::optional<int64_t> ParseDecimal(std::string_view text, int64_t min, int64_t max) {
+  if (text.empty() || text.size() > 18) return std::nullopt;  // 18 digits cannot overflow
+  int64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+  }
+  if (value < min || value > max) return std::nullopt;
+  return value;
 }
 
 // Whether a token can go into an HTTP header as it is: no control characters, which would split or

@@ -2,7 +2,6 @@
 
 #include <simdjson.h>
 
-#include <charconv>
 #include <cstdint>
 #include <utility>
 
@@ -10,6 +9,7 @@
 
 #include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/text.h"
 #include "claims/keys.h"
 
 namespace toposched::claims {
@@ -28,15 +28,12 @@ const std::string* Find(const StringMap& map, std::string_view key) {
 // counts in string values. `kind` is "annotation" or "label".
 Result<int> ParseNumber(std::string_view kind, std::string_view key, std::string_view text, int min,
                         int max) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  const bool digits = !text.empty() && text.front() >= '0' && text.front() <= '9';
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (!digits || ec != std::errc() || ptr != end || value < min || value > max) {
+  const std::optional<int64_t> value = ParseDecimal(text, min, max);
+  if (!value) {
     return Error{fmt::format("{} {}: '{}' is not an integer from {} to {}", kind, key,
                              text.substr(0, 40), min, max)};
   }
-  return value;
+  return static_cast<int>(*value);
 }
 
 Result<int> ParseNodes(std::string_view key, std::string_view text) {

@@ -1,10 +1,10 @@
 #include "claims/ultraserver.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include <fmt/format.h>
 
+#include "base/text.h"
 #include "claims/keys.h"
 
 namespace toposched::claims {
@@ -57,9 +57,9 @@ Status ReadConfig(const Labels& labels, std::string_view server_key, std::string
     // AWS's init script treats all zeros as "no UltraServer": not a group anyone can share.
     return Error{fmt::format("label {}: '{}' is not a real server id", server_key, *server)};
   }
-  int id = -1;
-  const auto [end, ec] = std::from_chars(node->data(), node->data() + node->size(), id);
-  if (ec != std::errc() || end != node->data() + node->size() || id < 0 || id >= nodes) {
+  const std::optional<int64_t> parsed_id = ParseDecimal(*node, 0, nodes - 1);
+  const int id = parsed_id ? static_cast<int>(*parsed_id) : -1;
+  if (!parsed_id) {
     return Error{
         fmt::format("label {}: '{}' is not a node id from 0 to {}", node_key, *node, nodes - 1)};
   }

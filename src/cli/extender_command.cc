@@ -235,17 +235,11 @@ Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen,
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  int port = -1;
-  try {
-    size_t used = 0;
-    port = std::stoi(listen.substr(colon + 1), &used);
-    if (used != listen.size() - colon - 1) port = -1;
-  } catch (...) {
-    port = -1;
-  }
-  if (port < 0 || port > 65535) return Error{fmt::format("{}: bad port in '{}'", flag, listen)};
+  const std::optional<int64_t> port =
+      ParseDecimal(std::string_view(listen).substr(colon + 1), 0, 65535);
+  if (!port) return Error{fmt::format("{}: bad port in '{}'", flag, listen)};
   if (host.empty()) host = "0.0.0.0";
-  return std::pair{host, static_cast<uint16_t>(port)};
+  return std::pair{host, static_cast<uint16_t>(*port)};
 }
 
 namespace {

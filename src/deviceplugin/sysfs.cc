@@ -41,14 +41,9 @@ std::string Quote(std::string_view text) {
 
 // Decimal digits only, value <= max.
 std::optional<int> ParseNumber(std::string_view text, int max) {
-  if (text.empty() || text.size() > 9) return std::nullopt;
-  int value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + (c - '0');
-  }
-  if (value > max) return std::nullopt;
-  return value;
+  const std::optional<int64_t> value = ParseDecimal(text, 0, max);
+  if (!value) return std::nullopt;
+  return static_cast<int>(*value);
 }
 
 bool Exists(const std::string& path) {

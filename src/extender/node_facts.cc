@@ -1,12 +1,12 @@
 #include "extender/node_facts.h"
 
 #include <algorithm>
-#include <charconv>
 #include <string_view>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/text.h"
 #include "claims/keys.h"
 
 namespace toposched::extender {
@@ -34,11 +34,10 @@ Lnc LncOf(const topology::InstanceType& type, const kube::Node& node, const Reso
            type.lnc.allowed.end();
   };
   if (auto label = node.labels.find(claims::kLabelNeuronLnc); label != node.labels.end()) {
-    int lnc = 0;
     const std::string& text = label->second;
-    const auto parsed = std::from_chars(text.data(), text.data() + text.size(), lnc);
-    if (parsed.ec == std::errc() && parsed.ptr == text.data() + text.size() && allowed(lnc)) {
-      return {lnc, "label"};
+    if (const std::optional<int64_t> lnc = ParseDecimal(text, 0, 64);
+        lnc && allowed(static_cast<int>(*lnc))) {
+      return {static_cast<int>(*lnc), "label"};
     }
     spdlog::warn("node {}: label {}={} is not an LNC {} allows ({}); ignoring it", node.name,
                  claims::kLabelNeuronLnc, text, type.name, fmt::join(type.lnc.allowed, ", "));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -647,10 +646,9 @@ Result<std::vector<FleetGroup>> ParseFleet(std::string_view spec,
     if (const size_t slash = count_text.find('/'); slash != std::string_view::npos) {
       const std::string_view heads_text = TrimSpace(count_text.substr(slash + 1));
       count_text = TrimSpace(count_text.substr(0, slash));
-      const auto [hend, hec] =
-          std::from_chars(heads_text.data(), heads_text.data() + heads_text.size(), heads);
-      if (hec != std::errc{} || hend != heads_text.data() + heads_text.size() || heads < 1 ||
-          heads > 64) {
+      const std::optional<int64_t> parsed_heads = ParseDecimal(heads_text, 1, 64);
+      heads = parsed_heads ? static_cast<int>(*parsed_heads) : 0;
+      if (!parsed_heads) {
         return Error{fmt::format(
             "fleet entry '{}': POOLS/HEADS needs a head count from 1 to 64, e.g. ipu-pod16=2/4",
             entry)};
@@ -658,11 +656,9 @@ Result<std::vector<FleetGroup>> ParseFleet(std::string_view spec,
     }
     if (type.empty()) return Error{fmt::format("fleet entry '{}' names no instance type", entry)};
     if (catalog.Find(type) == nullptr) return Error{topology::Catalog::UnknownTypeMessage(type)};
-    int count = 0;
-    const auto [end, ec] =
-        std::from_chars(count_text.data(), count_text.data() + count_text.size(), count);
-    if (ec != std::errc{} || end != count_text.data() + count_text.size() || count < 1 ||
-        count > kMaxNodesPerGroup) {
+    const std::optional<int64_t> parsed_count = ParseDecimal(count_text, 1, kMaxNodesPerGroup);
+    const int count = parsed_count ? static_cast<int>(*parsed_count) : 0;
+    if (!parsed_count) {
       return Error{fmt::format("fleet entry '{}': the count must be a number from 1 to {}", entry,
                                kMaxNodesPerGroup)};
     }

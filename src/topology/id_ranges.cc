@@ -1,7 +1,6 @@
 #include "topology/id_ranges.h"
 
 #include <algorithm>
-#include <charconv>
 
 #include <fmt/format.h>
 
@@ -11,9 +10,10 @@ namespace toposched::topology {
 namespace {
 
 bool ParseNumber(std::string_view s, int& out) {
-  if (s.empty() || s.size() > 9) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && ptr == s.data() + s.size();
+  const std::optional<int64_t> value = ParseDecimal(s, 0, 999'999'999);
+  if (!value) return false;
+  out = static_cast<int>(*value);
+  return true;
 }
 
 // The ids in the order written, ranges expanded; repeats are the callers' to judge. More than
