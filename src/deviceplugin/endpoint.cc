@@ -126,13 +126,14 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
       }
       std::string gang_env;  // a gang member's rank and UltraServer env, for the log
       for (const auto& [name, value] : grant->envs) gang_env += fmt::format(" {}={}", name, value);
-      spdlog::info(
-          "Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}{}", resource_.name,
-          topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
-          grant->pod.empty() ? std::string(" (no annotation, matched to no pod)")
-                             : fmt::format(" for {} container {}{}", grant->pod, grant->container,
-                                           grant->by_annotation ? "" : " (no annotation)"),
-          fmt::join(setup.device_nodes, ","), setup.envs.at(std::string(claims::kEnvVisibleCores)), gang_env);
+      spdlog::info("Allocate {} {} -> {}{}: {} NEURON_RT_VISIBLE_CORES={}{}", resource_.name,
+                   topology::FormatIdRanges(*requested), topology::FormatIdRanges(grant->ids),
+                   grant->pod.empty()
+                       ? std::string(" (no annotation, matched to no pod)")
+                       : fmt::format(" for {} container {}{}", grant->pod, grant->container,
+                                     grant->by_annotation ? "" : " (no annotation)"),
+                   fmt::join(setup.device_nodes, ","),
+                   setup.envs.at(std::string(claims::kEnvVisibleCores)), gang_env);
     }
     return grpc::Status::OK;
   }
