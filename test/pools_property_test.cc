@@ -104,7 +104,7 @@ TEST(PoolTrackerPropertyTest, RandomOperationsKeepPoolsConsistent) {
         ASSERT_TRUE(t.UpsertNode({h.node, "m5.large", 0, h.pool}).ok());
       } else {
         // Reservations expire; releasing holds do not.
-        for (const auto& uid : t.ExpireReservations(2000)) model.erase(uid);
+        for (const auto& uid : t.ExpireReservations(2000).pods) model.erase(uid);
         for (const auto& [uid, m] : model) ASSERT_NE(m.state, HoldState::kReserved);
       }
       // Invariants: holds in one pool are disjoint and their union is the pool's usage.

@@ -132,10 +132,12 @@ TEST_F(GangTest, ExpiryReleasesTheWholeGangButNotItsBoundMembers) {
   EXPECT_EQ(bound->node, "us1-n0");
   EXPECT_EQ(tracker_.Stats().reserved, 3);
   EXPECT_EQ(tracker_.Stats().committed, 1);
-  EXPECT_THAT(tracker_.ExpireReservations(99), ElementsAre());
+  EXPECT_TRUE(tracker_.ExpireReservations(99).empty());
   ASSERT_TRUE(tracker_.ExtendGang("ns/job", 200).ok());
-  EXPECT_THAT(tracker_.ExpireReservations(100), ElementsAre());
-  EXPECT_THAT(tracker_.ExpireReservations(200), ElementsAre("gang ns/job"));
+  EXPECT_TRUE(tracker_.ExpireReservations(100).empty());
+  const Expired expired = tracker_.ExpireReservations(200);
+  EXPECT_THAT(expired.gangs, ElementsAre("ns/job"));
+  EXPECT_THAT(expired.pods, ElementsAre());
   EXPECT_EQ(tracker_.Stats().reserved, 0);
   EXPECT_EQ(tracker_.Stats().committed, 1);
   EXPECT_TRUE(tracker_.Fit(Member("other", 1), "us1-n1").fits);

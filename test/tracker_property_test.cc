@@ -289,7 +289,7 @@ class Harness {
       if (hold.state == HoldState::kReserved && hold.deadline <= now_) expected.push_back(uid);
     }
     std::sort(expected.begin(), expected.end());
-    EXPECT_EQ(tracker_.ExpireReservations(now_), expected);
+    EXPECT_EQ(tracker_.ExpireReservations(now_).pods, expected);
     for (const auto& uid : expected) model_.erase(uid);
   }
 

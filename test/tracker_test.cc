@@ -146,7 +146,7 @@ TEST_F(TrackerTest, ReserveHoldsIdsAndCommitMakesThemPermanent) {
   EXPECT_EQ(tracker_.Stats().reserved, 0);
   EXPECT_EQ(tracker_.Stats().committed, 1);
   // Committed holds never expire.
-  EXPECT_THAT(tracker_.ExpireReservations(1'000'000), IsEmpty());
+  EXPECT_THAT(tracker_.ExpireReservations(1'000'000).pods, IsEmpty());
   EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(Range(0, 3)));
   // The next pod gets the next row.
   auto b = tracker_.Reserve(DevPod("b", 4), "trn", 100);
@@ -286,18 +286,18 @@ TEST_F(TrackerTest, ExpiryReleasesOnlyReservationsAtOrBeforeNow) {
   ASSERT_TRUE(tracker_.Reserve(DevPod("committed", 1), "inf", 50).ok());
   ASSERT_TRUE(tracker_.Commit("committed").ok());
 
-  EXPECT_THAT(tracker_.ExpireReservations(99), IsEmpty());
-  EXPECT_THAT(tracker_.ExpireReservations(200), ElementsAre("t100", "t200"));  // sorted
+  EXPECT_THAT(tracker_.ExpireReservations(99).pods, IsEmpty());
+  EXPECT_THAT(tracker_.ExpireReservations(200).pods, ElementsAre("t100", "t200"));  // sorted
   EXPECT_FALSE(tracker_.Find("t100").has_value());
   EXPECT_FALSE(tracker_.Find("t200").has_value());
   EXPECT_TRUE(tracker_.Find("t300").has_value());
   EXPECT_TRUE(tracker_.Find("committed").has_value());
   EXPECT_THAT(PodsOn("trn"), ElementsAre("t300"));
-  EXPECT_THAT(tracker_.ExpireReservations(299), IsEmpty());
-  EXPECT_THAT(tracker_.ExpireReservations(300), ElementsAre("t300"));
+  EXPECT_THAT(tracker_.ExpireReservations(299).pods, IsEmpty());
+  EXPECT_THAT(tracker_.ExpireReservations(300).pods, ElementsAre("t300"));
   EXPECT_THAT(BusyDevices("trn"), IsEmpty());
   EXPECT_THAT(BusyDevices("inf"), ElementsAre(1));  // the committed pod's device
-  EXPECT_THAT(tracker_.ExpireReservations(1'000'000'000), IsEmpty());
+  EXPECT_THAT(tracker_.ExpireReservations(1'000'000'000).pods, IsEmpty());
   EXPECT_EQ(tracker_.Stats().committed, 1);
   EXPECT_EQ(tracker_.Stats().reserved, 0);
   // An expired reservation can no longer be committed or rolled back.
@@ -324,7 +324,7 @@ TEST_F(TrackerTest, ReserveExactHoldsExactlyThoseIds) {
   EXPECT_FALSE(
       tracker_.ReserveExact("h", "ns/h", {"gone", {{"main", DevicePlacement({1})}}}, 70).ok());
   EXPECT_THAT(PodsOn("trn"), ElementsAre("e"));
-  EXPECT_THAT(tracker_.ExpireReservations(70), ElementsAre("e"));
+  EXPECT_THAT(tracker_.ExpireReservations(70).pods, ElementsAre("e"));
 }
 
 // --- What-if queries --------------------------------------------------------------------------
@@ -681,7 +681,7 @@ TEST_F(TrackerTest, RebuildKeepsReservationsInFlightUnlessTheyConflict) {
   EXPECT_FALSE(tracker_.Find("clashing").has_value());
   EXPECT_THAT(BusyDevices("trn"), ElementsAreArray(Range(0, 3)));
   EXPECT_THAT(BusyDevices("inf"), ElementsAre(1));
-  EXPECT_THAT(tracker_.ExpireReservations(800), ElementsAre("inflight"));
+  EXPECT_THAT(tracker_.ExpireReservations(800).pods, ElementsAre("inflight"));
 }
 
 TEST_F(TrackerTest, RebuildWithoutKeepingReservationsDropsThem) {
@@ -715,7 +715,7 @@ TEST_F(TrackerTest, AdoptRecordsCommittedAllocationsAndRefusesConflicts) {
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(tracker_.Adopt(RecordedPod{"mine", "ns/mine", r.value()}).ok());
   EXPECT_EQ(tracker_.Find("mine")->state, HoldState::kCommitted);
-  EXPECT_THAT(tracker_.ExpireReservations(10), IsEmpty());
+  EXPECT_THAT(tracker_.ExpireReservations(10).pods, IsEmpty());
   // Recorded on the same node with other ids than it holds (another writer's bind): the record
   // wins when those ids are free; refused, keeping the hold, when another pod has them.
   auto other = tracker_.Reserve(DevPod("other", 1), "inf", 10);
@@ -924,7 +924,8 @@ TEST_F(TrackerTest, RemoveNodeParksItsHoldsUntilItComesBack) {
   EXPECT_TRUE(tracker_.Find("c").has_value());
   EXPECT_EQ(tracker_.Stats().nodes, 2);
   EXPECT_EQ(tracker_.Stats().parked, 2);
-  EXPECT_THAT(tracker_.ExpireReservations(100), ElementsAre("b"));  // reservations still expire
+  EXPECT_THAT(tracker_.ExpireReservations(100).pods,
+              ElementsAre("b"));  // reservations still expire
   EXPECT_EQ(tracker_.Stats().parked, 1);
   EXPECT_THAT(tracker_.Fit(DevPod("q", 1), "trn").reason, HasSubstr("not known"));
   tracker_.RemoveNode("never-there");  // no-op

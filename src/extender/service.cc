@@ -105,15 +105,14 @@ void ExtenderService::ExpireReservations() {
     metrics_.SetPartitionRemovalsPending(static_cast<int>(partitions_->PendingRemovals()));
   }
   const auto expired = tracker_.ExpireReservations(steady_ns_());
-  for (const auto& uid : expired) {
-    if (uid.starts_with(tracker::kExpiredGangPrefix)) {
-      metrics_.CountGangOutcome("expired");
-      spdlog::warn(
-          "{} released whole: not all its members arrived and bound within {} s of the "
-          "last one",
-          uid, std::chrono::duration<double>(options_.gang_timeout).count());
-      continue;
-    }
+  for (const auto& id : expired.gangs) {
+    metrics_.CountGangOutcome("expired");
+    spdlog::warn(
+        "gang {} released whole: not all its members arrived and bound within {} s of the last "
+        "one",
+        id, std::chrono::duration<double>(options_.gang_timeout).count());
+  }
+  for (const auto& uid : expired.pods) {
     spdlog::warn("reservation of pod uid {} expired: its bind never completed; ids released", uid);
   }
   // Ids released above (expired, or unknown binds rolled back) may be what a contested record

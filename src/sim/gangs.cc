@@ -387,10 +387,11 @@ class AllOrNothing : public Replay {
   Status BeforeEvent() override {
     // As the extender's sweep does. Members arrive within the spread, shorter than the
     // reservation's window, so a reservation running out would be a bug in this replay.
-    const std::vector<std::string> expired = tracker_.ExpireReservations(now_);
+    const tracker::Expired expired = tracker_.ExpireReservations(now_);
     if (!expired.empty()) {
-      return Error{fmt::format("internal error: reservation {} expired in the gang replay",
-                               expired.front())};
+      return Error{fmt::format(
+          "internal error: reservation of {} expired in the gang replay",
+          expired.pods.empty() ? "gang " + expired.gangs.front() : expired.pods.front())};
     }
     return OkStatus();
   }

@@ -263,24 +263,20 @@ Status Tracker::HoldReleasing(const std::string& uid, const std::string& what,
   return OkStatus();
 }
 
-std::vector<std::string> Tracker::ExpireReservations(int64_t now_ns) {
+Expired Tracker::ExpireReservations(int64_t now_ns) {
   MutexLock lock(mu_);
-  std::vector<std::string> expired;
+  Expired expired;
   for (const auto& uid : reserved_uids_) {
     // A gang's seats expire together, by the gang's deadline (below).
-    if (!IsGangSeatKey(uid) && holds_.at(uid).deadline_ns <= now_ns) expired.push_back(uid);
+    if (!IsGangSeatKey(uid) && holds_.at(uid).deadline_ns <= now_ns) expired.pods.push_back(uid);
   }
-  std::sort(expired.begin(), expired.end());
-  for (const auto& uid : expired) EraseHoldLocked(holds_.find(uid));
-  std::vector<std::string> gangs;
+  std::sort(expired.pods.begin(), expired.pods.end());
+  for (const auto& uid : expired.pods) EraseHoldLocked(holds_.find(uid));
   for (const auto& [id, gang] : gangs_) {
-    if (gang.deadline_ns <= now_ns) gangs.push_back(id);
+    if (gang.deadline_ns <= now_ns) expired.gangs.push_back(id);
   }
-  std::sort(gangs.begin(), gangs.end());
-  for (const auto& id : gangs) {
-    ReleaseGangLocked(id);
-    expired.push_back(std::string(kExpiredGangPrefix) + id);
-  }
+  std::sort(expired.gangs.begin(), expired.gangs.end());
+  for (const auto& id : expired.gangs) ReleaseGangLocked(id);
   return expired;
 }
 

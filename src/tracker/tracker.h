@@ -138,8 +138,13 @@ struct GangSeat {
   PodAllocation allocation;  // the ids held for it
 };
 
-// How ExpireReservations names a gang it released whole: this prefix, then the gang's id.
-inline constexpr std::string_view kExpiredGangPrefix = "gang ";
+// What ExpireReservations released: single pods' reservations by uid, and gangs released whole
+// by id. Each sorted.
+struct Expired {
+  std::vector<std::string> pods;
+  std::vector<std::string> gangs;
+  bool empty() const { return pods.empty() && gangs.empty(); }
+};
 
 // kReleasing: the pod is gone or its bind failed, but what was made for it (a partition) still
 // exists, so its ids stay held until Forget.
@@ -285,9 +290,9 @@ class Tracker {
   Status Rollback(const std::string& uid) TS_EXCLUDES(mu_);
   // Releases whatever the pod holds (it was deleted). Returns false if it held nothing.
   bool Forget(const std::string& uid) TS_EXCLUDES(mu_);
-  // Releases reservations whose deadline is at or before now_ns; returns their uids. A gang whose
-  // deadline passed is released whole (ReleaseGang); it is returned as kExpiredGangPrefix + id.
-  std::vector<std::string> ExpireReservations(int64_t now_ns) TS_EXCLUDES(mu_);
+  // Releases reservations whose deadline is at or before now_ns, and gangs whose deadline passed
+  // whole (ReleaseGang); says which.
+  Expired ExpireReservations(int64_t now_ns) TS_EXCLUDES(mu_);
   // Keeps the pod's ids held after its pod is gone, until Forget: its partition is being removed.
   Status BeginRelease(const std::string& uid) TS_EXCLUDES(mu_);
   // Moves a reservation's deadline (a bind waiting on a provisioner).
