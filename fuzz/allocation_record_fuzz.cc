@@ -9,7 +9,7 @@
 #include "claims/allocation_record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace toposched::kube;  // NOLINT(google-build-using-namespace): a fuzz harness
+  using namespace toposched::claims;  // NOLINT(google-build-using-namespace): a fuzz harness
   const std::string_view text(reinterpret_cast<const char*>(data), size);
 
   if (auto time = ParseAllocTime(text); time.ok() && *time < 0) std::abort();
