@@ -58,11 +58,11 @@ Status ReadConfig(const Labels& labels, std::string_view server_key, std::string
     return Error{fmt::format("label {}: '{}' is not a real server id", server_key, *server)};
   }
   const std::optional<int64_t> parsed_id = ParseDecimal(*node, 0, nodes - 1);
-  const int id = parsed_id ? static_cast<int>(*parsed_id) : -1;
   if (!parsed_id) {
     return Error{
         fmt::format("label {}: '{}' is not a node id from 0 to {}", node_key, *node, nodes - 1)};
   }
+  const int id = static_cast<int>(*parsed_id);
   server_id = *server;
   node_id = id;
   return OkStatus();

@@ -290,7 +290,7 @@ std::string BaselineLeads(const SimResult& r) {
           lead(fmt::format("placed before the first failure (ours {})",
                            ours->placed_before_first_failure),
                fmt::format("{} {}", name, b.placed_before_first_failure),
-               "smaller pods: it had allocated fewer devices when it failed");
+               "smaller pods: it had not allocated more devices when it failed");
         }
         if (b.placed > ours->placed) {
           const bool same =

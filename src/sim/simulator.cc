@@ -647,21 +647,21 @@ Result<std::vector<FleetGroup>> ParseFleet(std::string_view spec,
       const std::string_view heads_text = TrimSpace(count_text.substr(slash + 1));
       count_text = TrimSpace(count_text.substr(0, slash));
       const std::optional<int64_t> parsed_heads = ParseDecimal(heads_text, 1, 64);
-      heads = parsed_heads ? static_cast<int>(*parsed_heads) : 0;
       if (!parsed_heads) {
         return Error{fmt::format(
             "fleet entry '{}': POOLS/HEADS needs a head count from 1 to 64, e.g. ipu-pod16=2/4",
             entry)};
       }
+      heads = static_cast<int>(*parsed_heads);
     }
     if (type.empty()) return Error{fmt::format("fleet entry '{}' names no instance type", entry)};
     if (catalog.Find(type) == nullptr) return Error{topology::Catalog::UnknownTypeMessage(type)};
     const std::optional<int64_t> parsed_count = ParseDecimal(count_text, 1, kMaxNodesPerGroup);
-    const int count = parsed_count ? static_cast<int>(*parsed_count) : 0;
     if (!parsed_count) {
       return Error{fmt::format("fleet entry '{}': the count must be a number from 1 to {}", entry,
                                kMaxNodesPerGroup)};
     }
+    const int count = static_cast<int>(*parsed_count);
     if (heads > 0) {
       const topology::InstanceType* kind = catalog.Find(type);
       if (kind->rule != topology::LegalSetRule::kAligned ||
