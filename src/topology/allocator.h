@@ -2,6 +2,11 @@
 // cores, a legal set of ids or a precise reason why there is none. Pure functions: no I/O, no
 // clock, no locks; callers own synchronisation.
 //
+// Where it lives: node_shape.cc (NodeShape, NodeUsage), placement.cc (Placement geometry),
+// legal_sets.{h,cc} (the rules below: which sets are legal, refusal text, LegalPlacements),
+// slots.{h,cc} (FreeSlots and the scarcity cost of a change), policies.cc (Allocate: how each
+// policy chooses a set).
+//
 // The rules (docs/topology.md has the reasoning and sources):
 //   * Devices, rule `contiguous` (Inferentia): N consecutive ids in numeric order, no wrap.
 //   * Devices, rule `aligned` (Trainium torus, IPU buddy tree): N must be a listed size; the set is
@@ -120,7 +125,7 @@ struct Placement {
 };
 std::vector<int> MaskToIds(DeviceMask mask);
 
-// Geometry of sets of ids on one node (topology/placement.cc). A device covers all its cores.
+// Geometry of sets of ids on one node (placement.cc). A device covers all its cores.
 // The cores a placement covers, from its ids alone (recorded placements need not carry ascending
 // ids or a correct `devices` mask); ids outside the shape cover nothing.
 CoreBits CoresOf(const NodeShape& shape, const Placement& p);

@@ -1,5 +1,5 @@
-#include "topology/allocator.h"
-
+// The policies: how a set is chosen on one node (best fit, first fit, count only, and scarcity's
+// weighing of a few candidates by what they cost the expected demand), declared in allocator.h.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -8,32 +8,14 @@
 
 #include <fmt/format.h>
 
+#include "topology/allocator.h"
 #include "topology/demand.h"
 #include "topology/id_ranges.h"
+#include "topology/legal_sets.h"
+#include "topology/slots.h"
 
 namespace toposched::topology {
 namespace {
-
-DeviceMask RunMask(int count, int start) {
-  const DeviceMask ones = count >= 64 ? ~DeviceMask{0} : ((DeviceMask{1} << count) - 1);
-  return ones << start;
-}
-
-// Device-count levels of the aligned tree: the catalog's sizes plus 1 and the whole node.
-std::vector<int> AlignedLevels(const NodeShape& shape) {
-  std::vector<int> levels = shape.type->sizes;
-  levels.push_back(1);
-  levels.push_back(shape.devices);
-  std::sort(levels.begin(), levels.end());
-  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-  return levels;
-}
-
-bool IsLegalAlignedCount(const NodeShape& shape, int count) {
-  const auto& sizes = shape.type->sizes;
-  return count == 1 || count == shape.devices ||
-         std::find(sizes.begin(), sizes.end(), count) != sizes.end();
-}
 
 // The score of a fitting placement: mostly how tightly the request fills the free space around
 // it (1.0 = exactly fills a hole), a little how full the node is afterwards (packing).
@@ -41,64 +23,6 @@ int FitScore(double tightness, int used_cores_after, int cores) {
   const double utilization = cores == 0 ? 0.0 : static_cast<double>(used_cores_after) / cores;
   const long score = std::lround(10.0 * (0.8 * tightness + 0.2 * utilization));
   return static_cast<int>(std::clamp<long>(score, 1, 10));
-}
-
-std::vector<int> FreeCoreIds(const NodeShape& shape, const NodeUsage& usage) {
-  std::vector<int> ids;
-  for (int c = 0; c < shape.cores; ++c) {
-    if (!usage.used_cores().test(static_cast<size_t>(c))) ids.push_back(c);
-  }
-  return ids;
-}
-
-Placement DevicePlacement(const NodeShape& shape, DeviceMask mask) {
-  (void)shape;
-  return Placement{Unit::kDevice, MaskToIds(mask), mask};
-}
-
-Placement CorePlacement(const NodeShape& shape, int start, int count) {
-  Placement p{Unit::kCore, {}, 0};
-  p.ids.reserve(static_cast<size_t>(count));
-  for (int c = start; c < start + count; ++c) p.ids.push_back(c);
-  const int first = start / shape.cores_per_device;
-  const int last = (start + count - 1) / shape.cores_per_device;
-  p.devices = RunMask(last - first + 1, first);
-  return p;
-}
-
-// Core requests: the length of the aligned segment a core set must stay inside.
-int CoreSegment(const NodeShape& shape, int count) {
-  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
-  // The smallest of AlignedLevels (1, the sizes, the node) that holds `count` cores; without
-  // building the list, since slot counting asks this for every candidate.
-  const int cpd = shape.cores_per_device;
-  if (cpd >= count) return cpd;
-  int best = shape.devices;
-  for (int level : shape.type->sizes) {
-    if (level * cpd >= count && level < best) best = level;
-  }
-  return best * cpd;
-}
-
-// Calls fn(start, run_length) for every start of a free run of `count` cores inside one segment,
-// in ascending order; stops when fn returns false.
-template <typename Fn>
-void ForEachCoreStart(const NodeShape& shape, const NodeUsage& usage, int count, Fn&& fn) {
-  const int segment = CoreSegment(shape, count);
-  const CoreBits& used = usage.used_cores();
-  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
-    const int seg_end = std::min(seg_start + segment, shape.cores);
-    int c = seg_start;
-    while (c < seg_end) {
-      while (c < seg_end && used.test(static_cast<size_t>(c))) ++c;
-      const int run_start = c;
-      while (c < seg_end && !used.test(static_cast<size_t>(c))) ++c;
-      const int run_len = c - run_start;
-      for (int s = run_start; s + count <= c; ++s) {
-        if (!fn(s, run_len)) return;
-      }
-    }
-  }
 }
 
 Decision Refuse(std::string reason, bool unresolvable = false) {
@@ -141,14 +65,7 @@ Decision AllocateCountOnly(const NodeShape& shape, const NodeUsage& usage, const
       return Refuse(
           fmt::format("only {} of {} devices are free", std::popcount(free), shape.devices));
     }
-    DeviceMask chosen = 0;
-    DeviceMask rest = free;
-    for (int i = 0; i < req.count; ++i) {
-      const DeviceMask low = rest & (~rest + 1);
-      chosen |= low;
-      rest &= ~low;
-    }
-    Placement p = DevicePlacement(shape, chosen);
+    Placement p = DevicePlacement(LowestBits(free, req.count));
     return Accept(p, FitScore(1.0, UsedCoresAfter(shape, usage, p), shape.cores));
   }
   std::vector<int> free = FreeCoreIds(shape, usage);
@@ -173,7 +90,7 @@ Decision AllocateDevices(const NodeShape& shape, const NodeUsage& usage, const R
   const DeviceMask free = all & ~usage.busy_devices();
   const std::string& name = shape.type->name;
   auto accept = [&](DeviceMask mask, int enclosing) {
-    Placement p = DevicePlacement(shape, mask);
+    Placement p = DevicePlacement(mask);
     const double tightness = static_cast<double>(n) / enclosing;
     return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
   };
@@ -247,14 +164,7 @@ Decision AllocateDevices(const NodeShape& shape, const NodeUsage& usage, const R
                                   free_count, shape.devices, name,
                                   FormatIdRanges(MaskToIds(free))));
       }
-      DeviceMask chosen = 0;
-      DeviceMask rest = free;
-      for (int i = 0; i < n; ++i) {
-        const DeviceMask low = rest & (~rest + 1);
-        chosen |= low;
-        rest &= ~low;
-      }
-      return accept(chosen, free_count);
+      return accept(LowestBits(free, n), free_count);
     }
   }
   return Refuse("internal error: unknown rule");
@@ -300,189 +210,6 @@ Decision AllocateCores(const NodeShape& shape, const NodeUsage& usage, const Req
   }
   const double tightness = static_cast<double>(n) / std::max(free_in_touched, n);
   return Accept(p, FitScore(tightness, UsedCoresAfter(shape, usage, p), shape.cores));
-}
-
-// What slot counting reads: the free devices as a mask and, on nodes of up to 64 cores (every
-// Neuron type at its default LNC), the free cores as one word; larger nodes keep a bitset.
-struct FreeState {
-  DeviceMask devices = 0;
-  uint64_t cores = 0;   // when small
-  CoreBits wide_cores;  // when !small
-  bool small = true;
-};
-
-FreeState FreeOf(const NodeShape& shape, const NodeUsage& usage) {
-  FreeState f;
-  f.devices = shape.AllDevices() & ~usage.busy_devices();
-  f.small = shape.cores <= 64;
-  if (f.small) {
-    const uint64_t used = (usage.used_cores() & CoreBits(~uint64_t{0})).to_ullong();
-    f.cores = ~used & RunMask(shape.cores, 0);
-  } else {
-    f.wide_cores = ~usage.used_cores();
-    for (int c = shape.cores; c < kMaxCores; ++c) f.wide_cores.reset(static_cast<size_t>(c));
-  }
-  return f;
-}
-
-int FreeCoreCount(const FreeState& f) {
-  return f.small ? std::popcount(f.cores) : static_cast<int>(f.wide_cores.count());
-}
-
-// Takes a set out of a FreeState: a device set (mask) or a core range [start, start+count).
-void TakeFrom(const NodeShape& shape, FreeState& f, DeviceMask devices, int core_start,
-              int core_count) {
-  const int cpd = shape.cores_per_device;
-  if (core_count > 0) {
-    const int first = core_start / cpd;
-    const int last = (core_start + core_count - 1) / cpd;
-    f.devices &= ~RunMask(last - first + 1, first);
-    if (f.small) {
-      f.cores &= ~RunMask(core_count, core_start);
-    } else {
-      for (int c = core_start; c < core_start + core_count; ++c)
-        f.wide_cores.reset(static_cast<size_t>(c));
-    }
-    return;
-  }
-  f.devices &= ~devices;
-  for (DeviceMask rest = devices; rest != 0; rest &= rest - 1) {
-    const int d = std::countr_zero(rest);
-    if (f.small) {
-      f.cores &= ~RunMask(cpd, d * cpd);
-    } else {
-      for (int c = d * cpd; c < (d + 1) * cpd; ++c) f.wide_cores.reset(static_cast<size_t>(c));
-    }
-  }
-}
-
-int SlotsIn(const NodeShape& shape, const FreeState& f, const Request& request) {
-  if (!CanEverGrant(shape, request)) return 0;
-  const int n = request.count;
-  if (request.unit == Unit::kDevice) {
-    if (n == shape.devices) return f.devices == shape.AllDevices() ? 1 : 0;
-    int slots = 0;
-    switch (shape.type->rule) {
-      case LegalSetRule::kContiguous:
-        for (DeviceMask rest = f.devices; rest != 0;) {
-          const int start = std::countr_zero(rest);
-          const int len = std::countr_one(rest >> start);
-          slots += len / n;
-          rest &= ~RunMask(len, start);
-        }
-        return slots;
-      case LegalSetRule::kAligned:
-        for (int start = 0; start + n <= shape.devices; start += n) {
-          if ((f.devices & RunMask(n, start)) == RunMask(n, start)) ++slots;
-        }
-        return slots;
-      case LegalSetRule::kAny:
-        return std::popcount(f.devices) / n;
-    }
-    return 0;
-  }
-  if (n == 1) return FreeCoreCount(f);
-  const int segment = CoreSegment(shape, n);
-  int slots = 0;
-  for (int seg_start = 0; seg_start < shape.cores; seg_start += segment) {
-    const int seg_len = std::min(segment, shape.cores - seg_start);
-    if (f.small) {
-      for (uint64_t rest = f.cores & RunMask(seg_len, seg_start); rest != 0;) {
-        const int start = std::countr_zero(rest);
-        const int len = std::countr_one(rest >> start);
-        slots += len / n;
-        rest &= ~RunMask(len, start);
-      }
-      continue;
-    }
-    int run = 0;
-    for (int c = seg_start; c < seg_start + seg_len; ++c) {
-      if (!f.wide_cores.test(static_cast<size_t>(c))) {
-        slots += run / n;
-        run = 0;
-      } else {
-        ++run;
-      }
-    }
-    slots += run / n;
-  }
-  return slots;
-}
-
-// The slots of `request` in the part of the node that a change to the devices `changed` can
-// affect: the aligned blocks or core segments that hold one of them, or the whole node where
-// counting is cheap or not local (rings, single cores, whole-node segments). Counted before and
-// after a change, the difference is the change in FreeSlots, at a fraction of the cost.
-int SlotsNear(const NodeShape& shape, const FreeState& f, const Request& request,
-              DeviceMask changed) {
-  if (!CanEverGrant(shape, request)) return 0;
-  const int n = request.count;
-  if (request.unit == Unit::kDevice) {
-    if (shape.type->rule != LegalSetRule::kAligned || n == shape.devices) {
-      return SlotsIn(shape, f, request);
-    }
-    int slots = 0;
-    int last_block = -1;
-    for (DeviceMask rest = changed; rest != 0; rest &= rest - 1) {
-      const int block = std::countr_zero(rest) / n;
-      if (block == last_block) continue;
-      last_block = block;
-      if ((f.devices & RunMask(n, block * n)) == RunMask(n, block * n)) ++slots;
-    }
-    return slots;
-  }
-  const int segment = CoreSegment(shape, n);
-  if (n == 1 || segment >= shape.cores || !f.small) return SlotsIn(shape, f, request);
-  const int cpd = shape.cores_per_device;
-  int slots = 0;
-  int last_segment = -1;
-  for (DeviceMask rest = changed; rest != 0; rest &= rest - 1) {
-    const int seg = std::countr_zero(rest) * cpd / segment;
-    if (seg == last_segment) continue;
-    last_segment = seg;
-    const int seg_start = seg * segment;
-    for (uint64_t run = f.cores & RunMask(std::min(segment, shape.cores - seg_start), seg_start);
-         run != 0;) {
-      const int start = std::countr_zero(run);
-      const int len = std::countr_one(run >> start);
-      slots += len / n;
-      run &= ~RunMask(len, start);
-    }
-  }
-  return slots;
-}
-
-// The devices whose free devices or free cores differ between two states of one node.
-DeviceMask ChangedDevices(const NodeShape& shape, const FreeState& before, const FreeState& after) {
-  DeviceMask changed = before.devices ^ after.devices;
-  const int cpd = std::max(shape.cores_per_device, 1);
-  if (before.small && after.small) {
-    for (uint64_t diff = before.cores ^ after.cores; diff != 0; diff &= diff - 1) {
-      changed |= DeviceMask{1} << (std::countr_zero(diff) / cpd);
-    }
-    return changed;
-  }
-  const CoreBits diff = before.wide_cores ^ after.wide_cores;
-  for (int c = 0; c < shape.cores; ++c) {
-    if (diff.test(static_cast<size_t>(c))) changed |= DeviceMask{1} << (c / cpd);
-  }
-  return changed;
-}
-
-// The cost of going from `before` to `after` on one node.
-double CostBetween(const NodeShape& shape, const FreeState& before, const FreeState& after,
-                   const SlotCosts& costs) {
-  double cost =
-      costs.per_unit *
-      static_cast<double>((FreeCoreCount(before) - FreeCoreCount(after)) * UnitsPerCore(shape));
-  const DeviceMask changed = ChangedDevices(shape, before, after);
-  for (size_t i = 0; i < costs.classes.size(); ++i) {
-    if (costs.per_slot[i] == 0) continue;
-    const Request& r = costs.classes[i];
-    cost += costs.per_slot[i] *
-            (SlotsNear(shape, before, r, changed) - SlotsNear(shape, after, r, changed));
-  }
-  return cost;
 }
 
 // A set to weigh, without its id list: a device mask, or a core range.
@@ -648,17 +375,12 @@ Decision ChooseByCost(const NodeShape& shape, const NodeUsage& usage, const Requ
   }
   if (changed) {
     chosen.placement = best.core_count > 0 ? CorePlacement(shape, best.core_start, best.core_count)
-                                           : DevicePlacement(shape, best.devices);
+                                           : DevicePlacement(best.devices);
   }
   return chosen;
 }
 
 }  // namespace
-
-std::string_view UnitName(Unit unit, int count) {
-  if (unit == Unit::kDevice) return count == 1 ? "device" : "devices";
-  return count == 1 ? "core" : "cores";
-}
 
 std::string_view PolicyName(Policy policy) {
   switch (policy) {
@@ -706,125 +428,6 @@ Policy SetChoicePolicy(Policy policy) {
   }
 }
 
-Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
-  NodeShape shape;
-  shape.type = &type;
-  shape.devices = type.devices;
-  shape.cores_per_device = type.cores_per_device;
-  if (type.has_lnc) {
-    shape.lnc = lnc == 0 ? type.lnc.default_lnc : lnc;
-    if (std::find(type.lnc.allowed.begin(), type.lnc.allowed.end(), shape.lnc) ==
-        type.lnc.allowed.end()) {
-      return Error{fmt::format("{} does not support LNC {} (allowed: {})", type.name, lnc,
-                               fmt::join(type.lnc.allowed, ", "))};
-    }
-    shape.cores_per_device = type.lnc.physical_cores_per_device / shape.lnc;
-  } else if (lnc != 0 && lnc != 1) {
-    return Error{
-        fmt::format("{} has no logical-core (LNC) setting; LNC {} does not apply", type.name, lnc)};
-  }
-  shape.cores = shape.devices * shape.cores_per_device;
-  return shape;
-}
-
-std::vector<int> MaskToIds(DeviceMask mask) {
-  std::vector<int> ids;
-  while (mask != 0) {
-    ids.push_back(std::countr_zero(mask));
-    mask &= mask - 1;
-  }
-  return ids;
-}
-
-bool NodeUsage::AllFree(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const {
-  for (int id : ids) {
-    if (unit == Unit::kDevice) {
-      if (busy_devices_ >> id & 1) return false;
-    } else if (used_cores_.test(static_cast<size_t>(id))) {
-      return false;
-    }
-  }
-  (void)shape;
-  return true;
-}
-
-bool NodeUsage::Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
-  if (!AllFree(shape, unit, ids)) return false;
-  const int cpd = shape.cores_per_device;
-  for (int id : ids) {
-    if (unit == Unit::kDevice) {
-      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.set(static_cast<size_t>(c));
-      busy_devices_ |= DeviceMask{1} << id;
-    } else {
-      used_cores_.set(static_cast<size_t>(id));
-      busy_devices_ |= DeviceMask{1} << (id / cpd);
-    }
-  }
-  return true;
-}
-
-void NodeUsage::Release(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
-  const int cpd = shape.cores_per_device;
-  for (int id : ids) {
-    if (unit == Unit::kDevice) {
-      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.reset(static_cast<size_t>(c));
-      RecomputeBusy(shape, id, id);
-    } else {
-      used_cores_.reset(static_cast<size_t>(id));
-      RecomputeBusy(shape, id / cpd, id / cpd);
-    }
-  }
-}
-
-void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last_device) {
-  const int cpd = shape.cores_per_device;
-  for (int d = first_device; d <= last_device; ++d) {
-    bool any = false;
-    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c)
-      any = used_cores_.test(static_cast<size_t>(c));
-    if (any) {
-      busy_devices_ |= DeviceMask{1} << d;
-    } else {
-      busy_devices_ &= ~(DeviceMask{1} << d);
-    }
-  }
-}
-
-bool CanEverGrant(const NodeShape& shape, const Request& request) {
-  if (request.count <= 0) return false;
-  if (request.unit == Unit::kCore) return request.count <= shape.cores;
-  if (request.count > shape.devices) return false;
-  return shape.type->rule != LegalSetRule::kAligned || IsLegalAlignedCount(shape, request.count);
-}
-
-std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
-  if (CanEverGrant(shape, request)) return {};
-  const std::string& name = shape.type->name;
-  if (request.count <= 0) {
-    return fmt::format("a request of {} {} is not valid: ask for at least 1", request.count,
-                       UnitName(request.unit, request.count));
-  }
-  if (request.unit == Unit::kDevice) {
-    if (request.count > shape.devices) {
-      return fmt::format("{} devices requested but {} has only {}", request.count, name,
-                         shape.devices);
-    }
-    if (shape.type->rule == LegalSetRule::kAligned && !IsLegalAlignedCount(shape, request.count)) {
-      // AWS's extension's exact text, so alerts and runbooks written for it still match.
-      return fmt::format(
-          "Instance type {} does not support requests for device: {}. Please request a different "
-          "number of devices.",
-          name, request.count);
-    }
-    return {};
-  }
-  if (request.count > shape.cores) {
-    return fmt::format("{} cores requested but {} has only {}{}", request.count, name, shape.cores,
-                       shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : "");
-  }
-  return {};
-}
-
 Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request& request,
                   Policy policy, const SlotCosts* costs) {
   const bool fgd = policy == Policy::kFgd || policy == Policy::kFgdScarcitySets;
@@ -854,54 +457,6 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
                                              : AllocateCores(shape, usage, request, base);
   if (policy != Policy::kScarcity || costs == nullptr || !d.ok()) return d;
   return ChooseByCost(shape, usage, request, std::move(d), *costs);
-}
-
-int FreeSlots(const NodeShape& shape, const NodeUsage& usage, const Request& request) {
-  return SlotsIn(shape, FreeOf(shape, usage), request);
-}
-
-double PlacementCost(const NodeShape& shape, const NodeUsage& before, const NodeUsage& after,
-                     const SlotCosts& costs) {
-  return CostBetween(shape, FreeOf(shape, before), FreeOf(shape, after), costs);
-}
-
-std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,
-                                       const Request& request) {
-  std::vector<Placement> out;
-  if (!CheckRequestShape(shape, request).empty()) return out;
-  const int n = request.count;
-  if (request.unit == Unit::kCore) {
-    ForEachCoreStart(shape, usage, n, [&](int s, int) {
-      out.push_back(CorePlacement(shape, s, n));
-      return true;
-    });
-    return out;
-  }
-  const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
-  if (n == shape.devices) {
-    if (free == shape.AllDevices()) out.push_back(DevicePlacement(shape, free));
-    return out;
-  }
-  switch (shape.type->rule) {
-    case LegalSetRule::kContiguous:
-      for (int s = 0; s + n <= shape.devices; ++s) {
-        if ((free & RunMask(n, s)) == RunMask(n, s))
-          out.push_back(DevicePlacement(shape, RunMask(n, s)));
-      }
-      break;
-    case LegalSetRule::kAligned:
-      for (int s = 0; s + n <= shape.devices; s += n) {
-        if ((free & RunMask(n, s)) == RunMask(n, s))
-          out.push_back(DevicePlacement(shape, RunMask(n, s)));
-      }
-      break;
-    case LegalSetRule::kAny: {
-      Decision d = AllocateDevices(shape, usage, request, Policy::kFirstFit);
-      if (d.ok()) out.push_back(std::move(d.placement));
-      break;
-    }
-  }
-  return out;
 }
 
 }  // namespace toposched::topology

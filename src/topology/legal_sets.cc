@@ -1,0 +1,130 @@
+// Which sets of ids are legal on a node: the rules of allocator.h as code (whether a count can
+// ever be granted, the refusal text when not, and every free legal set).
+#include "topology/legal_sets.h"
+
+#include <fmt/format.h>
+
+namespace toposched::topology {
+
+std::vector<int> AlignedLevels(const NodeShape& shape) {
+  std::vector<int> levels = shape.type->sizes;
+  levels.push_back(1);
+  levels.push_back(shape.devices);
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  return levels;
+}
+
+bool IsLegalAlignedCount(const NodeShape& shape, int count) {
+  const auto& sizes = shape.type->sizes;
+  return count == 1 || count == shape.devices ||
+         std::find(sizes.begin(), sizes.end(), count) != sizes.end();
+}
+
+std::vector<int> FreeCoreIds(const NodeShape& shape, const NodeUsage& usage) {
+  std::vector<int> ids;
+  for (int c = 0; c < shape.cores; ++c) {
+    if (!usage.used_cores().test(static_cast<size_t>(c))) ids.push_back(c);
+  }
+  return ids;
+}
+
+Placement DevicePlacement(DeviceMask mask) {
+  return Placement{Unit::kDevice, MaskToIds(mask), mask};
+}
+
+Placement CorePlacement(const NodeShape& shape, int start, int count) {
+  Placement p{Unit::kCore, {}, 0};
+  p.ids.reserve(static_cast<size_t>(count));
+  for (int c = start; c < start + count; ++c) p.ids.push_back(c);
+  const int first = start / shape.cores_per_device;
+  const int last = (start + count - 1) / shape.cores_per_device;
+  p.devices = RunMask(last - first + 1, first);
+  return p;
+}
+
+int CoreSegment(const NodeShape& shape, int count) {
+  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
+  // The smallest of AlignedLevels (1, the sizes, the node) that holds `count` cores; without
+  // building the list, since slot counting asks this for every candidate.
+  const int cpd = shape.cores_per_device;
+  if (cpd >= count) return cpd;
+  int best = shape.devices;
+  for (int level : shape.type->sizes) {
+    if (level * cpd >= count && level < best) best = level;
+  }
+  return best * cpd;
+}
+
+bool CanEverGrant(const NodeShape& shape, const Request& request) {
+  if (request.count <= 0) return false;
+  if (request.unit == Unit::kCore) return request.count <= shape.cores;
+  if (request.count > shape.devices) return false;
+  return shape.type->rule != LegalSetRule::kAligned || IsLegalAlignedCount(shape, request.count);
+}
+
+std::string CheckRequestShape(const NodeShape& shape, const Request& request) {
+  if (CanEverGrant(shape, request)) return {};
+  const std::string& name = shape.type->name;
+  if (request.count <= 0) {
+    return fmt::format("a request of {} {} is not valid: ask for at least 1", request.count,
+                       UnitName(request.unit, request.count));
+  }
+  if (request.unit == Unit::kDevice) {
+    if (request.count > shape.devices) {
+      return fmt::format("{} devices requested but {} has only {}", request.count, name,
+                         shape.devices);
+    }
+    if (shape.type->rule == LegalSetRule::kAligned && !IsLegalAlignedCount(shape, request.count)) {
+      // AWS's extension's exact text, so alerts and runbooks written for it still match.
+      return fmt::format(
+          "Instance type {} does not support requests for device: {}. Please request a different "
+          "number of devices.",
+          name, request.count);
+    }
+    return {};
+  }
+  if (request.count > shape.cores) {
+    return fmt::format("{} cores requested but {} has only {}{}", request.count, name, shape.cores,
+                       shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : "");
+  }
+  return {};
+}
+
+std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,
+                                       const Request& request) {
+  std::vector<Placement> out;
+  if (!CheckRequestShape(shape, request).empty()) return out;
+  const int n = request.count;
+  if (request.unit == Unit::kCore) {
+    ForEachCoreStart(shape, usage, n, [&](int s, int) {
+      out.push_back(CorePlacement(shape, s, n));
+      return true;
+    });
+    return out;
+  }
+  const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+  if (n == shape.devices) {
+    if (free == shape.AllDevices()) out.push_back(DevicePlacement(free));
+    return out;
+  }
+  switch (shape.type->rule) {
+    case LegalSetRule::kContiguous:
+      for (int s = 0; s + n <= shape.devices; ++s) {
+        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(RunMask(n, s)));
+      }
+      break;
+    case LegalSetRule::kAligned:
+      for (int s = 0; s + n <= shape.devices; s += n) {
+        if ((free & RunMask(n, s)) == RunMask(n, s)) out.push_back(DevicePlacement(RunMask(n, s)));
+      }
+      break;
+    case LegalSetRule::kAny:
+      // Every subset is legal: the lowest-index one stands for them all.
+      if (std::popcount(free) >= n) out.push_back(DevicePlacement(LowestBits(free, n)));
+      break;
+  }
+  return out;
+}
+
+}  // namespace toposched::topology

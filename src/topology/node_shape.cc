@@ -1,0 +1,100 @@
+// A node's shape (an instance type at an LNC) and what is in use on it, declared in allocator.h.
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+#include "topology/allocator.h"
+
+namespace toposched::topology {
+
+std::string_view UnitName(Unit unit, int count) {
+  if (unit == Unit::kDevice) return count == 1 ? "device" : "devices";
+  return count == 1 ? "core" : "cores";
+}
+
+Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
+  NodeShape shape;
+  shape.type = &type;
+  shape.devices = type.devices;
+  shape.cores_per_device = type.cores_per_device;
+  if (type.has_lnc) {
+    shape.lnc = lnc == 0 ? type.lnc.default_lnc : lnc;
+    if (std::find(type.lnc.allowed.begin(), type.lnc.allowed.end(), shape.lnc) ==
+        type.lnc.allowed.end()) {
+      return Error{fmt::format("{} does not support LNC {} (allowed: {})", type.name, lnc,
+                               fmt::join(type.lnc.allowed, ", "))};
+    }
+    shape.cores_per_device = type.lnc.physical_cores_per_device / shape.lnc;
+  } else if (lnc != 0 && lnc != 1) {
+    return Error{
+        fmt::format("{} has no logical-core (LNC) setting; LNC {} does not apply", type.name, lnc)};
+  }
+  shape.cores = shape.devices * shape.cores_per_device;
+  return shape;
+}
+
+std::vector<int> MaskToIds(DeviceMask mask) {
+  std::vector<int> ids;
+  while (mask != 0) {
+    ids.push_back(std::countr_zero(mask));
+    mask &= mask - 1;
+  }
+  return ids;
+}
+
+bool NodeUsage::AllFree(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const {
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      if (busy_devices_ >> id & 1) return false;
+    } else if (used_cores_.test(static_cast<size_t>(id))) {
+      return false;
+    }
+  }
+  (void)shape;
+  return true;
+}
+
+bool NodeUsage::Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
+  if (!AllFree(shape, unit, ids)) return false;
+  const int cpd = shape.cores_per_device;
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.set(static_cast<size_t>(c));
+      busy_devices_ |= DeviceMask{1} << id;
+    } else {
+      used_cores_.set(static_cast<size_t>(id));
+      busy_devices_ |= DeviceMask{1} << (id / cpd);
+    }
+  }
+  return true;
+}
+
+void NodeUsage::Release(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
+  const int cpd = shape.cores_per_device;
+  for (int id : ids) {
+    if (unit == Unit::kDevice) {
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.reset(static_cast<size_t>(c));
+      RecomputeBusy(shape, id, id);
+    } else {
+      used_cores_.reset(static_cast<size_t>(id));
+      RecomputeBusy(shape, id / cpd, id / cpd);
+    }
+  }
+}
+
+void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last_device) {
+  const int cpd = shape.cores_per_device;
+  for (int d = first_device; d <= last_device; ++d) {
+    bool any = false;
+    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c)
+      any = used_cores_.test(static_cast<size_t>(c));
+    if (any) {
+      busy_devices_ |= DeviceMask{1} << d;
+    } else {
+      busy_devices_ &= ~(DeviceMask{1} << d);
+    }
+  }
+}
+
+}  // namespace toposched::topology
