@@ -213,7 +213,7 @@ TEST_F(GangServiceTest, SinglePodsStayOffAHeldGangsNodesAndExpiryReleasesItWhole
   const auto gang = service_->tracker().FindGang("default/gang:a");
   ASSERT_TRUE(gang.has_value());
   const json single = Filter(testing::PodJson("s", "uid-s", "aws.amazon.com/neuron", 1));
-  for (const auto& node : gang->nodes) {
+  for (const auto& node : gang->Nodes()) {
     EXPECT_THAT(single["FailedNodes"][node].get<std::string>(), HasSubstr("held for gang"));
   }
   const json scores = Prioritize(MemberJson("a-0", "a", 4, 4, 8));

@@ -58,7 +58,7 @@ TEST_F(GangTest, FourNodeGangTakesOneWholeUltraServerRankedByNodeId) {
   AddUltraServer("us1");
   auto gang = tracker_.ReserveGang(Gang("ns/job", 4, 4), names_, 100);
   ASSERT_TRUE(gang.ok()) << gang.error();
-  EXPECT_THAT(gang->nodes, ElementsAre("us1-n0", "us1-n1", "us1-n2", "us1-n3"));
+  EXPECT_THAT(gang->Nodes(), ElementsAre("us1-n0", "us1-n1", "us1-n2", "us1-n3"));
   EXPECT_EQ(tracker_.Stats().reserved, 4);
   // The nodes are held for the gang: a single pod may not use them, even where devices are free.
   auto fit = tracker_.Fit(Member("other", 1), "us1-n0");
@@ -93,13 +93,13 @@ TEST_F(GangTest, TwoNodeGangsShareAnUltraServersHalvesAndKeepWholeOnesWhole) {
   // us2 is broken already: the first 2-node gang goes there, not into the whole us1.
   auto a = tracker_.ReserveGang(Gang("ns/a", 2, 2), names_, 100);
   ASSERT_TRUE(a.ok()) << a.error();
-  EXPECT_THAT(a->nodes, ElementsAre("us2-n0", "us2-n1"));
+  EXPECT_THAT(a->Nodes(), ElementsAre("us2-n0", "us2-n1"));
   auto b = tracker_.ReserveGang(Gang("ns/b", 2, 2), names_, 100);
   ASSERT_TRUE(b.ok()) << b.error();
   auto c = tracker_.ReserveGang(Gang("ns/c", 2, 2), names_, 100);
   ASSERT_TRUE(c.ok()) << c.error();
-  EXPECT_THAT(b->nodes, ElementsAre("us1-n0", "us1-n1"));
-  EXPECT_THAT(c->nodes, ElementsAre("us1-n2", "us1-n3"));
+  EXPECT_THAT(b->Nodes(), ElementsAre("us1-n0", "us1-n1"));
+  EXPECT_THAT(c->Nodes(), ElementsAre("us1-n2", "us1-n3"));
 }
 
 TEST_F(GangTest, MembersGetTheirWantedRankOrTheLowestFreeOneAndKeepIt) {
@@ -193,10 +193,10 @@ TEST_F(GangTest, OneNodeGangsPreferNodesOutsideUltraServers) {
   AddPlain("p2");
   auto gang = tracker_.ReserveGang(Gang("ns/job", 2, 1), names_, 100);
   ASSERT_TRUE(gang.ok()) << gang.error();
-  EXPECT_THAT(gang->nodes, ElementsAre("p1", "p2"));
+  EXPECT_THAT(gang->Nodes(), ElementsAre("p1", "p2"));
   auto big = tracker_.ReserveGang(Gang("ns/big", 3, 1), names_, 100);
   ASSERT_TRUE(big.ok()) << big.error();
-  EXPECT_EQ(big->nodes.size(), 3u);
+  EXPECT_EQ(big->Nodes().size(), 3u);
 }
 
 TEST_F(GangTest, BadRequestsAreRefusedWithTheReason) {

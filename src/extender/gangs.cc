@@ -128,7 +128,7 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
       } else {
         metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {} ({} members, {}-node groups) holds nodes {} until its members bind",
-                     gang.id, request.size, request.group_nodes, fmt::join(reserved->nodes, ","));
+                     gang.id, request.size, request.group_nodes, fmt::join(reserved->Nodes(), ","));
       }
     } else {
       // Some members are bound: the rest go to their recorded nodes, whatever the candidates.
@@ -137,7 +137,8 @@ Result<tracker::GangSeat> ExtenderService::SeatGangMember(const PodRequests& mem
       if (reserved.ok()) {
         metrics_.SetGangsHeld(tracker_.Stats().gangs);
         spdlog::info("gang {}: {} of {} members are bound; the others' seats are held on {}",
-                     gang.id, request.bound.size(), request.size, fmt::join(reserved->nodes, ","));
+                     gang.id, request.bound.size(), request.size,
+                     fmt::join(reserved->Nodes(), ","));
       }
     }
   }
@@ -191,27 +192,27 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
         "retried",
         key, id));
   }
-  const auto seat = std::find(gang->member_uid.begin(), gang->member_uid.end(), args.pod_uid);
-  if (seat == gang->member_uid.end()) {
+  const int rank = gang->RankOf(args.pod_uid);
+  if (rank < 0) {
     return EncodeBindingResult(
         fmt::format("pod {} has no seat in gang {}; it will be retried", key, id));
   }
-  const auto rank = static_cast<size_t>(seat - gang->member_uid.begin());
-  if (gang->nodes[rank] != args.node) {
+  const tracker::GangRank& seat = gang->ranks[static_cast<size_t>(rank)];
+  if (seat.node != args.node) {
     return EncodeBindingResult(
         fmt::format("pod {} is rank {} of gang {}, whose seat is on node {}, "
                     "not {}",
-                    key, rank, id, gang->nodes[rank], args.node));
+                    key, rank, id, seat.node, args.node));
   }
   claims::AllocationRecord record;
-  auto annotations = BindingAnnotations(member, gang->slots[rank], args.node, &record);
+  auto annotations = BindingAnnotations(member, seat.seat, args.node, &record);
 
   claims::GangRecord gang_record;
   gang_record.gang = id;
   gang_record.size = gang->size;
   gang_record.group_nodes = gang->group_nodes;
-  gang_record.rank = static_cast<int>(rank);
-  gang_record.nodes = gang->nodes;
+  gang_record.rank = rank;
+  gang_record.nodes = gang->Nodes();
   {
     ReaderLock lock(mu_);
     if (auto it = nodes_.find(args.node);
@@ -219,7 +220,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
       gang_record.server_id = it->second.ultraserver->GroupId(gang->group_nodes);
       gang_record.node_id = it->second.ultraserver->NodeId(gang->group_nodes);
     }
-    if (auto it = pods_.find(gang->member_uid[0]); it != pods_.end()) {
+    if (auto it = pods_.find(gang->ranks.front().member_uid); it != pods_.end()) {
       gang_record.rank0_host = it->second.host;
     }
   }
@@ -251,7 +252,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
     return EncodeBindingResult(s.error);
   }
   // The seat becomes the pod's hold; a seat that ran out during the write is held again as written.
-  tracker::PodAllocation written = gang->slots[rank];
+  tracker::PodAllocation written = seat.seat;
   written.node = args.node;
   auto committed = tracker_.CommitGangMember(id, args.pod_uid, key, args.node);
   EnsureHeldAsWritten(committed.ok() ? OkStatus() : Status(Error{committed.error()}), args.pod_uid,

@@ -79,13 +79,9 @@ std::string ExtenderService::Prioritize(const ExtenderArgs& args) {
   if (requests->gang) {
     // A seated member has one node: its seat.
     const auto gang = tracker_.FindGang(requests->gang->id);
-    for (const auto& n : names) {
-      bool seat = false;
-      for (size_t r = 0; gang && r < gang->nodes.size(); ++r) {
-        seat = seat || (gang->member_uid[r] == requests->spec.uid && gang->nodes[r] == n);
-      }
-      priorities.push_back({n, seat ? 10 : 0});
-    }
+    const int rank = gang ? gang->RankOf(requests->spec.uid) : -1;
+    const std::string* seat = rank >= 0 ? &gang->ranks[static_cast<size_t>(rank)].node : nullptr;
+    for (const auto& n : names) priorities.push_back({n, seat != nullptr && *seat == n ? 10 : 0});
     return EncodeHostPriorityList(priorities);
   }
   // The simulator's node choice, scored: 10 for the one node the policy picks (bind then takes

@@ -218,8 +218,8 @@ Status Tracker::Rollback(const std::string& uid) {
 bool Tracker::Forget(const std::string& uid) {
   MutexLock lock(mu_);
   for (auto& [id, gang] : gangs_) {  // a deleted pod gives its unbound seat back
-    for (size_t r = 0; r < gang.member_uid.size(); ++r) {
-      if (gang.member_uid[r] == uid && !gang.bound[r]) gang.member_uid[r].clear();
+    for (GangRank& rank : gang.ranks) {
+      if (rank.member_uid == uid && !rank.bound) rank.member_uid.clear();
     }
   }
   auto it = holds_.find(uid);

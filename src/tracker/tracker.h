@@ -119,16 +119,26 @@ struct GangRequest {
   std::unordered_map<int, std::string> bound{};
 };
 
+// One rank of a gang: its node, the pod seated there, and the ids held for it.
+struct GangRank {
+  std::string node;
+  std::string member_uid;  // empty = no pod assigned yet
+  bool bound = false;
+  PodAllocation seat;  // the ids held for it (empty once bound)
+};
+
 // A gang's state in the tracker while any member is unbound.
 struct GangState {
   std::string id;
   int size = 0;
   int group_nodes = 1;
-  std::vector<std::string> nodes;       // by rank
-  std::vector<std::string> member_uid;  // by rank; empty = no pod assigned yet
-  std::vector<bool> bound;              // by rank
-  std::vector<PodAllocation> slots;     // by rank: the ids held for it (empty once bound)
+  std::vector<GangRank> ranks;  // size() == size
   int64_t deadline_ns = 0;
+
+  std::vector<std::string> Nodes() const;  // by rank
+  // The rank the pod is seated at, or -1.
+  int RankOf(std::string_view uid) const;
+  int UnboundCount() const;
 };
 
 // A member's place in its gang.
@@ -415,6 +425,15 @@ class Tracker {
       TS_REQUIRES_SHARED(mu_);
   Status ValidateAllocation(const PoolState& pool, const PodAllocation& allocation) const;
   // Why a pod may not use a node a gang holds, or empty when it may.
+  // ReserveGang's steps: the nodes of each rank (the recorded ones, or the best whole groups
+  // among the candidates), then a seat held on each for every unbound rank, or none.
+  Result<std::vector<std::string>> ChooseGangNodesLocked(const GangRequest& request,
+                                                         const PodSpec& member,
+                                                         std::span<const std::string> candidates,
+                                                         const topology::SlotCosts& costs) const
+      TS_REQUIRES_SHARED(mu_);
+  Status HoldGangSeatsLocked(const PodSpec& member, const topology::SlotCosts& costs,
+                             GangState& gang) TS_REQUIRES(mu_);
   std::string GangBarrierLocked(const PodSpec& pod, const NodeEntry& node) const
       TS_REQUIRES_SHARED(mu_);
   void ReleaseGangLocked(const std::string& id) TS_REQUIRES(mu_);
