@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "base/clock.h"
 #include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
@@ -323,19 +324,13 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
 
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // Plans the patches of `live` by `assigned` and writes them. Returns the number of pods patched.
 int PatchAssignments(const std::vector<kube::Pod>& live,
                      const std::vector<AssignedDevices>& assigned, PodSource& pods,
                      const RecordContext& context) {
   std::vector<std::string> warnings;
   const std::vector<RecordPatch> patches =
-      PlanRecordPatches(live, assigned, context, NowNs(), &warnings);
+      PlanRecordPatches(live, assigned, context, WallNs(), &warnings);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   int patched = 0;
   for (const RecordPatch& patch : patches) {

@@ -9,8 +9,8 @@
 namespace toposched::extender {
 
 ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptions options,
-                                 ClusterWriter& writer, Metrics& metrics, Clock steady_ns,
-                                 Clock wall_ns)
+                                 ClusterWriter& writer, Metrics& metrics, NanoClock steady_ns,
+                                 NanoClock wall_ns)
     : catalog_(catalog),
       options_(std::move(options)),
       writer_(writer),

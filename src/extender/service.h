@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "base/result.h"
 #include "claims/allocation_record.h"
@@ -121,11 +122,9 @@ using claims::kAnnotationPartition;
 
 class ExtenderService {
  public:
-  using Clock = std::function<int64_t()>;  // nanoseconds
-
   // `steady_ns` times reservations; `wall_ns` stamps NEURON_ALLOC_TIME (Unix time).
   ExtenderService(const topology::Catalog& catalog, ExtenderOptions options, ClusterWriter& writer,
-                  Metrics& metrics, Clock steady_ns, Clock wall_ns);
+                  Metrics& metrics, NanoClock steady_ns, NanoClock wall_ns);
 
   // The four verbs: each returns the JSON body of a 200 answer.
   std::string Filter(const ExtenderArgs& args);
@@ -280,8 +279,8 @@ class ExtenderService {
   const ExtenderOptions options_;
   ClusterWriter& writer_;
   Metrics& metrics_;
-  Clock steady_ns_;
-  Clock wall_ns_;
+  NanoClock steady_ns_;
+  NanoClock wall_ns_;
   tracker::Tracker tracker_;
 
   mutable SharedMutex mu_;

@@ -130,8 +130,8 @@ std::string EncodeLease(std::string_view ns, std::string_view name, const LeaseR
       metadata, spec);
 }
 
-LeaderElector::LeaderElector(ApiClient& client, LeaderElectionConfig config, Clock steady_ns,
-                             Clock wall_ns, Callbacks callbacks)
+LeaderElector::LeaderElector(ApiClient& client, LeaderElectionConfig config, NanoClock steady_ns,
+                             NanoClock wall_ns, Callbacks callbacks)
     : client_(client),
       config_(std::move(config)),
       steady_ns_(std::move(steady_ns)),

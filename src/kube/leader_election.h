@@ -25,6 +25,7 @@
 #include <string_view>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "base/result.h"
 #include "kube/client.h"
@@ -71,7 +72,6 @@ std::string FormatMicroTime(int64_t unix_ns);
 
 class LeaderElector {
  public:
-  using Clock = std::function<int64_t()>;  // nanoseconds
   struct Callbacks {
     // Called on the electing thread, no lock held, *before* IsLeader() turns true: a gate it
     // closes (e.g. "serve only from a fresh list") is closed before the first request as leader.
@@ -81,8 +81,8 @@ class LeaderElector {
 
   // The client must outlive the elector; give it a request timeout below the retry period, so one
   // hung request does not outlast the renew deadline.
-  LeaderElector(ApiClient& client, LeaderElectionConfig config, Clock steady_ns, Clock wall_ns,
-                Callbacks callbacks = {});
+  LeaderElector(ApiClient& client, LeaderElectionConfig config, NanoClock steady_ns,
+                NanoClock wall_ns, Callbacks callbacks = {});
   ~LeaderElector();
   LeaderElector(const LeaderElector&) = delete;
   LeaderElector& operator=(const LeaderElector&) = delete;
@@ -123,8 +123,8 @@ class LeaderElector {
 
   ApiClient& client_;
   const LeaderElectionConfig config_;
-  Clock steady_ns_;
-  Clock wall_ns_;
+  NanoClock steady_ns_;
+  NanoClock wall_ns_;
   Callbacks callbacks_;
 
   mutable Mutex mu_;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.h"
 #include "base/json_escape.h"
 #include "base/json_reader.h"
 #include "kube/client.h"
@@ -193,9 +194,7 @@ Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
   if (type != "Normal" && type != "Warning") {
     return Error{fmt::format("event type must be Normal or Warning, not \"{}\"", type)};
   }
-  const auto now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now_ns = WallNs();
   // client-go names events <object>.<hex nanoseconds> so repeated events do not collide.
   const std::string event_name = fmt::format("{}.{:x}", pod.name, static_cast<uint64_t>(now_ns));
   const std::string timestamp = Rfc3339Now();

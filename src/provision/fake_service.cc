@@ -63,7 +63,7 @@ bool DecodeCreate(std::string_view body, Partition& out, bool& bad_id) {
 
 }  // namespace
 
-FakePartitionService::FakePartitionService(FakeServiceOptions options, Clock clock)
+FakePartitionService::FakePartitionService(FakeServiceOptions options, NanoClock clock)
     : options_(std::move(options)), clock_(std::move(clock)), rng_(options_.seed) {}
 
 void FakePartitionService::AdvanceLocked(int64_t now) {

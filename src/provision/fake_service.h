@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/clock.h"
 #include "base/mutex.h"
 #include "provision/partition.h"
 
@@ -34,8 +35,7 @@ struct FakeAnswer {
 
 class FakePartitionService {
  public:
-  using Clock = std::function<int64_t()>;  // steady ns
-  FakePartitionService(FakeServiceOptions options, Clock clock);
+  FakePartitionService(FakeServiceOptions options, NanoClock clock);
 
   // One HTTP request: method, target (path), body, Authorization header.
   FakeAnswer Handle(std::string_view method, std::string_view target, std::string_view body,
@@ -65,7 +65,7 @@ class FakePartitionService {
   }
 
   FakeServiceOptions options_;
-  Clock clock_;
+  NanoClock clock_;
   mutable Mutex mu_;
   std::map<std::string, Entry> entries_ TS_GUARDED_BY(mu_);
   std::mt19937_64 rng_ TS_GUARDED_BY(mu_);

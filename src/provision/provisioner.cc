@@ -5,7 +5,7 @@
 
 namespace toposched::provision {
 
-Provisioner::Provisioner(PartitionService& service, ProvisionOptions options, Clock clock,
+Provisioner::Provisioner(PartitionService& service, ProvisionOptions options, NanoClock clock,
                          Sleep sleep)
     : service_(service), options_(options), clock_(std::move(clock)), sleep_(std::move(sleep)) {}
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/result.h"
 #include "provision/partition.h"
 
@@ -49,10 +50,9 @@ struct ProvisionOptions {
 // The steps, with the clock and sleep injected (tests run them on real but short timings).
 class Provisioner {
  public:
-  using Clock = std::function<int64_t()>;                        // steady ns
   using Sleep = std::function<void(std::chrono::milliseconds)>;  // may return early
 
-  Provisioner(PartitionService& service, ProvisionOptions options, Clock clock, Sleep sleep);
+  Provisioner(PartitionService& service, ProvisionOptions options, NanoClock clock, Sleep sleep);
 
   // Creates the partition and polls until it is active. On failure, timeout or a garbled
   // answer: removes what may have been made (until gone, within remove_timeout) and returns the
@@ -68,7 +68,7 @@ class Provisioner {
  private:
   PartitionService& service_;
   const ProvisionOptions options_;
-  Clock clock_;
+  NanoClock clock_;
   Sleep sleep_;
 };
 
