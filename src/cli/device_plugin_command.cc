@@ -1,7 +1,6 @@
 // `toposched device-plugin`: the kubelet device plugin for Neuron devices and cores. Builds the
 // concrete I/O objects (API client, host paths) and runs the manager until SIGINT/SIGTERM.
 #include <atomic>
-#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -12,6 +11,7 @@
 
 #include "claims/keys.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/api_pod_source.h"
 #include "deviceplugin/manager.h"
@@ -109,10 +109,6 @@ std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app) {
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-extern "C" void OnStopSignal(int) { g_stop = true; }
-
 // Used when the API is out of reach: one-or-all requests still work, others get this reason.
 class UnavailablePodSource : public deviceplugin::PodSource {
  public:
@@ -131,6 +127,8 @@ class UnavailablePodSource : public deviceplugin::PodSource {
 
 int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_path) {
   spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  StopSignals signals;  // before any thread starts
+  std::atomic<bool> stop{false};
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) {
     fmt::print(stderr, "error: {}\n", catalog.error());
@@ -181,12 +179,6 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
     pods = std::make_unique<UnavailablePodSource>(reason);
   }
 
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
   deviceplugin::DevicePluginManager manager(options, **catalog, *pods);
   std::unique_ptr<net::HttpServer> probe;
   if (!opts.probe_listen.empty()) {
@@ -206,7 +198,8 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
     spdlog::info("probe endpoint on {}:{} (/healthz, /readyz, /metrics)", listen->first,
                  probe->port());
   }
-  if (Status status = manager.Run(g_stop); !status.ok()) {
+  signals.SetOnSignal(stop);
+  if (Status status = manager.Run(stop); !status.ok()) {
     fmt::print(stderr, "error: {}\n", status.error());
     return kExitUsage;
   }

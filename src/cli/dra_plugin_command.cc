@@ -4,15 +4,14 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
-#include <csignal>
 #include <cstdlib>
 #include <memory>
-#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/node_topology.h"
 #include "deviceplugin/probe.h"
@@ -120,10 +119,6 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
 
 namespace {
 
-std::atomic<bool> g_dra_stop{false};
-
-extern "C" void OnDraStopSignal(int) { g_dra_stop = true; }
-
 // The Neuron driver's version from sysfs; empty when unreadable.
 std::string NeuronDriverVersion(const std::string& sysfs_root) {
   auto text = deviceplugin::ReadSmallFile(sysfs_root + "/module/neuron/version");
@@ -142,6 +137,7 @@ std::string NeuronDriverVersion(const std::string& sysfs_root) {
 
 int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) {
   spdlog::set_level(spdlog::level::from_str(opts.log_level));
+  const StopSignals signals;  // before any thread starts
   auto fail = [](const std::string& message) {
     fmt::print(stderr, "error: {}\n", message);
     return kExitUsage;
@@ -231,12 +227,6 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
   options.resync_interval = std::chrono::seconds(opts.resync_interval_s);
 
-  struct sigaction action {};
-  action.sa_handler = OnDraStopSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
   draplugin::DraPlugin plugin(options, shape, **client, publisher);
   std::unique_ptr<net::HttpServer> probe;
   if (!opts.probe_listen.empty()) {
@@ -254,8 +244,8 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
     plugin.Stop();
     return fail(started.error());
   }
-  while (!g_dra_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  spdlog::info("stopping: removing the registration and DRA sockets");
+  const int signal = signals.Wait();
+  spdlog::info("signal {} received: removing the registration and DRA sockets", signal);
   plugin.Stop();
   probe.reset();
   return kExitOk;

@@ -1,13 +1,14 @@
 // `toposched partition-service`: a loopback fake of a V-IPU-style partition service (create,
 // status, remove, list) with configurable latency and failure rate, so bind-time provisioning
 // runs end to end on one machine (docs/pools.md).
-#include <csignal>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/clock.h"
 #include "base/text.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "net/http_server.h"
 #include "provision/fake_service.h"
 
@@ -57,11 +58,7 @@ std::shared_ptr<PartitionServiceOptions> AddPartitionServiceCommand(CLI::App& ap
 
 int RunPartitionService(const PartitionServiceOptions& o) {
   spdlog::set_level(spdlog::level::from_str(o.log_level));
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const StopSignals signals;  // before any thread starts
 
   provision::FakeServiceOptions options;
   options.latency = std::chrono::milliseconds(static_cast<int64_t>(o.latency_s * 1000));
@@ -77,11 +74,7 @@ int RunPartitionService(const PartitionServiceOptions& o) {
     }
     options.token = std::move(token).value();
   }
-  provision::FakePartitionService fake(options, [] {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  });
+  provision::FakePartitionService fake(options, SteadyNs);
   net::HttpServerOptions http;
   http.address = o.address;
   http.port = static_cast<uint16_t>(o.port);
@@ -100,8 +93,8 @@ int RunPartitionService(const PartitionServiceOptions& o) {
   }
   spdlog::info("partition service on http://{}:{} (latency {} s, failure rate {})", o.address,
                (*server)->port(), o.latency_s, o.failure_rate);
-  int signal = 0;
-  sigwait(&signals, &signal);
+  const int signal = signals.Wait();
+  spdlog::info("signal {} received: shutting down", signal);
   (*server)->Stop();
   return kExitOk;
 }
