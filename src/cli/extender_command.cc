@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <csignal>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -16,11 +15,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/clock.h"
+#include "base/mutex.h"
 #include "base/text.h"
 #include "claims/gang.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "cli/commands.h"
+#include "cli/stop_signals.h"
 #include "extender/api_writer.h"
 #include "extender/metrics.h"
 #include "extender/offline.h"
@@ -244,16 +246,15 @@ Result<std::pair<std::string, uint16_t>> SplitListen(const std::string& listen,
 
 namespace {
 
-int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+std::chrono::milliseconds Seconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-int64_t WallNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 // The Lease settings from the flags; bad durations name their flag.
@@ -298,283 +299,30 @@ Status CheckPlainHttp(const std::string& host, const ExtenderOptions& o) {
       o.listen)};
 }
 
-// Blocks until SIGINT or SIGTERM.
-int WaitForSignal(const sigset_t& signals) {
-  int signal = 0;
-  sigwait(&signals, &signal);
-  return signal;
-}
-
-}  // namespace
-
-int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
-  spdlog::set_level(spdlog::level::from_str(o.log_level));
-  auto catalog = LoadCatalog(catalog_path);
-  if (!catalog.ok()) {
-    spdlog::error("{}", catalog.error());
-    return kExitUsage;
-  }
+// The service's settings from the flags (the pools, the provisioner, the gang-size reader and
+// the reconcile gate are added once built).
+Result<extender::ExtenderOptions> ServiceOptionsFromFlags(const ExtenderOptions& o) {
   auto policy = topology::ParsePolicy(o.policy);
   if (!policy.ok() || *policy == topology::Policy::kCountOnly) {
-    spdlog::error("--policy: {}", policy.ok() ? "count-only is for the simulator only: use "
-                                                "scarcity, best-fit, first-fit, spread or binpack"
-                                              : policy.error());
-    return kExitUsage;
+    return Error{
+        fmt::format("--policy: {}", policy.ok() ? "count-only is for the simulator only: use "
+                                                  "scarcity, best-fit, first-fit, spread or binpack"
+                                                : policy.error())};
   }
-  auto listen = SplitListen(o.listen, "--listen");
-  if (!listen.ok()) {
-    spdlog::error("{}", listen.error());
-    return kExitUsage;
-  }
-  if (auto s = CheckPlainHttp(listen->first, o); !s.ok()) {
-    spdlog::error("{}", s.error());
-    return kExitUsage;
-  }
+  extender::ExtenderOptions options;
+  options.resources.device = o.device_resources;
+  options.resources.core = o.core_resources;
+  options.policy = *policy;
+  options.reservation_timeout = Seconds(o.reservation_timeout_s);
+  options.gang_timeout = Seconds(o.gang_timeout_s);
+  return options;
+}
 
-  // Signals are taken by sigwait in this thread only; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  extender::ExtenderOptions service_options;
-  service_options.resources.device = o.device_resources;
-  service_options.resources.core = o.core_resources;
-  service_options.policy = *policy;
-  service_options.reservation_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(o.reservation_timeout_s * 1000));
-  service_options.gang_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(o.gang_timeout_s * 1000));
-
-  topology::PoolSet pools;
-  if (!o.pools_file.empty()) {
-    std::ifstream in(o.pools_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto parsed = topology::PoolSet::Parse(text.str(), o.pools_file, **catalog);
-    if (!parsed.ok()) {
-      spdlog::error("--pools: {}", parsed.error());
-      return kExitUsage;
-    }
-    pools = std::move(parsed).value();
-    spdlog::info("shared pools: {}", pools.Names());
-  }
-  service_options.pools = &pools;
-  std::unique_ptr<provision::PartitionService> partitions;
-  std::unique_ptr<provision::Provisioner> provisioner;
-  if (!o.partition_service.empty()) {
-    provision::HttpServiceConfig config;
-    config.url = o.partition_service;
-    config.ca_file = o.partition_service_ca_file;
-    if (!o.partition_service_token_file.empty()) {
-      Result<std::string> token = ReadTokenFile(o.partition_service_token_file);
-      if (!token.ok()) {
-        spdlog::error("--partition-service-token-file: {}", token.error());
-        return kExitUsage;
-      }
-      config.token = std::move(token).value();
-    }
-    auto made = provision::MakeHttpService(config);
-    if (!made.ok()) {
-      spdlog::error("--partition-service: {}", made.error());
-      return kExitUsage;
-    }
-    partitions = std::move(made).value();
-    provision::ProvisionOptions popts;
-    popts.create_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(o.provision_timeout_s * 1000));
-    popts.poll_interval =
-        std::chrono::milliseconds(static_cast<int64_t>(o.provision_poll_s * 1000));
-    popts.remove_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(o.partition_remove_timeout_s * 1000));
-    provisioner = std::make_unique<provision::Provisioner>(
-        *partitions, popts, SteadyNs,
-        [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); });
-    service_options.provisioner = provisioner.get();
-    spdlog::info("binds into shared pools create partitions at {} (timeout {} s)",
-                 o.partition_service, o.provision_timeout_s);
-  }
-
-  // Flags are checked before anything connects.
-  std::optional<kube::LeaderElectionConfig> election;
-  if (o.leader_elect && o.offline_nodes.empty()) {
-    auto config = LeaderElectionFromFlags(o);
-    if (!config.ok()) {
-      spdlog::error("{}", config.error());
-      return kExitUsage;
-    }
-    election = std::move(config).value();
-  }
-
-  extender::Metrics metrics;
-  extender::ExtenderService* service_ptr = nullptr;  // for the elector's callback
-  // A new leader serves only from a pod list sent after it took the lease (a quorum read), not
-  // from a watch that may lag: the ticket of that relist (kube::Informer::Relist).
-  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
-  std::atomic<uint64_t> fresh_list_ticket{0};
-  std::atomic<bool> shutting_down{false};
-  std::unique_ptr<kube::ApiClient> client;
-  std::unique_ptr<extender::ClusterWriter> writer;
-  std::unique_ptr<kube::ApiClient> election_client;
-  std::unique_ptr<kube::LeaderElector> elector;
-  if (!o.offline_nodes.empty()) {
-    if (o.leader_elect) {
-      spdlog::error("--leader-elect needs the API server; it cannot be used with --offline-nodes");
-      return kExitUsage;
-    }
-    writer = std::make_unique<extender::OfflineClusterWriter>();
-  } else {
-    auto made = kube::ApiClient::FromEnvironment(o.kubeconfig);
-    if (!made.ok()) {
-      spdlog::error("cannot reach the API server: {} (or use --offline-nodes FILE)", made.error());
-      return kExitUsage;
-    }
-    client = std::move(made).value();
-    if (election) {
-      const kube::LeaderElectionConfig* config = &*election;
-      // Its own connections, with requests cut at one retry period: a hung renewal must not
-      // hold the elector past its renew deadline.
-      kube::ClientConfig election_config = client->config();
-      election_config.request_timeout =
-          std::chrono::duration_cast<std::chrono::milliseconds>(config->retry_period);
-      auto made_election = kube::ApiClient::Create(election_config);
-      if (!made_election.ok()) {
-        spdlog::error("leader election: {}", made_election.error());
-        return kExitUsage;
-      }
-      election_client = std::move(made_election).value();
-      if (client->config().request_timeout < config->min_write_budget) {
-        spdlog::error(
-            "the API client's request timeout ({}) is shorter than the least time a Binding is "
-            "given under leader election ({})",
-            kube::FormatDuration(client->config().request_timeout),
-            kube::FormatDuration(config->min_write_budget));
-        return kExitUsage;
-      }
-      // Runs before IsLeader() turns true (the elector's contract), so the serving gate below is
-      // closed until the fresh list is in.
-      auto started_leading = [&metrics, &service_ptr, &pod_informer, &fresh_list_ticket] {
-        metrics.CountLeaderTransition(true);
-        if (service_ptr != nullptr) service_ptr->RequireReconcile();
-        if (pod_informer) {
-          fresh_list_ticket = pod_informer->Relist();
-          spdlog::info("leader: listing pods afresh before serving (a watch may lag)");
-        }
-      };
-      elector = std::make_unique<kube::LeaderElector>(
-          *election_client, *config, SteadyNs, WallNs,
-          kube::LeaderElector::Callbacks{started_leading,
-                                         [&metrics] { metrics.CountLeaderTransition(false); }});
-      spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
-                   config->lease_namespace, config->lease_name, config->identity, o.lease_duration,
-                   o.renew_deadline, o.retry_period);
-    }
-    std::function<bool()> may_write;
-    kube::WriteFence fence;
-    if (elector) {
-      may_write = [&elector] { return elector->IsLeader(); };
-      // Every Binding ends by the renew deadline: a standby may lead a margin later at the soonest.
-      fence = [&elector] { return elector->WriteBudget(); };
-    }
-    writer = std::make_unique<extender::ApiClusterWriter>(*client, may_write, fence);
-  }
-  if (client) {
-    // A gang's size from its job object: an MPIJob's workers, upstream's PodGroup or Workload
-    // group (kube::SchedulingGroups finds the PodGroup version once).
-    kube::ApiClient* api = client.get();
-    auto groups = std::make_shared<kube::SchedulingGroups>(
-        [api](std::string_view path) { return api->Get(path); });
-    service_options.gang_size = [api, groups](const std::string& ns,
-                                              const claims::GangMembership& gang) -> Result<int> {
-      if (gang.source == "PodGroup") return groups->PodGroupMinCount(ns, gang.job_name);
-      if (gang.source == "Workload") {
-        return groups->WorkloadMinCount(ns, gang.job_name, gang.pod_group);
-      }
-      TOPOSCHED_ASSIGN_OR_RETURN(auto response, api->Get(kube::MpiJobPath(ns, gang.job_name)));
-      if (response.status != 200) {
-        return Error{
-            fmt::format("reading MPIJob {}/{}: HTTP {}", ns, gang.job_name, response.status)};
-      }
-      return kube::DecodeMpiJobWorkers(response.body);
-    };
-  }
-  // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
-  // making.
-  if (elector) service_options.may_reconcile = [&elector] { return elector->IsLeader(); };
-  extender::ExtenderService service(**catalog, service_options, *writer, metrics, SteadyNs, WallNs);
-  service_ptr = &service;
-
-  std::unique_ptr<kube::Informer<kube::Node>> node_informer;
-  if (!o.offline_nodes.empty()) {
-    std::ifstream in(o.offline_nodes);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto nodes = extender::ParseNodeFile(text.str(), o.offline_nodes);
-    if (!nodes.ok()) {
-      spdlog::error("{}", nodes.error());
-      return kExitUsage;
-    }
-    service.ReplaceNodes(*nodes);
-    service.ReplacePods({});
-    spdlog::info("offline mode: {} nodes from {}; binds are kept in memory", nodes->size(),
-                 o.offline_nodes);
-  } else {
-    kube::InformerOptions informer_options;
-    informer_options.watch_list = o.watch_list;
-    node_informer = std::make_unique<kube::Informer<kube::Node>>(
-        *client, "/api/v1/nodes",
-        kube::InformerHandlers<kube::Node>{
-            [&](const std::vector<kube::Node>& all) { service.ReplaceNodes(all); },
-            [&](const kube::Node& n) { service.UpsertNode(n); },
-            [&](const kube::Node& n) { service.DeleteNode(n); }, nullptr,
-            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("nodes"); }},
-        informer_options);
-    node_informer->Start();
-    // Pods are placed on nodes: the first rebuild waits until the nodes are known.
-    if (!node_informer->WaitForSync(std::chrono::seconds(60))) {
-      spdlog::warn("nodes not listed after 60 s; still trying (readyz stays 503 until then)");
-    }
-    pod_informer = std::make_unique<kube::Informer<kube::Pod>>(
-        *client, "/api/v1/pods",
-        kube::InformerHandlers<kube::Pod>{
-            [&](const std::vector<kube::Pod>& all) { service.ReplacePods(all); },
-            [&](const kube::Pod& p) { service.UpsertPod(p); },
-            [&](const kube::Pod& p) { service.DeletePod(p); },
-            // A relist merges: holds taken after this point are newer than the list.
-            [&] { service.BeginPodList(); },
-            [&](const std::string&, const std::string&) { metrics.CountSkippedObject("pods"); }},
-        informer_options);
-    pod_informer->Start();
-  }
-
-  auto router = std::make_unique<extender::Router>(service, metrics, o.bind_threads, o.bind_queue);
-  if (pod_informer && o.catch_up_wait_ms > 0) {
-    // kube-scheduler retries a pod on its own watch's events; ours may trail by a few ms. A filter
-    // answered from the older state refuses what the scheduler saw freed, and on 1.2x+ nothing
-    // retries it before the 5-minute flush: answer from at least the state the scheduler had.
-    const std::chrono::milliseconds wait(static_cast<int64_t>(o.catch_up_wait_ms));
-    router->SetCatchUp([&pod_informer, &metrics, wait](const kube::Pod& pod) {
-      if (!pod_informer->WaitForResourceVersion(pod.resource_version, wait)) {
-        metrics.CountCatchUpTimeout();
-        spdlog::debug(
-            "pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
-            "answering from ours after {} ms",
-            pod.Key(), pod_informer->DeliveredResourceVersion(), pod.resource_version,
-            wait.count());
-      }
-    });
-  }
-  if (elector) {
-    // The leader serves once the pods are listed afresh, and not once shutdown began.
-    router->SetLeaderGate([&elector, &pod_informer, &fresh_list_ticket, &shutting_down] {
-      return !shutting_down && elector->IsLeader() &&
-             pod_informer->RelistsDelivered() >= fresh_list_ticket.load();
-    });
-  }
+net::HttpServerOptions HttpOptionsFromFlags(const ExtenderOptions& o,
+                                            const std::pair<std::string, uint16_t>& listen) {
   net::HttpServerOptions http;
-  http.address = listen->first;
-  http.port = listen->second;
+  http.address = listen.first;
+  http.port = listen.second;
   http.threads = o.threads;
   http.body_limit = o.body_limit_mib << 20;
   http.tls_cert_file = o.tls_cert_file;
@@ -584,21 +332,367 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   http.max_connections = o.max_connections;
   http.max_bodies_in_flight = o.max_bodies_in_flight;
   http.body_memory_limit = o.body_memory_limit_mib << 20;
-  http.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.header_timeout_s * 1000));
-  http.body_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.body_timeout_s * 1000));
+  http.header_timeout = Seconds(o.header_timeout_s);
+  http.body_timeout = Seconds(o.body_timeout_s);
+  return http;
+}
+
+// A gang's size from its job object: an MPIJob's workers, upstream's PodGroup or Workload group
+// (kube::SchedulingGroups finds the PodGroup version once).
+decltype(extender::ExtenderOptions::gang_size) GangSizeFromApi(kube::ApiClient& api) {
+  auto groups = std::make_shared<kube::SchedulingGroups>(
+      [&api](std::string_view path) { return api.Get(path); });
+  return [&api, groups](const std::string& ns, const claims::GangMembership& gang) -> Result<int> {
+    if (gang.source == "PodGroup") return groups->PodGroupMinCount(ns, gang.job_name);
+    if (gang.source == "Workload")
+      return groups->WorkloadMinCount(ns, gang.job_name, gang.pod_group);
+    TOPOSCHED_ASSIGN_OR_RETURN(auto response, api.Get(kube::MpiJobPath(ns, gang.job_name)));
+    if (response.status != 200) {
+      return Error{
+          fmt::format("reading MPIJob {}/{}: HTTP {}", ns, gang.job_name, response.status)};
+    }
+    return kube::DecodeMpiJobWorkers(response.body);
+  };
+}
+
+// Everything the extender runs. Members are destroyed bottom-up, so each goes before what it
+// uses: the informers before the service they feed, the service before its writer and client.
+struct ExtenderProcess {
+  explicit ExtenderProcess(const ExtenderOptions& flags) : o(flags) {}
+
+  // Each builder checks its flags before anything connects and says what is wrong.
+  Status BuildPools(const topology::Catalog& catalog);
+  Status BuildProvisioner();
+  Status ConnectCluster();
+  void BuildService(const topology::Catalog& catalog);
+  Status FeedService();
+  void BuildRouter();
+
+  const ExtenderOptions& o;
+  extender::ExtenderOptions service_options;
+  extender::Metrics metrics;
+  topology::PoolSet pools;
+  std::unique_ptr<provision::PartitionService> partitions;
+  std::unique_ptr<provision::Provisioner> provisioner;
+  std::optional<kube::LeaderElectionConfig> election;
+  std::unique_ptr<kube::ApiClient> client;
+  std::unique_ptr<kube::ApiClient> election_client;
+  std::unique_ptr<kube::LeaderElector> elector;
+  std::unique_ptr<extender::ClusterWriter> writer;
+  std::unique_ptr<extender::ExtenderService> service;
+  // A new leader serves only from a pod list sent after it took the lease (a quorum read), not
+  // from a watch that may lag: the ticket of that relist (kube::Informer::Relist).
+  std::atomic<uint64_t> fresh_list_ticket{0};
+  std::atomic<bool> shutting_down{false};
+  std::unique_ptr<kube::Informer<kube::Node>> node_informer;
+  std::unique_ptr<kube::Informer<kube::Pod>> pod_informer;
+  std::unique_ptr<extender::Router> router;
+};
+
+Status ExtenderProcess::BuildPools(const topology::Catalog& catalog) {
+  if (!o.pools_file.empty()) {
+    auto parsed = topology::PoolSet::Parse(ReadWholeFile(o.pools_file), o.pools_file, catalog);
+    if (!parsed.ok()) return Error{fmt::format("--pools: {}", parsed.error())};
+    pools = std::move(parsed).value();
+    spdlog::info("shared pools: {}", pools.Names());
+  }
+  service_options.pools = &pools;
+  return OkStatus();
+}
+
+Status ExtenderProcess::BuildProvisioner() {
+  if (o.partition_service.empty()) return OkStatus();
+  provision::HttpServiceConfig config;
+  config.url = o.partition_service;
+  config.ca_file = o.partition_service_ca_file;
+  if (!o.partition_service_token_file.empty()) {
+    Result<std::string> token = ReadTokenFile(o.partition_service_token_file);
+    if (!token.ok()) {
+      return Error{fmt::format("--partition-service-token-file: {}", token.error())};
+    }
+    config.token = std::move(token).value();
+  }
+  auto made = provision::MakeHttpService(config);
+  if (!made.ok()) return Error{fmt::format("--partition-service: {}", made.error())};
+  partitions = std::move(made).value();
+  provision::ProvisionOptions popts;
+  popts.create_timeout = Seconds(o.provision_timeout_s);
+  popts.poll_interval = Seconds(o.provision_poll_s);
+  popts.remove_timeout = Seconds(o.partition_remove_timeout_s);
+  provisioner = std::make_unique<provision::Provisioner>(
+      *partitions, popts, SteadyNs,
+      [](std::chrono::milliseconds d) { std::this_thread::sleep_for(d); });
+  service_options.provisioner = provisioner.get();
+  spdlog::info("binds into shared pools create partitions at {} (timeout {} s)",
+               o.partition_service, o.provision_timeout_s);
+  return OkStatus();
+}
+
+// The API client, the elector and the writer (or, offline, a writer that keeps binds in memory).
+Status ExtenderProcess::ConnectCluster() {
+  if (!o.offline_nodes.empty()) {
+    if (o.leader_elect) {
+      return Error{"--leader-elect needs the API server; it cannot be used with --offline-nodes"};
+    }
+    writer = std::make_unique<extender::OfflineClusterWriter>();
+    return OkStatus();
+  }
+  if (o.leader_elect) {
+    TOPOSCHED_ASSIGN_OR_RETURN(election, LeaderElectionFromFlags(o));
+  }
+  auto made = kube::ApiClient::FromEnvironment(o.kubeconfig);
+  if (!made.ok()) {
+    return Error{
+        fmt::format("cannot reach the API server: {} (or use --offline-nodes FILE)", made.error())};
+  }
+  client = std::move(made).value();
+  service_options.gang_size = GangSizeFromApi(*client);
+  if (!election) {
+    writer = std::make_unique<extender::ApiClusterWriter>(*client, nullptr, nullptr);
+    return OkStatus();
+  }
+  const kube::LeaderElectionConfig& config = *election;
+  // Its own connections, with requests cut at one retry period: a hung renewal must not hold the
+  // elector past its renew deadline.
+  kube::ClientConfig election_config = client->config();
+  election_config.request_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(config.retry_period);
+  auto made_election = kube::ApiClient::Create(election_config);
+  if (!made_election.ok()) return Error{fmt::format("leader election: {}", made_election.error())};
+  election_client = std::move(made_election).value();
+  if (client->config().request_timeout < config.min_write_budget) {
+    return Error{fmt::format(
+        "the API client's request timeout ({}) is shorter than the least time a Binding is "
+        "given under leader election ({})",
+        kube::FormatDuration(client->config().request_timeout),
+        kube::FormatDuration(config.min_write_budget))};
+  }
+  // Runs before IsLeader() turns true (the elector's contract), so the serving gate is closed
+  // until the fresh list is in.
+  auto started_leading = [this] {
+    metrics.CountLeaderTransition(true);
+    if (service) service->RequireReconcile();
+    if (pod_informer) {
+      fresh_list_ticket = pod_informer->Relist();
+      spdlog::info("leader: listing pods afresh before serving (a watch may lag)");
+    }
+  };
+  elector = std::make_unique<kube::LeaderElector>(
+      *election_client, config, SteadyNs, WallNs,
+      kube::LeaderElector::Callbacks{started_leading,
+                                     [this] { metrics.CountLeaderTransition(false); }});
+  spdlog::info("leader election on lease {}/{} as {} (lease {}, renew deadline {}, retry {})",
+               config.lease_namespace, config.lease_name, config.identity, o.lease_duration,
+               o.renew_deadline, o.retry_period);
+  kube::LeaderElector* leader = elector.get();
+  // Every Binding ends by the renew deadline: a standby may lead a margin later at the soonest.
+  writer = std::make_unique<extender::ApiClusterWriter>(
+      *client, [leader] { return leader->IsLeader(); }, [leader] { return leader->WriteBudget(); });
+  // Partitions are the leader's: a standby removing "orphans" could remove one the leader is
+  // making.
+  service_options.may_reconcile = [leader] { return leader->IsLeader(); };
+  return OkStatus();
+}
+
+void ExtenderProcess::BuildService(const topology::Catalog& catalog) {
+  service = std::make_unique<extender::ExtenderService>(catalog, service_options, *writer, metrics,
+                                                        SteadyNs, WallNs);
+}
+
+// Nodes and pods into the service: from the node file offline, else by list+watch.
+Status ExtenderProcess::FeedService() {
+  extender::ExtenderService& svc = *service;
+  if (!o.offline_nodes.empty()) {
+    auto nodes = extender::ParseNodeFile(ReadWholeFile(o.offline_nodes), o.offline_nodes);
+    if (!nodes.ok()) return Error{nodes.error()};
+    svc.ReplaceNodes(*nodes);
+    svc.ReplacePods({});
+    spdlog::info("offline mode: {} nodes from {}; binds are kept in memory", nodes->size(),
+                 o.offline_nodes);
+    return OkStatus();
+  }
+  kube::InformerOptions informer_options;
+  informer_options.watch_list = o.watch_list;
+  node_informer = std::make_unique<kube::Informer<kube::Node>>(
+      *client, "/api/v1/nodes",
+      kube::InformerHandlers<kube::Node>{
+          [&svc](const std::vector<kube::Node>& all) { svc.ReplaceNodes(all); },
+          [&svc](const kube::Node& n) { svc.UpsertNode(n); },
+          [&svc](const kube::Node& n) { svc.DeleteNode(n); }, nullptr,
+          [this](const std::string&, const std::string&) { metrics.CountSkippedObject("nodes"); }},
+      informer_options);
+  node_informer->Start();
+  // Pods are placed on nodes: the first rebuild waits until the nodes are known.
+  if (!node_informer->WaitForSync(std::chrono::seconds(60))) {
+    spdlog::warn("nodes not listed after 60 s; still trying (readyz stays 503 until then)");
+  }
+  pod_informer = std::make_unique<kube::Informer<kube::Pod>>(
+      *client, "/api/v1/pods",
+      kube::InformerHandlers<kube::Pod>{
+          [&svc](const std::vector<kube::Pod>& all) { svc.ReplacePods(all); },
+          [&svc](const kube::Pod& p) { svc.UpsertPod(p); },
+          [&svc](const kube::Pod& p) { svc.DeletePod(p); },
+          // A relist merges: holds taken after this point are newer than the list.
+          [&svc] { svc.BeginPodList(); },
+          [this](const std::string&, const std::string&) { metrics.CountSkippedObject("pods"); }},
+      informer_options);
+  pod_informer->Start();
+  return OkStatus();
+}
+
+void ExtenderProcess::BuildRouter() {
+  router = std::make_unique<extender::Router>(*service, metrics, o.bind_threads, o.bind_queue);
+  if (pod_informer && o.catch_up_wait_ms > 0) {
+    // kube-scheduler retries a pod on its own watch's events; ours may trail by a few ms. A filter
+    // answered from the older state refuses what the scheduler saw freed, and on 1.2x+ nothing
+    // retries it before the 5-minute flush: answer from at least the state the scheduler had.
+    const std::chrono::milliseconds wait(static_cast<int64_t>(o.catch_up_wait_ms));
+    kube::Informer<kube::Pod>* pods = pod_informer.get();
+    router->SetCatchUp([this, pods, wait](const kube::Pod& pod) {
+      if (!pods->WaitForResourceVersion(pod.resource_version, wait)) {
+        metrics.CountCatchUpTimeout();
+        spdlog::debug(
+            "pod {}: our pod watch is at resourceVersion {}, the scheduler sent {}; "
+            "answering from ours after {} ms",
+            pod.Key(), pods->DeliveredResourceVersion(), pod.resource_version, wait.count());
+      }
+    });
+  }
+  if (elector) {
+    // The leader serves once the pods are listed afresh, and not once shutdown began.
+    router->SetLeaderGate([this] {
+      return !shutting_down && elector->IsLeader() &&
+             pod_informer->RelistsDelivered() >= fresh_list_ticket.load();
+    });
+  }
+}
+
+// Once a second: reservations that ran out, the campaign, partition reconciling, the Ready and
+// leader gauges, API health. Stops at once when asked (no sleep to wait out).
+class Housekeeping {
+ public:
+  explicit Housekeeping(ExtenderProcess& p) : p_(p), thread_([this] { Loop(); }) {}
+  ~Housekeeping() { Stop(); }
+  Housekeeping(const Housekeeping&) = delete;
+  Housekeeping& operator=(const Housekeeping&) = delete;
+
+  void Stop() {
+    {
+      MutexLock lock(mu_);
+      stop_ = true;
+    }
+    wake_.NotifyAll();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    uint64_t last_errors = 0;
+    while (true) {
+      last_errors = RunOnce(last_errors);
+      MutexLock lock(mu_);
+      if (wake_.WaitFor(mu_, std::chrono::seconds(1), [this]() TS_REQUIRES(mu_) { return stop_; }))
+        return;
+    }
+  }
+
+  uint64_t RunOnce(uint64_t last_errors) {
+    extender::ExtenderService& service = *p_.service;
+    service.ExpireReservations();
+    // Campaign only once warm (nodes and pods listed, tracker rebuilt), so a cold process never
+    // takes the lease from a warm standby.
+    if (p_.elector && p_.node_informer->Synced() && p_.pod_informer->Synced()) p_.elector->Start();
+    // A new leader reconciles partitions before it turns Ready (the service skips it on a
+    // standby), so a dead leader's half-made partition is removed then.
+    if (!service.Ready()) {
+      if (auto s = service.ReconcilePartitions(); !s.ok()) spdlog::warn("{}", s.error());
+    }
+    p_.metrics.SetLeader(!p_.elector || p_.elector->IsLeader());
+    p_.metrics.SetReady(service.Ready());
+    if (!p_.pod_informer) return last_errors;
+    // Healthy while the informers' requests succeed; a down API server makes them fail.
+    const uint64_t errors =
+        p_.pod_informer->counters().request_errors + p_.node_informer->counters().request_errors;
+    service.SetApiHealthy(errors == last_errors);
+    return errors;
+  }
+
+  ExtenderProcess& p_;
+  Mutex mu_;
+  CondVar wake_;
+  bool stop_ TS_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: started once the rest is initialised
+};
+
+// The order is the fence (docs/extender.md, "Leadership and fencing"): the Lease is handed over
+// only once no Binding of this process can still land.
+void ShutDown(ExtenderProcess& p, Housekeeping& housekeeping, net::HttpServer& server) {
+  // 1. Stop accepting: verbs answer 503 and /readyz turns 503; binds not yet started are refused.
+  p.shutting_down = true;
+  p.service->StopBinds();
+  // 2. Drain: the binds under way finish and answer kube-scheduler while the server still runs.
+  //    The lease is still renewed meanwhile, so their writes keep their budget. No Binding
+  //    outlasts the renew deadline (the fence), nor the writer's own timeouts without election.
+  const auto drain_bound =
+      p.election ? std::chrono::duration_cast<std::chrono::milliseconds>(p.election->renew_deadline)
+                 : std::max(p.writer->MaxWriteTime(), std::chrono::milliseconds(1000));
+  if (!p.service->WaitForBinds(drain_bound)) {
+    spdlog::warn(
+        "binds still running after {} ms (waiting on the partition service?); the server stops "
+        "now and the lease is released once they return",
+        drain_bound.count());
+  }
+  housekeeping.Stop();
+  // 3. The server: no new connection, open ones closed, its threads joined.
+  server.Stop();
+  // 4. The bind pool: every bind has returned once it is joined (before the server is destroyed,
+  //    so no bind answers into freed memory).
+  p.router.reset();
+  // 5. Only now hand the lease over: a standby takes over at its next retry, not after 15 s.
+  if (p.elector) p.elector->Stop();
+  if (p.pod_informer) p.pod_informer->Stop();
+  if (p.node_informer) p.node_informer->Stop();
+}
+
+}  // namespace
+
+int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
+  spdlog::set_level(spdlog::level::from_str(o.log_level));
+  auto usage_error = [](const std::string& message) {
+    spdlog::error("{}", message);
+    return kExitUsage;
+  };
+  auto catalog = LoadCatalog(catalog_path);
+  if (!catalog.ok()) return usage_error(catalog.error());
+  auto listen = SplitListen(o.listen, "--listen");
+  if (!listen.ok()) return usage_error(listen.error());
+  if (auto s = CheckPlainHttp(listen->first, o); !s.ok()) return usage_error(s.error());
+  auto service_options = ServiceOptionsFromFlags(o);
+  if (!service_options.ok()) return usage_error(service_options.error());
+
+  const StopSignals signals;  // before any thread starts
+  ExtenderProcess process(o);
+  process.service_options = std::move(service_options).value();
+  for (Status built :
+       {process.BuildPools(**catalog), process.BuildProvisioner(), process.ConnectCluster()}) {
+    if (!built.ok()) return usage_error(built.error());
+  }
+  process.BuildService(**catalog);
+  if (Status fed = process.FeedService(); !fed.ok()) return usage_error(fed.error());
+  process.BuildRouter();
+
+  const net::HttpServerOptions http = HttpOptionsFromFlags(o, *listen);
   // /metrics reads the server's counters; set before serving, so no request races the setting.
   std::atomic<net::HttpServer*> serving{nullptr};
-  router->SetServerStats([&serving] {
+  process.router->SetServerStats([&serving] {
     net::HttpServer* s = serving.load();
     return s != nullptr ? s->stats() : net::HttpServerStats{};
   });
-  auto server = net::HttpServer::Start(http, router->AsHandler());
+  auto server = net::HttpServer::Start(http, process.router->AsHandler());
   if (!server.ok()) {
-    spdlog::error("{}", server.error());
-    // The pod informer is declared before the client and the service (the elector's callback
-    // needs it): stop it before they go.
-    if (pod_informer) pod_informer->Stop();
-    return kExitUsage;
+    if (process.pod_informer) process.pod_informer->Stop();
+    if (process.node_informer) process.node_informer->Stop();
+    return usage_error(server.error());
   }
   serving = server->get();
   spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
@@ -608,64 +702,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
                http.address, (*server)->port(), o.policy, fmt::join(o.device_resources, ","),
                fmt::join(o.core_resources, ","));
 
-  std::atomic<bool> stop{false};
-  uint64_t last_errors = 0;
-  std::thread housekeeping([&] {
-    while (!stop) {
-      service.ExpireReservations();
-      // Campaign only once warm (nodes and pods listed, tracker rebuilt), so a cold process never
-      // takes the lease from a warm standby.
-      if (elector && node_informer->Synced() && pod_informer->Synced()) elector->Start();
-      // A new leader reconciles partitions before it turns Ready (the service skips it on a
-      // standby), so a dead leader's half-made partition is removed then.
-      if (!service.Ready()) {
-        if (auto s = service.ReconcilePartitions(); !s.ok()) spdlog::warn("{}", s.error());
-      }
-      metrics.SetLeader(!elector || elector->IsLeader());
-      const bool ready = service.Ready();
-      metrics.SetReady(ready);
-      if (pod_informer) {
-        // Healthy while the informers' requests succeed; a down API server makes them fail.
-        const uint64_t errors =
-            pod_informer->counters().request_errors + node_informer->counters().request_errors;
-        service.SetApiHealthy(errors == last_errors);
-        last_errors = errors;
-      }
-      for (int i = 0; i < 10 && !stop; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
-
-  const int signal = WaitForSignal(signals);
+  Housekeeping housekeeping(process);
+  const int signal = signals.Wait();
   spdlog::info("signal {} received: shutting down", signal);
-  // The order is the fence (docs/extender.md, "Leadership and fencing"): the Lease is handed over
-  // only once no Binding of this process can still land.
-  // 1. Stop accepting: verbs answer 503 and /readyz turns 503; binds not yet started are refused.
-  shutting_down = true;
-  service.StopBinds();
-  // 2. Drain: the binds under way finish and answer kube-scheduler while the server still runs.
-  //    The lease is still renewed meanwhile, so their writes keep their budget. No Binding
-  //    outlasts the renew deadline (the fence), nor the writer's own timeouts without election.
-  const auto drain_bound =
-      election ? std::chrono::duration_cast<std::chrono::milliseconds>(election->renew_deadline)
-               : std::max(writer->MaxWriteTime(), std::chrono::milliseconds(1000));
-  if (!service.WaitForBinds(drain_bound)) {
-    spdlog::warn(
-        "binds still running after {} ms (waiting on the partition service?); the server stops "
-        "now and the lease is released once they return",
-        drain_bound.count());
-  }
-  stop = true;
-  housekeeping.join();
-  // 3. The server: no new connection, open ones closed, its threads joined.
-  (*server)->Stop();
-  // 4. The bind pool: every bind has returned once it is joined (before the server is destroyed,
-  //    so no bind answers into freed memory).
-  router.reset();
-  // 5. Only now hand the lease over: a standby takes over at its next retry, not after 15 s.
-  if (elector) elector->Stop();
-  if (pod_informer) pod_informer->Stop();
-  if (node_informer) node_informer->Stop();
+  ShutDown(process, housekeeping, **server);
   return kExitOk;
 }
 
