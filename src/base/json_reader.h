@@ -120,6 +120,16 @@ Status ForEachFieldOf(ondemand::value& value, const Path& path, Fn&& fn) {
   if (Status s = OpenObject(value, path, object, present); !s.ok() || !present) return s;
   return ForEachField(object, path, std::forward<Fn>(fn));
 }
+// The same for a part that must be there: null is the error "<path>: <if_null>".
+template <typename Fn>
+Status ForEachFieldOfRequired(ondemand::value& value, const Path& path, std::string_view if_null,
+                              Fn&& fn) {
+  ondemand::object object;
+  bool present = false;
+  if (Status s = OpenObject(value, path, object, present); !s.ok()) return s;
+  if (!present) return ErrorAt(path, if_null);
+  return ForEachField(object, path, std::forward<Fn>(fn));
+}
 template <typename Fn>
 Status ForEachMapEntryOf(ondemand::value& value, const Path& path, Fn&& fn) {
   ondemand::object object;

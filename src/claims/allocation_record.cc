@@ -119,13 +119,9 @@ Result<AllocationRecord> ParseAllocationRecord(std::string_view text) {
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path;
-    ondemand::object object;
-    bool present = false;
-    Status open = json::OpenObject(root, path, object, present);
-    if (!open.ok()) return open;
-    if (!present) return json::ErrorAt(path, "expected an object");
-    return json::ForEachField(
-        object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected an object",
+        [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "node") {
             has_node = true;
             return ReadRequiredString(field, at, record.node);

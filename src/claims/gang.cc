@@ -291,12 +291,9 @@ Result<GangRecord> DecodeGangRecord(std::string_view text) {
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path;
-    ondemand::object object;
-    bool present = false;
-    TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(root, path, object, present));
-    if (!present) return json::ErrorAt(path, "expected an object");
-    return json::ForEachField(
-        object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected an object",
+        [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "gang") {
             has_gang = true;
             return ReadRequiredString(field, at, record.gang);

@@ -15,28 +15,17 @@ Result<NodeInfo> DecodeNodeInfo(std::string_view text) {
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path("node");
-    ondemand::object object;
-    bool present = false;
-    TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(root, path, object, present));
-    if (!present) return json::ErrorAt(path, "expected a Node, got null");
-    return json::ForEachField(
-        object, path, [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected a Node, got null",
+        [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
           if (key != "metadata") return OkStatus();
-          ondemand::object metadata;
-          bool has = false;
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(value, at, metadata, has));
-          if (!has) return OkStatus();
-          return json::ForEachField(
-              metadata, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+          return json::ForEachFieldOf(
+              value, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
                 if (k == "name") return json::ReadString(v, p, info.name);
                 if (k == "uid") return json::ReadString(v, p, info.uid);
                 if (k != "labels") return OkStatus();
-                ondemand::object labels;
-                bool any = false;
-                TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(v, p, labels, any));
-                if (!any) return OkStatus();
-                return json::ForEachMapEntry(
-                    labels, p,
+                return json::ForEachMapEntryOf(
+                    v, p,
                     [&](std::string_view label, ondemand::value lv, const Path& lp) -> Status {
                       if (label == kManagementLabel)
                         return json::ReadString(lv, lp, info.management);

@@ -52,12 +52,9 @@ Result<OpaqueConfig> DecodeOpaqueConfig(std::string_view text) {
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path("parameters");
-    ondemand::object object;
-    bool present = false;
-    TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(root, path, object, present));
-    if (!present) return json::ErrorAt(path, "expected an object, got null");
-    return json::ForEachField(
-        object, path, [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected an object, got null",
+        [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
           auto once = [&](bool seen) -> Status {
             return seen ? json::ErrorAt(at, "given twice") : OkStatus();
           };

@@ -120,29 +120,18 @@ Status ParseSlicePage(std::string_view body, std::vector<KnownSlice>& items,
   const simdjson::padded_string padded(body);
   return json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path;
-    ondemand::object object;
-    bool present = false;
-    TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(root, path, object, present));
-    if (!present) return json::ErrorAt(path, "expected an object");
-    return json::ForEachField(
-        object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected an object",
+        [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "metadata") {
-            ondemand::object metadata;
-            bool has = false;
-            TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, metadata, has));
-            if (!has) return OkStatus();
-            return json::ForEachField(
-                metadata, at, [&](std::string_view k, ondemand::value& v, const Path& p) -> Status {
+            return json::ForEachFieldOf(
+                field, at, [&](std::string_view k, ondemand::value& v, const Path& p) -> Status {
                   return k == "continue" ? json::ReadString(v, p, continue_token) : OkStatus();
                 });
           }
           if (key != "items") return OkStatus();
-          ondemand::array array;
-          bool has = false;
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(field, at, array, has));
-          if (!has) return OkStatus();
-          return json::ForEachElement(
-              array, at, [&](size_t, ondemand::value& element, const Path& element_at) -> Status {
+          return json::ForEachElementOf(
+              field, at, [&](size_t, ondemand::value& element, const Path& element_at) -> Status {
                 KnownSlice slice;
                 TOPOSCHED_RETURN_IF_ERROR(ReadSlice(element, element_at, slice));
                 items.push_back(std::move(slice));

@@ -50,10 +50,7 @@ Status IsNull(value& v, const Path& path, bool& null) {
 }
 
 Status ReadStringArray(value& v, const Path& path, std::vector<std::string>& out) {
-  ondemand::array array;
-  bool present = false;
-  if (auto s = json::OpenArray(v, path, array, present); !s.ok() || !present) return s;
-  return json::ForEachElement(array, path, [&](size_t, value& item, const Path& at) -> Status {
+  return json::ForEachElementOf(v, path, [&](size_t, value& item, const Path& at) -> Status {
     return json::ReadString(item, at, out.emplace_back());
   });
 }
@@ -78,11 +75,8 @@ Status ReadVictimUid(value& v, const Path& path, std::string& uid) {
       pod, path, [&](std::string_view key, value& field, const Path& at) -> Status {
         if (KeyIs(key, "UID")) return json::ReadString(field, at, uid);  // MetaPod
         if (key != "metadata") return OkStatus();                        // full Pod
-        ondemand::object meta;
-        bool has_meta = false;
-        if (auto s = json::OpenObject(field, at, meta, has_meta); !s.ok() || !has_meta) return s;
-        return json::ForEachField(
-            meta, at,
+        return json::ForEachFieldOf(
+            field, at,
             [&](std::string_view meta_key, value& meta_field, const Path& meta_at) -> Status {
               if (meta_key != "uid") return OkStatus();
               return json::ReadString(meta_field, meta_at, uid);
@@ -95,41 +89,33 @@ Status ReadVictimUid(value& v, const Path& path, std::string& uid) {
 Status ReadVictims(value& v, std::string_view node, Victims& out) {
   const std::string where = fmt::format("victims of node {}", node);
   const Path path(where);
-  ondemand::object object;
-  bool present = false;
-  if (auto s = json::OpenObject(v, path, object, present); !s.ok() || !present) return s;
-  return json::ForEachField(
-      object, path, [&](std::string_view key, value& field, const Path& at) -> Status {
+  return json::ForEachFieldOf(
+      v, path, [&](std::string_view key, value& field, const Path& at) -> Status {
         if (KeyIs(key, "NumPDBViolations"))
           return json::ReadInt64(field, at, out.num_pdb_violations);
         if (!KeyIs(key, "Pods")) return OkStatus();
-        ondemand::array pods;
-        bool has_pods = false;
-        if (auto s = json::OpenArray(field, at, pods, has_pods); !s.ok() || !has_pods) return s;
-        return json::ForEachElement(pods, at,
-                                    [&](size_t, value& item, const Path& item_at) -> Status {
-                                      std::string uid;
-                                      if (auto s = ReadVictimUid(item, item_at, uid); !s.ok())
-                                        return s;
-                                      if (uid.empty())
-                                        return json::ErrorAt(path, "a victim pod has no UID");
-                                      out.pod_uids.push_back(std::move(uid));
-                                      return OkStatus();
-                                    });
+        return json::ForEachElementOf(field, at,
+                                      [&](size_t, value& item, const Path& item_at) -> Status {
+                                        std::string uid;
+                                        if (auto s = ReadVictimUid(item, item_at, uid); !s.ok())
+                                          return s;
+                                        if (uid.empty())
+                                          return json::ErrorAt(path, "a victim pod has no UID");
+                                        out.pod_uids.push_back(std::move(uid));
+                                        return OkStatus();
+                                      });
       });
 }
 
 Status ReadVictimMap(value& v, const Path& path, std::map<std::string, Victims>& out) {
-  ondemand::object object;
-  bool present = false;
-  if (auto s = json::OpenObject(v, path, object, present); !s.ok() || !present) return s;
-  return json::ForEachMapEntry(object, path,
-                               [&](std::string_view node, value& entry, const Path&) -> Status {
-                                 Victims victims;
-                                 if (auto s = ReadVictims(entry, node, victims); !s.ok()) return s;
-                                 out[std::string(node)] = std::move(victims);
-                                 return OkStatus();
-                               });
+  return json::ForEachMapEntryOf(v, path,
+                                 [&](std::string_view node, value& entry, const Path&) -> Status {
+                                   Victims victims;
+                                   if (auto s = ReadVictims(entry, node, victims); !s.ok())
+                                     return s;
+                                   out[std::string(node)] = std::move(victims);
+                                   return OkStatus();
+                                 });
 }
 
 void AppendStringMap(std::string& out, const std::map<std::string, std::string>& m) {

@@ -80,12 +80,8 @@ struct BadQuantity {
 // it is kept in `bad_quantity`.
 Status DecodeResourceCounts(ondemand::value& value, const Path& path, ResourceCounts& out,
                             BadQuantity& bad_quantity) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachMapEntry(
-      object, path, [&](std::string_view name, ondemand::value& entry, const Path& at) {
+  return json::ForEachMapEntryOf(
+      value, path, [&](std::string_view name, ondemand::value& entry, const Path& at) {
         if (!IsExtendedResource(name)) return OkStatus();
         std::string_view text;
         Status read = ReadQuantityText(entry, at, text);
@@ -119,12 +115,8 @@ Status DecodeContainer(ondemand::value& value, const Path& path, bool is_init, C
           return read;
         }
         if (key != "resources") return OkStatus();
-        ondemand::object resources;
-        bool has_resources = false;
-        Status open = json::OpenObject(field, at, resources, has_resources);
-        if (!open.ok() || !has_resources) return open;
-        return ForEachField(
-            resources, at,
+        return json::ForEachFieldOf(
+            field, at,
             [&](std::string_view kind, ondemand::value& list, const Path& list_at) -> Status {
               if (kind == "requests")
                 return DecodeResourceCounts(list, list_at, out.requests, bad_quantity);
@@ -140,11 +132,7 @@ Status DecodeContainer(ondemand::value& value, const Path& path, bool is_init, C
 
 Status DecodeContainers(ondemand::value& value, const Path& path, bool is_init,
                         std::vector<Container>& out) {
-  ondemand::array array;
-  bool present = false;
-  Status status = json::OpenArray(value, path, array, present);
-  if (!status.ok() || !present) return status;
-  return ForEachElement(array, path, [&](size_t, ondemand::value& element, const Path& at) {
+  return json::ForEachElementOf(value, path, [&](size_t, ondemand::value& element, const Path& at) {
     Container container;
     Status decoded = DecodeContainer(element, at, is_init, container);
     if (decoded.ok()) out.push_back(std::move(container));
@@ -153,31 +141,23 @@ Status DecodeContainers(ondemand::value& value, const Path& path, bool is_init,
 }
 
 Status DecodePodMetadata(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "name") return json::ReadString(field, at, pod.name);
-                        if (key == "namespace") return json::ReadString(field, at, pod.ns);
-                        if (key == "uid") return json::ReadString(field, at, pod.uid);
-                        if (key == "resourceVersion")
-                          return json::ReadString(field, at, pod.resource_version);
-                        if (key == "creationTimestamp")
-                          return json::ReadString(field, at, pod.creation_timestamp);
-                        if (key == "deletionTimestamp") {
-                          std::string timestamp;
-                          Status read = json::ReadString(field, at, timestamp);
-                          pod.deleting = !timestamp.empty();
-                          return read;
-                        }
-                        if (key == "annotations")
-                          return DecodeStringMap(field, at, pod.annotations);
-                        if (key == "labels")
-                          return DecodeStringMap(field, at, pod.labels, IsPodLabelWeRead);
-                        return OkStatus();
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "name") return json::ReadString(field, at, pod.name);
+        if (key == "namespace") return json::ReadString(field, at, pod.ns);
+        if (key == "uid") return json::ReadString(field, at, pod.uid);
+        if (key == "resourceVersion") return json::ReadString(field, at, pod.resource_version);
+        if (key == "creationTimestamp") return json::ReadString(field, at, pod.creation_timestamp);
+        if (key == "deletionTimestamp") {
+          std::string timestamp;
+          Status read = json::ReadString(field, at, timestamp);
+          pod.deleting = !timestamp.empty();
+          return read;
+        }
+        if (key == "annotations") return DecodeStringMap(field, at, pod.annotations);
+        if (key == "labels") return DecodeStringMap(field, at, pod.labels, IsPodLabelWeRead);
+        return OkStatus();
+      });
 }
 
 // One PodAffinityTerm, already opened: only its topologyKey is kept (an empty one is none).
@@ -198,12 +178,8 @@ Status DecodePodAffinityTerm(ondemand::object& term, const Path& path, Pod& pod)
 // "podAffinityTerm" (preferred). A null element is an error, as in containers; a null
 // podAffinityTerm is none.
 Status DecodePodAffinityTerms(ondemand::value& value, const Path& path, bool weighted, Pod& pod) {
-  ondemand::array array;
-  bool present = false;
-  Status status = json::OpenArray(value, path, array, present);
-  if (!status.ok() || !present) return status;
-  return ForEachElement(
-      array, path, [&](size_t, ondemand::value& element, const Path& at) -> Status {
+  return json::ForEachElementOf(
+      value, path, [&](size_t, ondemand::value& element, const Path& at) -> Status {
         ondemand::object term;
         bool has_term = false;
         Status open = json::OpenObject(element, at, term, has_term);
@@ -224,19 +200,11 @@ Status DecodePodAffinityTerms(ondemand::value& value, const Path& path, bool wei
 
 // spec.affinity: only podAffinity's terms (podAntiAffinity and nodeAffinity are skipped).
 Status DecodeAffinity(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(
-      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
         if (key != "podAffinity") return OkStatus();
-        ondemand::object affinity;
-        bool has_affinity = false;
-        Status open = json::OpenObject(field, at, affinity, has_affinity);
-        if (!open.ok() || !has_affinity) return open;
-        return ForEachField(
-            affinity, at,
+        return json::ForEachFieldOf(
+            field, at,
             [&](std::string_view kind, ondemand::value& terms, const Path& terms_at) -> Status {
               if (kind == "requiredDuringSchedulingIgnoredDuringExecution") {
                 return DecodePodAffinityTerms(terms, terms_at, false, pod);
@@ -251,15 +219,11 @@ Status DecodeAffinity(ondemand::value& value, const Path& path, Pod& pod) {
 
 // spec.schedulingGroup (1.36+): only podGroupName.
 Status DecodeSchedulingGroup(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key != "podGroupName") return OkStatus();
-                        return json::ReadString(field, at, pod.scheduling_group);
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key != "podGroupName") return OkStatus();
+        return json::ReadString(field, at, pod.scheduling_group);
+      });
 }
 
 // spec.workloadRef (1.35 only; replaced by schedulingGroup in 1.36).
@@ -283,70 +247,50 @@ Status DecodeWorkloadRef(ondemand::value& value, const Path& path, Pod& pod) {
 }
 
 Status DecodePodSpec(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "nodeName") return json::ReadString(field, at, pod.node_name);
-                        if (key == "schedulerName")
-                          return json::ReadString(field, at, pod.scheduler_name);
-                        if (key == "hostname") return json::ReadString(field, at, pod.hostname);
-                        if (key == "subdomain") return json::ReadString(field, at, pod.subdomain);
-                        if (key == "affinity") return DecodeAffinity(field, at, pod);
-                        if (key == "schedulingGroup") return DecodeSchedulingGroup(field, at, pod);
-                        if (key == "workloadRef") return DecodeWorkloadRef(field, at, pod);
-                        if (key == "containers")
-                          return DecodeContainers(field, at, false, pod.containers);
-                        if (key == "initContainers")
-                          return DecodeContainers(field, at, true, pod.init_containers);
-                        return OkStatus();
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "nodeName") return json::ReadString(field, at, pod.node_name);
+        if (key == "schedulerName") return json::ReadString(field, at, pod.scheduler_name);
+        if (key == "hostname") return json::ReadString(field, at, pod.hostname);
+        if (key == "subdomain") return json::ReadString(field, at, pod.subdomain);
+        if (key == "affinity") return DecodeAffinity(field, at, pod);
+        if (key == "schedulingGroup") return DecodeSchedulingGroup(field, at, pod);
+        if (key == "workloadRef") return DecodeWorkloadRef(field, at, pod);
+        if (key == "containers") return DecodeContainers(field, at, false, pod.containers);
+        if (key == "initContainers") return DecodeContainers(field, at, true, pod.init_containers);
+        return OkStatus();
+      });
 }
 
 Status DecodePodStatus(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "phase") return json::ReadString(field, at, pod.phase);
-                        return OkStatus();
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "phase") return json::ReadString(field, at, pod.phase);
+        return OkStatus();
+      });
 }
 
 Status DecodePodValue(ondemand::value& value, const Path& path, Pod& pod) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok()) return status;
-  if (!present) return json::ErrorAt(path, "expected a Pod object, got null");
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "metadata") return DecodePodMetadata(field, at, pod);
-                        if (key == "spec") return DecodePodSpec(field, at, pod);
-                        if (key == "status") return DecodePodStatus(field, at, pod);
-                        return OkStatus();
-                      });
+  return json::ForEachFieldOfRequired(
+      value, path, "expected a Pod object, got null",
+      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "metadata") return DecodePodMetadata(field, at, pod);
+        if (key == "spec") return DecodePodSpec(field, at, pod);
+        if (key == "status") return DecodePodStatus(field, at, pod);
+        return OkStatus();
+      });
 }
 
 Status DecodeNodeMetadata(ondemand::value& value, const Path& path, Node& node) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "name") return json::ReadString(field, at, node.name);
-                        if (key == "resourceVersion")
-                          return json::ReadString(field, at, node.resource_version);
-                        if (key == "labels") {
-                          return DecodeStringMap(field, at, node.labels, IsNodeLabelWeRead);
-                        }
-                        return OkStatus();
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "name") return json::ReadString(field, at, node.name);
+        if (key == "resourceVersion") return json::ReadString(field, at, node.resource_version);
+        if (key == "labels") {
+          return DecodeStringMap(field, at, node.labels, IsNodeLabelWeRead);
+        }
+        return OkStatus();
+      });
 }
 
 Status DecodeNodeValue(ondemand::value& value, const Path& path, Node& node) {
@@ -402,61 +346,47 @@ Status DecodeNodeValue(ondemand::value& value, const Path& path, Node& node) {
 template <typename T, typename DecodeItem>
 Status DecodeListValue(ondemand::value& value, const Path& path, ObjectList<T>& list,
                        DecodeItem&& decode_item) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(
-      object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
         if (key == "metadata") {
-          ondemand::object metadata;
-          bool has_metadata = false;
-          Status open = json::OpenObject(field, at, metadata, has_metadata);
-          if (!open.ok() || !has_metadata) return open;
-          return ForEachField(metadata, at,
-                              [&](std::string_view meta_key, ondemand::value& meta_field,
-                                  const Path& meta_at) -> Status {
-                                if (meta_key == "resourceVersion") {
-                                  return json::ReadString(meta_field, meta_at,
-                                                          list.resource_version);
-                                }
-                                if (meta_key == "continue")
-                                  return json::ReadString(meta_field, meta_at, list.continue_token);
-                                return OkStatus();
-                              });
+          return json::ForEachFieldOf(
+              field, at,
+              [&](std::string_view meta_key, ondemand::value& meta_field,
+                  const Path& meta_at) -> Status {
+                if (meta_key == "resourceVersion") {
+                  return json::ReadString(meta_field, meta_at, list.resource_version);
+                }
+                if (meta_key == "continue")
+                  return json::ReadString(meta_field, meta_at, list.continue_token);
+                return OkStatus();
+              });
         }
         if (key != "items") return OkStatus();
-        ondemand::array items;
-        bool has_items = false;
-        Status open = json::OpenArray(field, at, items, has_items);
-        if (!open.ok() || !has_items) return open;
-        return ForEachElement(items, at, [&](size_t, ondemand::value& item, const Path& item_at) {
-          T decoded;
-          Status item_status = decode_item(item, item_at, decoded);
-          if (item_status.ok()) list.items.push_back(std::move(decoded));
-          return item_status;
-        });
+        return json::ForEachElementOf(field, at,
+                                      [&](size_t, ondemand::value& item, const Path& item_at) {
+                                        T decoded;
+                                        Status item_status = decode_item(item, item_at, decoded);
+                                        if (item_status.ok())
+                                          list.items.push_back(std::move(decoded));
+                                        return item_status;
+                                      });
       });
 }
 
 Status DecodeStatusObject(ondemand::value& value, const Path& path, int& code,
                           std::string& message) {
-  ondemand::object object;
-  bool present = false;
-  Status status = json::OpenObject(value, path, object, present);
-  if (!status.ok() || !present) return status;
-  return ForEachField(object, path,
-                      [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-                        if (key == "message") return json::ReadString(field, at, message);
-                        if (key != "code") return OkStatus();
-                        int64_t value64 = 0;
-                        Status read = json::ReadInt64(field, at, value64);
-                        if (read.ok() && (value64 < 0 || value64 > 999)) {
-                          return json::ErrorAt(at, "expected an HTTP status code");
-                        }
-                        code = static_cast<int>(value64);
-                        return read;
-                      });
+  return json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+        if (key == "message") return json::ReadString(field, at, message);
+        if (key != "code") return OkStatus();
+        int64_t value64 = 0;
+        Status read = json::ReadInt64(field, at, value64);
+        if (read.ok() && (value64 < 0 || value64 > 999)) {
+          return json::ErrorAt(at, "expected an HTTP status code");
+        }
+        code = static_cast<int>(value64);
+        return read;
+      });
 }
 
 bool ParseEventType(std::string_view text, WatchEventType& type) {
@@ -499,13 +429,9 @@ Result<WatchEvent<T>> DecodeWatchEventDocument(const simdjson::padded_string& li
   std::string deferred_object;
   Status status = json::DecodeDocument(line, [&](ondemand::value& root) -> Status {
     const Path path;
-    ondemand::object object;
-    bool present = false;
-    Status open = json::OpenObject(root, path, object, present);
-    if (!open.ok()) return open;
-    if (!present) return json::ErrorAt(path, "expected a watch event object, got null");
-    return ForEachField(
-        object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
+    return json::ForEachFieldOfRequired(
+        root, path, "expected a watch event object, got null",
+        [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "type") {
             std::string type_text;
             Status read = json::ReadString(field, at, type_text);

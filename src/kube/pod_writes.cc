@@ -79,12 +79,8 @@ std::string StatusMessage(std::string_view body) {
   const simdjson::padded_string padded(body);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const json::Path path;
-    ondemand::object object;
-    bool present = false;
-    Status open = json::OpenObject(root, path, object, present);
-    if (!open.ok() || !present) return open;
-    return json::ForEachField(
-        object, path,
+    return json::ForEachFieldOf(
+        root, path,
         [&](std::string_view key, ondemand::value& field, const json::Path& at) -> Status {
           if (key == "message") return json::ReadString(field, at, message);
           return OkStatus();

@@ -205,13 +205,8 @@ Result<std::vector<std::string>> DecodeResourceNames(std::string_view text) {
     return json::ForEachField(
         object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key != "resources") return OkStatus();
-          ondemand::array resources;
-          bool present = false;
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(field, at, resources, present));
-          if (!present) return OkStatus();
-          return json::ForEachElement(
-              resources, at,
-              [&](size_t, ondemand::value& element, const Path& element_at) -> Status {
+          return json::ForEachElementOf(
+              field, at, [&](size_t, ondemand::value& element, const Path& element_at) -> Status {
                 ondemand::object resource;
                 TOPOSCHED_RETURN_IF_ERROR(OpenRequired(element, element_at, resource));
                 return json::ForEachField(
