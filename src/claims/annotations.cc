@@ -83,4 +83,24 @@ Result<claims::AllocationRecord> RecordFromPod(const kube::Pod& pod,
   return Error{"no allocation record"};
 }
 
+std::string ServedKey(std::string_view container, std::string_view resource) {
+  return fmt::format("{}={}", container, resource);
+}
+
+std::string FormatServedKeys(const std::vector<std::string>& keys) {
+  return fmt::format("{}", fmt::join(keys, ","));
+}
+
+std::set<std::string> ParseServedKeys(std::string_view text) {
+  std::set<std::string> out;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    const std::string_view item = text.substr(0, comma);
+    if (!item.empty()) out.emplace(item);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
 }  // namespace toposched::claims

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,13 @@ bool HasAllocation(const kube::Pod& pod);
 // record").
 Result<claims::AllocationRecord> RecordFromPod(const kube::Pod& pod,
                                                const std::vector<ResourceSpec>& resources);
+
+// toposched.io/allocated-containers (the device plugin's mark of what it has served), both
+// directions: a claim's key "container=resource", the annotation's value for a set of keys
+// (comma-joined, in the order given), and the keys a value holds (empty items skipped).
+std::string ServedKey(std::string_view container, std::string_view resource);
+std::string FormatServedKeys(const std::vector<std::string>& keys);
+std::set<std::string> ParseServedKeys(std::string_view text);
 
 }  // namespace toposched::claims
 

@@ -33,18 +33,6 @@ const kube::Container* FindContainer(const kube::Pod& pod, std::string_view name
   return nullptr;
 }
 
-std::set<std::string> SplitServed(std::string_view text) {
-  std::set<std::string> out;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    const std::string_view item = text.substr(0, comma);
-    if (!item.empty()) out.emplace(item);
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return out;
-}
-
 bool Contains(const std::vector<int>& sorted, int value) {
   return std::binary_search(sorted.begin(), sorted.end(), value);
 }
@@ -74,10 +62,6 @@ Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod) {
   return claims::GangEnv(*record);
 }
 
-std::string ClaimKey(std::string_view container, std::string_view resource) {
-  return fmt::format("{}={}", container, resource);
-}
-
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
                                 std::string_view node_name) {
   PodClaims out;
@@ -89,7 +73,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
   }
   std::set<std::string> served;
   if (auto it = notes.find(kAnnotationAllocatedContainers); it != notes.end()) {
-    served = SplitServed(it->second);
+    served = claims::ParseServedKeys(it->second);
   }
   const auto allocated_it = notes.find(claims::kAnnotationAllocated);
   const bool all_served = allocated_it != notes.end() && allocated_it->second == "true";
@@ -120,7 +104,8 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
     }
   }
   for (Claim& claim : out.claims) {
-    claim.served = all_served || served.count(ClaimKey(claim.container, claim.resource)) > 0;
+    claim.served =
+        all_served || served.count(claims::ServedKey(claim.container, claim.resource)) > 0;
   }
   std::stable_sort(out.claims.begin(), out.claims.end(),
                    [](const Claim& a, const Claim& b) { return a.order < b.order; });
@@ -254,7 +239,7 @@ struct AllocationService::Candidate {
 namespace {
 
 std::string ListedKey(std::string_view pod, std::string_view container, std::string_view resource) {
-  return fmt::format("{}|{}", pod, ClaimKey(container, resource));
+  return fmt::format("{}|{}", pod, claims::ServedKey(container, resource));
 }
 
 std::string_view KindText(int kind) {
@@ -355,7 +340,7 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
     if (!claims.ok()) continue;
     const std::string key = PodKey(pod);
     for (const Claim& claim : claims->claims) {
-      const std::string claim_key = ClaimKey(claim.container, claim.resource);
+      const std::string claim_key = claims::ServedKey(claim.container, claim.resource);
       const bool served =
           view.kubelet_answered
               ? view.listed.count(ListedKey(key, claim.container, claim.resource)) > 0
@@ -390,7 +375,7 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
     std::set<std::string> marked;  // the pod's allocated-containers
     if (auto it = pod.annotations.find(kAnnotationAllocatedContainers);
         it != pod.annotations.end()) {
-      marked = SplitServed(it->second);
+      marked = claims::ParseServedKeys(it->second);
     }
     const auto all = pod.annotations.find(claims::kAnnotationAllocated);
     const bool all_marked = all != pod.annotations.end() && all->second == "true";
@@ -400,7 +385,7 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
       if (view.kubelet_answered) {
         return view.listed.count(ListedKey(key, container, resource_name)) > 0;
       }
-      const std::string claim_key = ClaimKey(container, resource_name);
+      const std::string claim_key = claims::ServedKey(container, resource_name);
       return all_marked || marked.count(claim_key) > 0 ||
              (in_memory && memory->second.count(claim_key) > 0);
     };
@@ -448,12 +433,13 @@ std::vector<AllocationService::Candidate> AllocationService::Candidates(
               for (const Claim& other : recorded.claims) {
                 const bool done = served(other.container, other.resource);
                 if (done) {
-                  candidate.served_keys.push_back(ClaimKey(other.container, other.resource));
+                  candidate.served_keys.push_back(
+                      claims::ServedKey(other.container, other.resource));
                 } else if (&other != &*claim) {
                   others_served = false;
                 }
               }
-              candidate.served_keys.push_back(ClaimKey(claim->container, claim->resource));
+              candidate.served_keys.push_back(claims::ServedKey(claim->container, claim->resource));
               std::sort(candidate.served_keys.begin(), candidate.served_keys.end());
               candidate.all_other_claims_served = others_served;
             }
@@ -697,7 +683,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
         // Before anything is marked served: a bad gang record fails this Allocate, and kubelet's
         // retry (or a fixed record) finds the container still pending.
         TOPOSCHED_ASSIGN_OR_RETURN(grant.envs, GangEnvOfPod(pod));
-        const std::string claim_key = ClaimKey(chosen->container, resource.name);
+        const std::string claim_key = claims::ServedKey(chosen->container, resource.name);
         served_[pod.uid][claim_key] = {key, chosen->container, resource.unit, requested};
         grant.ids = requested;
         grant.pod = key;
@@ -708,7 +694,7 @@ Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
         if (chosen->claim) {
           std::map<std::string, std::optional<std::string>> changes;
           changes[std::string(kAnnotationAllocatedContainers)] =
-              fmt::format("{}", fmt::join(chosen->served_keys, ","));
+              claims::FormatServedKeys(chosen->served_keys);
           if (chosen->all_other_claims_served)
             changes[std::string(claims::kAnnotationAllocated)] = "true";
           if (Status patched = pods_.PatchAnnotations(pod, changes); !patched.ok()) {

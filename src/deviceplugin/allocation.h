@@ -211,8 +211,6 @@ class AllocationService {
   std::set<std::string> refused_ TS_GUARDED_BY(mutex_);
 };
 
-std::string ClaimKey(std::string_view container, std::string_view resource);
-
 }  // namespace toposched::deviceplugin
 
 #endif  // TOPOSCHED_DEVICEPLUGIN_ALLOCATION_H_

@@ -298,7 +298,7 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
             continue;
           }
           record.containers.push_back({container.name, spec->name, std::move(ids).value()});
-          keys.push_back(ClaimKey(container.name, spec->name));
+          keys.push_back(claims::ServedKey(container.name, spec->name));
         }
       }
     }
@@ -315,8 +315,7 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
       patch.changes[key] = value;
     }
     patch.changes[std::string(claims::kAnnotationAllocated)] = "true";
-    patch.changes[std::string(kAnnotationAllocatedContainers)] =
-        fmt::format("{}", fmt::join(keys, ","));
+    patch.changes[std::string(kAnnotationAllocatedContainers)] = claims::FormatServedKeys(keys);
     out.push_back(std::move(patch));
   }
   return out;
