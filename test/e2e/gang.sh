@@ -229,8 +229,12 @@ if k8s_at_least 36; then
   [ "$(pod_field pg-0 '{.spec.schedulingGroup.podGroupName}')" = pg ] ||
     die "the API server dropped spec.schedulingGroup (is GenericWorkload on?): $(k get pod pg-0 -o json | head -c 600)"
   # Upstream's gang plugin holds the three at PreEnqueue (fewer than minCount): nothing may bind.
-  sleep 5
+  # A pod created after them, once bound, shows the scheduler has seen them (its watch delivers
+  # in order, and PreEnqueue runs as each pod is added), so their verdict is in: no time to wait.
+  create_pod pg-barrier cpu 100m
+  wait_bound 60 pg-barrier
   none_bound pg-0 pg-1 pg-2 || die "a member of PodGroup pg was bound before its minCount of 4 pods existed"
+  api DELETE /api/v1/namespaces/default/pods/pg-barrier >/dev/null || die "delete pg-barrier"
   pg_pod pg-3 pg 16 '"toposched.io/ultraserver-nodes":"4"'
   wait_bound 90 pg-0 pg-1 pg-2 pg-3
   check_gang pg 4 pg-0 pg-1 pg-2 pg-3

@@ -528,7 +528,6 @@ e2e_scheduler() {
   start my-scheduler "$SCHED_LOG" "$K8S_BIN/kube-scheduler" --config "$W/my-scheduler.yaml" \
     $(sched_port_flags) $(log_flags) --v="${E2E_SCHED_V:-2}" "${E2E_SCHED_EXTRA_FLAGS[@]}"
   wait_for 60 "my-scheduler started" grep -q -E 'Attempting to acquire leader lease|Starting Kubernetes Scheduler|Started' "$SCHED_LOG"
-  sleep 1
   kill -0 "$(pid_of my-scheduler)" 2>/dev/null || { cat "$SCHED_LOG" >&2; die "kube-scheduler exited"; }
 }
 
@@ -634,6 +633,15 @@ events_of() {
 
 # pending_with POD TEXT: the pod is unbound and an event of it contains TEXT.
 pending_with() { ! pod_bound "$1" && events_of "$1" | grep -qF -- "$2"; }
+
+# pod_settled POD: the scheduler has decided on the pod: bound, or refused (FailedScheduling).
+pod_settled() { pod_bound "$1" || events_of "$1" | grep -q '^FailedScheduling:'; }
+
+# bound_count: how many pods of the default namespace are bound.
+bound_count() { k -n default get pods -o 'jsonpath={range .items[*]}{.spec.nodeName}{"\n"}{end}' | grep -c .; }
+
+# at_least_bound N: at least N pods of the default namespace are bound (for wait_for).
+at_least_bound() { [ "$(bound_count)" -ge "$1" ]; }
 
 # The ids of every bound pod on every node must be disjoint per node and resource kind (a core
 # id c is on device c / coresPerDevice; device ids and core ids share devices).
@@ -818,7 +826,9 @@ e2e_containerd_cleanup() {
   local id n=0
   for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1; n=$((n + 1)); done
   [ $n = 0 ] && [ -z "$(ctr_ containers ls -q 2>/dev/null)" ] && return 0
-  sleep 1
+  # Until the killed tasks have stopped (bounded: a task that will not stop is deleted by force).
+  local i
+  for i in $(seq 1 50); do ctr_ tasks ls 2>/dev/null | grep -q RUNNING || break; sleep 0.1; done
   for id in $(ctr_ tasks ls -q 2>/dev/null); do ctr_ tasks delete -f "$id" >/dev/null 2>&1; done
   for id in $(ctr_ containers ls -q 2>/dev/null); do ctr_ containers delete "$id" >/dev/null 2>&1; done
   log "containerd: killed $n tasks, $(ctr_ containers ls -q 2>/dev/null | wc -l) containers left"

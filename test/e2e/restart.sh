@@ -24,12 +24,12 @@ pods=()
 creator=$!
 for i in $(seq 0 11); do pods+=("inf-$i" "trn-$i"); done
 
-sleep 2
+wait_for 60 "the first extender to bind pods" at_least_bound 3
 log "SIGKILL to the extender"
 kill -KILL "$(pid_of extender)"; stop extender
-sleep 1
 e2e_extender
-sleep 2
+after_restart=$(bound_count)
+wait_for 60 "the second extender to bind pods" at_least_bound $((after_restart + 2 > 24 ? 24 : after_restart + 2))
 log "SIGTERM to the extender"
 stop extender
 e2e_extender

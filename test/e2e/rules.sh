@@ -74,7 +74,6 @@ pass "one or all: 16 of 16 devices on trn1.32xlarge, 16 of 16 cores on inf1.6xla
 
 aws7="Instance type trn1.32xlarge does not support requests for device: 7. Please request a different number of devices."
 wait_for 30 "seven Pending with AWS's text" pending_with seven "$aws7"
-sleep 2
 pod_bound seven && die "the 7-device pod was bound to $(pod_node seven)"
 pass "7 devices on trn1.32xlarge stays Pending; event: $(events_of seven | grep -F "$aws7" | head -1 | cut -c1-160)..."
 

@@ -42,7 +42,7 @@ delete_all() {
 e2e_extender --policy best-fit
 e2e_scheduler
 stream old
-sleep 8
+for i in 1 2 3; do wait_for 60 "old-two-$i bound or refused" pod_settled "old-two-$i"; done
 old_bound=0
 for i in 1 2 3; do pod_bound "old-two-$i" && old_bound=$((old_bound + 1)); done
 old_ring=$(singles_on_ring old)

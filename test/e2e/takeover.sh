@@ -64,7 +64,7 @@ for i in $(seq 0 11); do pods+=("inf-$i" "trn-$i"); done
   done
 ) &
 creator=$!
-sleep 5
+wait_for 30 "the leader to bind pods" at_least_bound 3
 t0=$(now)
 kill -KILL "$(pid_of ext-a)"
 log "SIGKILL to the leader ext-a"
