@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -133,17 +135,26 @@ class BlockingWriter final : public ClusterWriter {
   Status Bind(const std::string&, const std::string&, const std::string&, const std::string&,
               const std::map<std::string, std::string>&) override {
     entered_.fetch_add(1);
-    while (!released_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::unique_lock<std::mutex> lock(mu_);
+    release_.wait(lock, [this] { return released_; });
     return OkStatus();
   }
   void Event(const std::string&, const std::string&, const std::string&, std::string_view,
              std::string_view, std::string_view) override {}
   int entered() const { return entered_.load(); }
-  void Release() { released_ = true; }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_ = true;
+    }
+    release_.notify_all();
+  }
 
  private:
   std::atomic<int> entered_{0};
-  std::atomic<bool> released_{false};
+  std::mutex mu_;
+  std::condition_variable release_;
+  bool released_ = false;
 };
 
 std::string BindBody(const std::string& name, const std::string& node) {
