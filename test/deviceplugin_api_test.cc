@@ -13,6 +13,7 @@
 #include "deviceplugin_fixtures.h"
 #include "kube/client.h"
 #include "support/fake_apiserver.h"
+#include "support/pods.h"
 #include "support/temp_dir.h"
 #include "support/wait.h"
 
@@ -28,9 +29,16 @@ std::string PodJson(const std::string& name, const std::string& node, int count,
   const std::string record = fmt::format(
       R"({{"node":"{}","instanceType":"trn1.32xlarge","containers":[{{"name":"main","resource":"{}","ids":[{}]}}]}})",
       node, kNeuron, ids);
-  return fmt::format(
-      R"({{"metadata":{{"name":"{0}","namespace":"default","uid":"{0}-uid","creationTimestamp":"2026-11-22T10:00:00Z","annotations":{{"toposched.io/allocation":{1},"AWS_NEURON_IDS":"{2}","NEURON_ALLOCATED":"false","NEURON_ALLOC_TIME":"{3}","keep":"me"}}}},"spec":{{"nodeName":"{4}","schedulerName":"my-scheduler","containers":[{{"name":"main","resources":{{"limits":{{"{5}":"{6}"}},"requests":{{"{5}":"{6}"}}}}}}]}},"status":{{"phase":"Pending"}}}})",
-      name, JsonQuote(record), ids, alloc_time, node, kNeuron, count);
+  return testing::PodJson(
+      testing::PodJsonSpec{.name = name,
+                           .resource = kNeuron,
+                           .count = count,
+                           .node = node,
+                           .annotations = {{"toposched.io/allocation", record},
+                                           {"AWS_NEURON_IDS", ids},
+                                           {"NEURON_ALLOCATED", "false"},
+                                           {"NEURON_ALLOC_TIME", std::to_string(alloc_time)},
+                                           {"keep", "me"}}});
 }
 
 class DevicePluginApiTest : public ::testing::Test {

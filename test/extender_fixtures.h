@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "support/pods.h"
+
 namespace toposched::testing {
 
 // A Node shaped like a real EKS node: many labels, images, conditions, capacity and allocatable
@@ -29,9 +31,12 @@ inline std::string EksNodeJson(const std::string& name, const std::string& insta
 // A pending pod asking for `count` of `resource` in one container (plus a sidecar-free init).
 inline std::string PodJson(const std::string& name, const std::string& uid,
                            const std::string& resource, int count) {
-  return fmt::format(
-      R"({{"metadata":{{"name":"{0}","namespace":"default","uid":"{1}","resourceVersion":"42","creationTimestamp":"2026-11-22T10:00:00Z","labels":{{"app":"inference"}},"annotations":{{"k8s.ovn.org/pod-networks":"{{}}"}}}},"spec":{{"schedulerName":"my-scheduler","containers":[{{"name":"main","image":"model-server:v1","resources":{{"requests":{{"cpu":"4","memory":"16Gi","{2}":"{3}"}},"limits":{{"{2}":"{3}"}}}}}}],"restartPolicy":"Always","tolerations":[{{"key":"aws.amazon.com/neuron","operator":"Exists","effect":"NoSchedule"}}]}},"status":{{"phase":"Pending","qosClass":"Burstable"}}}})",
-      name, uid, resource, count);
+  return PodJson(PodJsonSpec{.name = name,
+                             .uid = uid,
+                             .resource = resource,
+                             .count = count,
+                             .annotations = {{"k8s.ovn.org/pod-networks", "{}"}},
+                             .resource_version = "42"});
 }
 
 inline std::string NamesArgs(const std::string& pod_json, const std::vector<std::string>& names) {

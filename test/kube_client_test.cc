@@ -18,6 +18,7 @@
 #include "kube/client.h"
 #include "kube/decode.h"
 #include "support/fake_apiserver.h"
+#include "support/pods.h"
 #include "support/temp_dir.h"
 #include "support/test_certs.h"
 #include "support/wait.h"
@@ -35,11 +36,9 @@ using toposched::testing::TempDir;
 using toposched::testing::TooOldMode;
 
 std::string PodJson(const std::string& ns, const std::string& name, const std::string& uid,
-                    const std::string& extra_metadata = "") {
-  return R"({"kind":"Pod","apiVersion":"v1","metadata":{"name":")" + name + R"(","namespace":")" +
-         ns + R"(","uid":")" + uid + "\"" + extra_metadata +
-         R"(},"spec":{"schedulerName":"my-scheduler","containers":[{"name":"main","resources":)"
-         R"({"limits":{"aws.amazon.com/neuron":"2"}}}]},"status":{"phase":"Pending"}})";
+                    std::map<std::string, std::string> annotations = {}) {
+  return testing::PodJson(testing::PodJsonSpec{
+      .name = name, .uid = uid, .ns = ns, .count = 2, .annotations = std::move(annotations)});
 }
 
 ClientConfig ConfigFor(const FakeApiServer& server) {
@@ -245,7 +244,7 @@ TEST(KubeClientTest, WatchStreamsEventsLineByLineEvenWhenSplitAcrossChunks) {
 
   // A pod much larger than one TLS record or curl buffer arrives as one line.
   const std::string big(300 * 1024, 'x');
-  server.UpsertPod(PodJson("ml", "big", "uid-big", R"(,"annotations":{"blob":")" + big + "\"}"));
+  server.UpsertPod(PodJson("ml", "big", "uid-big", {{"blob", big}}));
   server.DeletePod("ml", "a");
   server.SendBookmark(Kind::kPod);
   ASSERT_TRUE(watch.WaitLines(3));
@@ -331,7 +330,7 @@ TEST(KubeClientTest, WatchDroppedMidStreamIsATransportError) {
 
 TEST(KubeClientTest, BindCarriesAnnotationsAndKeepsThePodsOthers) {
   FakeApiServer server;
-  server.UpsertPod(PodJson("ml", "train-0", "uid-1", R"(,"annotations":{"keep":"me"})"));
+  server.UpsertPod(PodJson("ml", "train-0", "uid-1", {{"keep", "me"}}));
   auto client = ClientFor(server);
   ASSERT_NE(client, nullptr);
   claims::AllocationRecord record{
@@ -432,8 +431,7 @@ TEST(KubeClientTest, SlowServerHitsTheRequestTimeout) {
 
 TEST(KubeClientTest, PatchSetsAndDeletesOnlyTheNamedAnnotations) {
   FakeApiServer server;
-  server.UpsertPod(
-      PodJson("ml", "p", "uid-1", R"(,"annotations":{"keep":"1","drop":"2","set":"3"})"));
+  server.UpsertPod(PodJson("ml", "p", "uid-1", {{"keep", "1"}, {"drop", "2"}, {"set", "3"}}));
   auto client = ClientFor(server);
   ASSERT_NE(client, nullptr);
   Status patched = PatchPodAnnotations(

@@ -16,6 +16,7 @@
 #include "kube/client.h"
 #include "kube/informer.h"
 #include "support/fake_apiserver.h"
+#include "support/pods.h"
 #include "support/wait.h"
 
 namespace toposched::kube {
@@ -34,8 +35,8 @@ using toposched::testing::TooOldMode;
 using toposched::testing::WatchListMode;
 
 std::string PodJson(const std::string& name, const std::string& node = "") {
-  return R"({"metadata":{"name":")" + name + R"(","namespace":"ml","uid":"uid-)" + name +
-         R"("},"spec":{"nodeName":")" + node + R"("}})";
+  return testing::PodJson(
+      testing::PodJsonSpec{.name = name, .uid = "uid-" + name, .ns = "ml", .node = node});
 }
 
 // Mirrors what the informer reports into a map, like a consumer's cache would.
