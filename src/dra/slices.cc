@@ -46,6 +46,12 @@ int RowWidth(const NodeShape& shape) {
   return 0;
 }
 
+// One counter of a counter set or of a device's consumption: "name":{"value":"N"}.
+void AppendCounter(std::string& out, std::string_view name, int64_t value) {
+  AppendJsonQuoted(out, name);
+  out += fmt::format(":{{\"value\":\"{}\"}}", value);
+}
+
 class AttributeWriter {
  public:
   explicit AttributeWriter(std::string& out) : out_(out) { out_ += "\"attributes\":{"; }
@@ -133,7 +139,7 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
       for (const auto& [name, value] : use.counters) {
         if (!first) out += ',';
         first = false;
-        out += fmt::format("\"{}\":{{\"value\":\"{}\"}}", name, value);
+        AppendCounter(out, name, value);
       }
       out += "}}";
     }
@@ -307,7 +313,7 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
       for (const auto& [name, value] : set_it->second) {
         if (!first) slice.json += ',';
         first = false;
-        slice.json += fmt::format("\"{}\":{{\"value\":\"{}\"}}", name, value);
+        AppendCounter(slice.json, name, value);
       }
       slice.json += "}}";
     }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/json_escape.h"
 #include "base/json_reader.h"
 #include "claims/keys.h"
 
@@ -46,10 +47,10 @@ std::string SpliceMetadata(const std::string& json, std::string_view resource_ve
   if (at == std::string::npos) return json;
   std::string extra;
   if (!resource_version.empty()) {
-    extra += fmt::format("\"resourceVersion\":\"{}\",", resource_version);
+    extra += "\"resourceVersion\":" + JsonQuote(resource_version) + ",";
   }
-  extra +=
-      fmt::format("\"annotations\":{{\"{}\":\"{}\"}},", claims::kAnnotationSliceDigest, digest);
+  extra += "\"annotations\":{" + JsonQuote(claims::kAnnotationSliceDigest) + ":" +
+           JsonQuote(digest) + "},";
   std::string out = json;
   out.insert(at + kOpen.size(), extra);
   return out;

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "base/json_escape.h"
 #include "base/mutex.h"
 
 namespace toposched::net {
@@ -40,8 +41,7 @@ beast::tcp_stream& Tcp(beast::tcp_stream& s) { return s; }
 beast::tcp_stream& Tcp(beast::ssl_stream<beast::tcp_stream>& s) { return s.next_layer(); }
 
 std::string JsonError(const std::string& message) {
-  // Messages here are ours, without quotes or backslashes.
-  return fmt::format("{{\"Error\":\"{}\"}}", message);
+  return "{\"Error\":" + JsonQuote(message) + "}";
 }
 
 bool OutOfDescriptors(const beast::error_code& ec) {
