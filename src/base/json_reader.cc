@@ -107,6 +107,13 @@ Status ReadBool(ondemand::value& value, const Path& path, bool& out) {
   return OkStatus();
 }
 
+Status ReadRequiredString(ondemand::value& value, const Path& path, std::string& out) {
+  ondemand::json_type type;
+  if (Status s = TypeOf(value, path, type); !s.ok()) return s;
+  if (type != ondemand::json_type::string) return ErrorAt(path, "expected a string");
+  return ReadString(value, path, out);
+}
+
 Status ReadInt64(ondemand::value& value, const Path& path, int64_t& out) {
   ondemand::json_type type;
   Status status = TypeOf(value, path, type);

@@ -58,6 +58,9 @@ Status TypeOf(ondemand::value& value, const Path& path, ondemand::json_type& typ
 Status ReadString(ondemand::value& value, const Path& path, std::string& out);
 Status ReadBool(ondemand::value& value, const Path& path, bool& out);
 Status ReadInt64(ondemand::value& value, const Path& path, int64_t& out);
+// Like ReadString, but null is an error too: for our own records, where a missing value means
+// the record was damaged.
+Status ReadRequiredString(ondemand::value& value, const Path& path, std::string& out);
 
 // Opens an object or array; `present` is false for null.
 Status OpenObject(ondemand::value& value, const Path& path, ondemand::object& out, bool& present);
@@ -136,6 +139,15 @@ Status ForEachMapEntryOf(ondemand::value& value, const Path& path, Fn&& fn) {
   bool present = false;
   if (Status s = OpenObject(value, path, object, present); !s.ok() || !present) return s;
   return ForEachMapEntry(object, path, std::forward<Fn>(fn));
+}
+// An array that must be there: null is "<path>: expected an array".
+template <typename Fn>
+Status ForEachElementOfRequired(ondemand::value& value, const Path& path, Fn&& fn) {
+  ondemand::array array;
+  bool present = false;
+  if (Status s = OpenArray(value, path, array, present); !s.ok()) return s;
+  if (!present) return ErrorAt(path, "expected an array");
+  return ForEachElement(array, path, std::forward<Fn>(fn));
 }
 template <typename Fn>
 Status ForEachElementOf(ondemand::value& value, const Path& path, Fn&& fn) {

@@ -22,41 +22,24 @@ namespace ondemand = simdjson::ondemand;
 // is a corrupt record, not a bigger machine.
 constexpr int64_t kMaxId = 65535;
 
-// Like json::ReadString, but null and other non-strings are errors: the record is ours, so a
-// missing value means it was damaged.
-Status ReadRequiredString(ondemand::value& value, const Path& path, std::string& out) {
-  ondemand::json_type type;
-  Status status = json::TypeOf(value, path, type);
-  if (!status.ok()) return status;
-  if (type != ondemand::json_type::string) return json::ErrorAt(path, "expected a string");
-  return json::ReadString(value, path, out);
-}
-
 Status ReadIds(ondemand::value& value, const Path& path, std::vector<int>& ids) {
-  ondemand::array array;
-  bool present = false;
-  Status status = json::OpenArray(value, path, array, present);
-  if (!status.ok()) return status;
-  if (!present) return json::ErrorAt(path, "expected an array");
-  return json::ForEachElement(array, path,
-                              [&](size_t, ondemand::value& element, const Path& at) -> Status {
-                                ondemand::json_type type;
-                                Status typed = json::TypeOf(element, at, type);
-                                if (!typed.ok()) return typed;
-                                if (type != ondemand::json_type::number)
-                                  return json::ErrorAt(at, "expected an integer id");
-                                int64_t id = 0;
-                                if (element.get_int64().get(id) != simdjson::SUCCESS) {
-                                  return json::ErrorAt(at, "expected an integer id");
-                                }
-                                if (id < 0 || id > kMaxId)
-                                  return json::ErrorAt(at, "id out of range");
-                                if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
-                                  return json::ErrorAt(at, "duplicate id " + std::to_string(id));
-                                }
-                                ids.push_back(static_cast<int>(id));
-                                return OkStatus();
-                              });
+  return json::ForEachElementOfRequired(
+      value, path, [&](size_t, ondemand::value& element, const Path& at) -> Status {
+        ondemand::json_type type;
+        Status typed = json::TypeOf(element, at, type);
+        if (!typed.ok()) return typed;
+        if (type != ondemand::json_type::number) return json::ErrorAt(at, "expected an integer id");
+        int64_t id = 0;
+        if (element.get_int64().get(id) != simdjson::SUCCESS) {
+          return json::ErrorAt(at, "expected an integer id");
+        }
+        if (id < 0 || id > kMaxId) return json::ErrorAt(at, "id out of range");
+        if (std::find(ids.begin(), ids.end(), id) != ids.end()) {
+          return json::ErrorAt(at, "duplicate id " + std::to_string(id));
+        }
+        ids.push_back(static_cast<int>(id));
+        return OkStatus();
+      });
 }
 
 Status ReadContainer(ondemand::value& value, const Path& path, ContainerIds& out) {
@@ -72,11 +55,11 @@ Status ReadContainer(ondemand::value& value, const Path& path, ContainerIds& out
       object, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
         if (key == "name") {
           has_name = true;
-          return ReadRequiredString(field, at, out.container);
+          return json::ReadRequiredString(field, at, out.container);
         }
         if (key == "resource") {
           has_resource = true;
-          return ReadRequiredString(field, at, out.resource);
+          return json::ReadRequiredString(field, at, out.resource);
         }
         if (key == "ids") {
           has_ids = true;
@@ -124,19 +107,15 @@ Result<AllocationRecord> ParseAllocationRecord(std::string_view text) {
         [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "node") {
             has_node = true;
-            return ReadRequiredString(field, at, record.node);
+            return json::ReadRequiredString(field, at, record.node);
           }
-          if (key == "instanceType") return ReadRequiredString(field, at, record.instance_type);
+          if (key == "instanceType")
+            return json::ReadRequiredString(field, at, record.instance_type);
           if (key != "containers") return OkStatus();
           has_containers = true;
           record.containers.clear();
-          ondemand::array array;
-          bool has_array = false;
-          Status opened = json::OpenArray(field, at, array, has_array);
-          if (!opened.ok()) return opened;
-          if (!has_array) return json::ErrorAt(at, "expected an array");
-          return json::ForEachElement(
-              array, at, [&](size_t, ondemand::value& element, const Path& element_at) {
+          return json::ForEachElementOfRequired(
+              field, at, [&](size_t, ondemand::value& element, const Path& element_at) {
                 ContainerIds container;
                 Status read = ReadContainer(element, element_at, container);
                 if (read.ok()) record.containers.push_back(std::move(container));

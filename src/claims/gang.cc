@@ -64,14 +64,6 @@ Error RecordError(std::string_view what) {
   return Error{fmt::format("annotation {}: {}", kAnnotationGangRecord, what)};
 }
 
-// Our own record: null or another type where a value belongs means it was damaged.
-Status ReadRequiredString(ondemand::value& value, const Path& path, std::string& out) {
-  ondemand::json_type type;
-  TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(value, path, type));
-  if (type != ondemand::json_type::string) return json::ErrorAt(path, "expected a string");
-  return json::ReadString(value, path, out);
-}
-
 Status ReadRequiredInt(ondemand::value& value, const Path& path, int& out) {
   ondemand::json_type type;
   TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(value, path, type));
@@ -86,22 +78,18 @@ Status ReadRequiredInt(ondemand::value& value, const Path& path, int& out) {
 }
 
 Status ReadNodes(ondemand::value& value, const Path& path, std::vector<std::string>& nodes) {
-  ondemand::array array;
-  bool present = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::OpenArray(value, path, array, present));
-  if (!present) return json::ErrorAt(path, "expected an array");
   nodes.clear();
-  return json::ForEachElement(array, path,
-                              [&](size_t, ondemand::value& element, const Path& at) -> Status {
-                                if (nodes.size() >= static_cast<size_t>(kMaxGangSize)) {
-                                  return json::ErrorAt(at, "too many nodes");
-                                }
-                                std::string node;
-                                TOPOSCHED_RETURN_IF_ERROR(ReadRequiredString(element, at, node));
-                                if (node.empty()) return json::ErrorAt(at, "empty node name");
-                                nodes.push_back(std::move(node));
-                                return OkStatus();
-                              });
+  return json::ForEachElementOfRequired(
+      value, path, [&](size_t, ondemand::value& element, const Path& at) -> Status {
+        if (nodes.size() >= static_cast<size_t>(kMaxGangSize)) {
+          return json::ErrorAt(at, "too many nodes");
+        }
+        std::string node;
+        TOPOSCHED_RETURN_IF_ERROR(json::ReadRequiredString(element, at, node));
+        if (node.empty()) return json::ErrorAt(at, "empty node name");
+        nodes.push_back(std::move(node));
+        return OkStatus();
+      });
 }
 
 Status CheckRecord(const GangRecord& record) {
@@ -296,7 +284,7 @@ Result<GangRecord> DecodeGangRecord(std::string_view text) {
         [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
           if (key == "gang") {
             has_gang = true;
-            return ReadRequiredString(field, at, record.gang);
+            return json::ReadRequiredString(field, at, record.gang);
           }
           if (key == "size") {
             has_size = true;
@@ -314,9 +302,9 @@ Result<GangRecord> DecodeGangRecord(std::string_view text) {
             has_nodes = true;
             return ReadNodes(field, at, record.nodes);
           }
-          if (key == "serverId") return ReadRequiredString(field, at, record.server_id);
+          if (key == "serverId") return json::ReadRequiredString(field, at, record.server_id);
           if (key == "nodeId") return ReadRequiredInt(field, at, record.node_id);
-          if (key == "rank0Host") return ReadRequiredString(field, at, record.rank0_host);
+          if (key == "rank0Host") return json::ReadRequiredString(field, at, record.rank0_host);
           return OkStatus();  // a newer writer's field
         });
   });

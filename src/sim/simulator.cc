@@ -289,6 +289,15 @@ void RecordEnd(PolicyResult& out, const PolicyRun& run) {
   out.fragmentation_at_end = run.fragmentation().value_or(0.0);
 }
 
+// The end of a replay in time: the device maps were recorded at the peak.
+void RecordTimedEnd(PolicyResult& out, const PolicyRun& run, bool record) {
+  if (record) {
+    out.device_maps_moment = fmt::format("at peak allocation ({:.1f}%, day {:.2f} of the replay)",
+                                         100.0 * out.peak_allocated_share, out.peak_at_s / 86400.0);
+  }
+  RecordEnd(out, run);
+}
+
 // Departures come before arrivals at the same instant (the freed ids are usable at once), except
 // that a pod living zero seconds leaves after it arrives.
 enum EventPhase { kDeparture = 0, kArrival = 1, kInstantDeparture = 2 };
@@ -374,11 +383,7 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
   out.avg_unallocated_share = span > 0 ? unallocated_seconds / span : run.unallocated_share();
   out.avg_fragmentation = seconds_with_free > 0 ? fragmentation_seconds / seconds_with_free : 0.0;
   out.unallocated_when_refused = refused > 0 ? refused_share_sum / refused : 0.0;
-  if (record) {
-    out.device_maps_moment = fmt::format("at peak allocation ({:.1f}%, day {:.2f} of the replay)",
-                                         100.0 * out.peak_allocated_share, out.peak_at_s / 86400.0);
-  }
-  RecordEnd(out, run);
+  RecordTimedEnd(out, run, record);
   return out;
 }
 
@@ -520,11 +525,7 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
     std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
     out.p95_wait_s = sorted[k];
   }
-  if (record) {
-    out.device_maps_moment = fmt::format("at peak allocation ({:.1f}%, day {:.2f} of the replay)",
-                                         100.0 * out.peak_allocated_share, out.peak_at_s / 86400.0);
-  }
-  RecordEnd(out, run);
+  RecordTimedEnd(out, run, record);
   return out;
 }
 
