@@ -23,6 +23,7 @@
 #ifndef TOPOSCHED_TOPOLOGY_ALLOCATOR_H_
 #define TOPOSCHED_TOPOLOGY_ALLOCATOR_H_
 
+#include <algorithm>
 #include <bitset>
 #include <cstdint>
 #include <string>
@@ -146,9 +147,22 @@ struct Decision {
 // when it is not (e.g. AWS's text for 7 devices on trn1.32xlarge); empty when it is.
 std::string CheckRequestShape(const NodeShape& shape, const Request& request);
 
+// True if `count` devices form a legal set under rule `aligned`: 1, the whole node, or a listed
+// size.
+inline bool IsLegalAlignedCount(const NodeShape& shape, int count) {
+  const auto& sizes = shape.type->sizes;
+  return count == 1 || count == shape.devices ||
+         std::find(sizes.begin(), sizes.end(), count) != sizes.end();
+}
+
 // True if some state of the node could grant the request (CheckRequestShape says why not, but
-// formats its answer; this is for hot loops).
-bool CanEverGrant(const NodeShape& shape, const Request& request);
+// formats its answer; this is for hot loops, so it is inline).
+inline bool CanEverGrant(const NodeShape& shape, const Request& request) {
+  if (request.count <= 0) return false;
+  if (request.unit == Unit::kCore) return request.count <= shape.cores;
+  if (request.count > shape.devices) return false;
+  return shape.type->rule != LegalSetRule::kAligned || IsLegalAlignedCount(shape, request.count);
+}
 
 // How many disjoint legal sets of `request` are free on the node: the number of such requests it
 // could still take if nothing else came. 0 for a count the node can never grant.

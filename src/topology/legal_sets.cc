@@ -15,12 +15,6 @@ std::vector<int> AlignedLevels(const NodeShape& shape) {
   return levels;
 }
 
-bool IsLegalAlignedCount(const NodeShape& shape, int count) {
-  const auto& sizes = shape.type->sizes;
-  return count == 1 || count == shape.devices ||
-         std::find(sizes.begin(), sizes.end(), count) != sizes.end();
-}
-
 std::vector<int> FreeCoreIds(const NodeShape& shape, const NodeUsage& usage) {
   std::vector<int> ids;
   for (int c = 0; c < shape.cores; ++c) {
@@ -41,26 +35,6 @@ Placement CorePlacement(const NodeShape& shape, int start, int count) {
   const int last = (start + count - 1) / shape.cores_per_device;
   p.devices = RunMask(last - first + 1, first);
   return p;
-}
-
-int CoreSegment(const NodeShape& shape, int count) {
-  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
-  // The smallest of AlignedLevels (1, the sizes, the node) that holds `count` cores; without
-  // building the list, since slot counting asks this for every candidate.
-  const int cpd = shape.cores_per_device;
-  if (cpd >= count) return cpd;
-  int best = shape.devices;
-  for (int level : shape.type->sizes) {
-    if (level * cpd >= count && level < best) best = level;
-  }
-  return best * cpd;
-}
-
-bool CanEverGrant(const NodeShape& shape, const Request& request) {
-  if (request.count <= 0) return false;
-  if (request.unit == Unit::kCore) return request.count <= shape.cores;
-  if (request.count > shape.devices) return false;
-  return shape.type->rule != LegalSetRule::kAligned || IsLegalAlignedCount(shape, request.count);
 }
 
 std::string CheckRequestShape(const NodeShape& shape, const Request& request) {

@@ -32,10 +32,20 @@ inline DeviceMask LowestBits(DeviceMask free, int count) {
 
 // Device-count levels of the aligned tree: the catalog's sizes plus 1 and the whole node.
 std::vector<int> AlignedLevels(const NodeShape& shape);
-bool IsLegalAlignedCount(const NodeShape& shape, int count);
 
-// Core requests: the length of the aligned segment a core set must stay inside.
-int CoreSegment(const NodeShape& shape, int count);
+// Core requests: the length of the aligned segment a core set must stay inside: the smallest of
+// AlignedLevels (1, the sizes, the node) that holds `count` cores, found without building the
+// list, since slot counting asks this for every candidate.
+inline int CoreSegment(const NodeShape& shape, int count) {
+  if (shape.type->rule != LegalSetRule::kAligned) return shape.cores;
+  const int cpd = shape.cores_per_device;
+  if (cpd >= count) return cpd;
+  int best = shape.devices;
+  for (int level : shape.type->sizes) {
+    if (level * cpd >= count && level < best) best = level;
+  }
+  return best * cpd;
+}
 
 std::vector<int> FreeCoreIds(const NodeShape& shape, const NodeUsage& usage);
 Placement DevicePlacement(DeviceMask mask);

@@ -10,6 +10,17 @@
 
 namespace toposched::topology {
 
+namespace {
+
+// What slot counting reads: the free devices as a mask and, on nodes of up to 64 cores (every
+// Neuron type at its default LNC), the free cores as one word; larger nodes keep a bitset.
+struct FreeState {
+  DeviceMask devices = 0;
+  uint64_t cores = 0;   // when small
+  CoreBits wide_cores;  // when !small
+  bool small = true;
+};
+
 FreeState FreeOf(const NodeShape& shape, const NodeUsage& usage) {
   FreeState f;
   f.devices = shape.AllDevices() & ~usage.busy_devices();
@@ -28,6 +39,7 @@ int FreeCoreCount(const FreeState& f) {
   return f.small ? std::popcount(f.cores) : static_cast<int>(f.wide_cores.count());
 }
 
+// Takes a set out of a FreeState: a device set (mask) or a core range [start, start+count).
 void TakeFrom(const NodeShape& shape, FreeState& f, DeviceMask devices, int core_start,
               int core_count) {
   const int cpd = shape.cores_per_device;
@@ -54,6 +66,7 @@ void TakeFrom(const NodeShape& shape, FreeState& f, DeviceMask devices, int core
   }
 }
 
+// The free legal sets of `request` in `f`, disjoint.
 int SlotsIn(const NodeShape& shape, const FreeState& f, const Request& request) {
   if (!CanEverGrant(shape, request)) return 0;
   const int n = request.count;
@@ -106,8 +119,6 @@ int SlotsIn(const NodeShape& shape, const FreeState& f, const Request& request) 
   }
   return slots;
 }
-
-namespace {
 
 // The slots of `request` in the part of the node that a change to the devices `changed` can
 // affect: the aligned blocks or core segments that hold one of them, or the whole node where
@@ -169,8 +180,7 @@ DeviceMask ChangedDevices(const NodeShape& shape, const FreeState& before, const
   return changed;
 }
 
-}  // namespace
-
+// The cost of going from `before` to `after` on one node.
 double CostBetween(const NodeShape& shape, const FreeState& before, const FreeState& after,
                    const SlotCosts& costs) {
   double cost =
@@ -184,6 +194,176 @@ double CostBetween(const NodeShape& shape, const FreeState& before, const FreeSt
             (SlotsNear(shape, before, r, changed) - SlotsNear(shape, after, r, changed));
   }
   return cost;
+}
+
+// A set to weigh, without its id list: a device mask, or a core range.
+struct Candidate {
+  DeviceMask devices = 0;
+  int core_start = 0;
+  int core_count = 0;
+};
+
+// The few sets worth weighing by cost: the ends of each free run (a set in a run's middle cuts it
+// in three, which no demand class prefers), and on an aligned tree the first free block of each
+// distinct neighbourhood (blocks whose enclosing blocks are equally free cost the same).
+// Returns how many it wrote to `out`.
+constexpr int kMaxCandidates = 12;
+int CostCandidates(const NodeShape& shape, const NodeUsage& usage, const FreeState& state,
+                   const Request& req, std::array<Candidate, kMaxCandidates>& out) {
+  int found = 0;
+  const int n = req.count;
+  const DeviceMask free = shape.AllDevices() & ~usage.busy_devices();
+  // A neighbourhood: the free devices of each aligned block above the set that holds it, packed
+  // into one number (each count fits in 7 bits; at most 6 levels), plus the caller's extras.
+  // The blocks' free counts are counted once here, not once per candidate start.
+  constexpr int kMaxLevels = 8;
+  const bool aligned = shape.type->rule == LegalSetRule::kAligned;
+  const int levels = aligned ? std::min(static_cast<int>(shape.type->sizes.size()), kMaxLevels) : 0;
+  std::array<std::array<uint8_t, kMaxDevices>, kMaxLevels> block_free{};
+  for (int l = 0; l < levels; ++l) {
+    const int level = shape.type->sizes[static_cast<size_t>(l)];
+    for (int b = 0; b * level < shape.devices; ++b) {
+      block_free[static_cast<size_t>(l)][static_cast<size_t>(b)] =
+          static_cast<uint8_t>(std::popcount(free & RunMask(level, b * level)));
+    }
+  }
+  const uint64_t all_free = static_cast<uint64_t>(std::popcount(free));
+  std::array<uint64_t, kMaxCandidates> seen{};
+  auto neighbourhood = [&](int d, int size) {
+    uint64_t sig = 0;
+    if (!aligned) return sig;
+    for (int l = 0; l < levels; ++l) {
+      const int level = shape.type->sizes[static_cast<size_t>(l)];
+      if (level > size)
+        sig = sig << 7 | block_free[static_cast<size_t>(l)][static_cast<size_t>(d / level)];
+    }
+    if (shape.devices > size) sig = sig << 7 | all_free;
+    return sig;
+  };
+  auto add_once = [&](uint64_t sig, Candidate c) {
+    if (found >= kMaxCandidates) return;
+    if (found > 0 && seen[static_cast<size_t>(found - 1)] == sig) return;  // the common repeat
+    for (int i = 0; i < found; ++i) {
+      if (seen[static_cast<size_t>(i)] == sig) return;
+    }
+    seen[static_cast<size_t>(found)] = sig;
+    out[static_cast<size_t>(found++)] = c;
+  };
+  if (req.unit == Unit::kDevice) {
+    if (n == shape.devices) return 0;
+    switch (shape.type->rule) {
+      case LegalSetRule::kContiguous: {
+        // On a ring what a set costs depends on its run's length, which end it takes, and the
+        // free cores of the devices just outside the run (core requests may span into them).
+        auto free_cores_of = [&](int d) -> uint64_t {
+          if (d < 0 || d >= shape.devices || !state.small) return 0;
+          const int cpd = shape.cores_per_device;
+          return static_cast<uint64_t>(std::popcount(state.cores & RunMask(cpd, d * cpd)));
+        };
+        for (DeviceMask rest = free; rest != 0 && found < kMaxCandidates;) {
+          const int start = std::countr_zero(rest);
+          const int len = std::countr_one(rest >> start);
+          rest &= ~RunMask(len, start);
+          if (len < n) continue;
+          const uint64_t sig = static_cast<uint64_t>(len) << 16 | free_cores_of(start - 1) << 8 |
+                               free_cores_of(start + len) << 1;
+          add_once(sig, {RunMask(n, start), 0, 0});
+          if (len > n) add_once(sig | 1, {RunMask(n, start + len - n), 0, 0});
+        }
+        break;
+      }
+      case LegalSetRule::kAligned:
+        for (int start = 0; start + n <= shape.devices; start += n) {
+          if ((free & RunMask(n, start)) == RunMask(n, start)) {
+            add_once(neighbourhood(start, n), {RunMask(n, start), 0, 0});
+          }
+        }
+        break;
+      case LegalSetRule::kAny:
+        break;  // which free devices does not matter to any device request
+    }
+    return found;
+  }
+  const int cpd = shape.cores_per_device;
+  auto consider = [&](int s, int run_len, bool run_start) {
+    const int first = s / cpd;
+    const int last = (s + n - 1) / cpd;
+    const DeviceMask touched = RunMask(last - first + 1, first);
+    uint64_t sig = neighbourhood(first, last - first + 1);
+    sig = sig << 7 | static_cast<uint64_t>(std::popcount(touched & free));
+    sig = sig << 4 | static_cast<uint64_t>(std::min(last - first + 1, 15));
+    sig = sig << 10 | static_cast<uint64_t>(std::min(run_len, 1023));
+    sig = sig << 1 | (run_start ? 0u : 1u);
+    add_once(sig, {0, s, n});
+  };
+  if (state.small) {
+    // Only the two ends of each free run inside a segment: walk the runs, not every start.
+    const int segment = CoreSegment(shape, n);
+    for (int seg = 0; seg < shape.cores && found < kMaxCandidates; seg += segment) {
+      const int seg_len = std::min(segment, shape.cores - seg);
+      for (uint64_t rest = state.cores & RunMask(seg_len, seg); rest != 0;) {
+        const int start = std::countr_zero(rest);
+        const int len = std::countr_one(rest >> start);
+        rest &= ~RunMask(len, start);
+        if (len < n) continue;
+        consider(start, len, true);
+        if (len > n) consider(start + len - n, len, false);
+      }
+    }
+    return found;
+  }
+  const int segment = CoreSegment(shape, n);
+  const CoreBits& used = usage.used_cores();
+  ForEachCoreStart(shape, usage, n, [&](int s, int run_len) {
+    const bool run_start = s % segment == 0 || used.test(static_cast<size_t>(s - 1));
+    const int end = s + n;
+    const bool run_end =
+        end % segment == 0 || end == shape.cores || used.test(static_cast<size_t>(end));
+    if (run_start || run_end) consider(s, run_len, run_start);
+    return found < kMaxCandidates;
+  });
+  return found;
+}
+
+}  // namespace
+
+// Among best-fit's choice and the other candidates, the set that costs the expected demand least;
+// best-fit's choice wins ties, so with no demand to protect nothing changes.
+Decision ChooseByCost(const NodeShape& shape, const NodeUsage& usage, const Request& req,
+                      Decision chosen, const SlotCosts& costs) {
+  const FreeState before = FreeOf(shape, usage);
+  auto cost_of = [&](const Candidate& c) {
+    FreeState after = before;
+    TakeFrom(shape, after, c.devices, c.core_start, c.core_count);
+    return CostBetween(shape, before, after, costs);
+  };
+  const Placement& base = chosen.placement;
+  Candidate best{base.unit == Unit::kDevice ? base.devices : 0,
+                 base.unit == Unit::kCore ? base.ids.front() : 0,
+                 base.unit == Unit::kCore ? static_cast<int>(base.ids.size()) : 0};
+  chosen.cost = cost_of(best);
+  std::array<Candidate, kMaxCandidates> candidates;
+  const int count = CostCandidates(shape, usage, before, req, candidates);
+  bool changed = false;
+  for (int i = 0; i < count; ++i) {
+    const Candidate& c = candidates[static_cast<size_t>(i)];
+    if (c.devices == best.devices && c.core_start == best.core_start &&
+        c.core_count == best.core_count) {
+      continue;
+    }
+    const double cost = cost_of(c);
+    // A relative margin, so that float noise between equal costs never flips the choice.
+    if (cost < chosen.cost - 1e-9 * chosen.cost) {
+      best = c;
+      chosen.cost = cost;
+      changed = true;
+    }
+  }
+  if (changed) {
+    chosen.placement = best.core_count > 0 ? CorePlacement(shape, best.core_start, best.core_count)
+                                           : DevicePlacement(best.devices);
+  }
+  return chosen;
 }
 
 int FreeSlots(const NodeShape& shape, const NodeUsage& usage, const Request& request) {
