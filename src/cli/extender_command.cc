@@ -673,10 +673,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   const StopSignals signals;  // before any thread starts
   ExtenderProcess process(o);
   process.service_options = std::move(service_options).value();
-  for (Status built :
-       {process.BuildPools(**catalog), process.BuildProvisioner(), process.ConnectCluster()}) {
-    if (!built.ok()) return usage_error(built.error());
-  }
+  // Each step only once the one before it succeeded.
+  if (Status s = process.BuildPools(**catalog); !s.ok()) return usage_error(s.error());
+  if (Status s = process.BuildProvisioner(); !s.ok()) return usage_error(s.error());
+  if (Status s = process.ConnectCluster(); !s.ok()) return usage_error(s.error());
   process.BuildService(**catalog);
   if (Status fed = process.FeedService(); !fed.ok()) return usage_error(fed.error());
   process.BuildRouter();
