@@ -289,6 +289,18 @@ void RecordEnd(PolicyResult& out, const PolicyRun& run) {
   out.fragmentation_at_end = run.fragmentation().value_or(0.0);
 }
 
+// A replay in time samples the allocated share after each event; the highest so far is the
+// peak, when the device maps are recorded. Returns the share.
+double NotePeak(PolicyResult& out, const PolicyRun& run, double at_s, bool record) {
+  const double share = run.allocated_share();
+  if (share > out.peak_allocated_share) {
+    out.peak_allocated_share = share;
+    out.peak_at_s = at_s;
+    if (record) out.device_maps = run.DeviceMaps();
+  }
+  return share;
+}
+
 // The end of a replay in time: the device maps were recorded at the peak.
 void RecordTimedEnd(PolicyResult& out, const PolicyRun& run, bool record) {
   if (record) {
@@ -369,12 +381,7 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
       run.Remove(event.job, job);
     }
     const double x = static_cast<double>(now - start) / kNsPerSecond;
-    const double share = run.allocated_share();
-    if (share > out.peak_allocated_share) {
-      out.peak_allocated_share = share;
-      out.peak_at_s = x;
-      if (record) out.device_maps = run.DeviceMaps();
-    }
+    const double share = NotePeak(out, run, x, record);
     if (record) out.timeline.push_back({x, share, out.rejected});
     progress.Step(policy);
   }
@@ -447,12 +454,7 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   };
   auto sample = [&]() {
     const double x = static_cast<double>(now - start) / kNsPerSecond;
-    const double share = run.allocated_share();
-    if (share > out.peak_allocated_share) {
-      out.peak_allocated_share = share;
-      out.peak_at_s = x;
-      if (record) out.device_maps = run.DeviceMaps();
-    }
+    const double share = NotePeak(out, run, x, record);
     if (record) {
       out.timeline.push_back({x, share, out.rejected, static_cast<int>(waiting.size())});
     }
