@@ -127,8 +127,8 @@ class UnavailablePodSource : public deviceplugin::PodSource {
 
 int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_path) {
   spdlog::set_level(spdlog::level::from_str(opts.log_level));
-  StopSignals signals;  // before any thread starts
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false};  // declared first: the signal waiter may set it until it is joined
+  StopSignals signals;            // before any thread starts
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) {
     fmt::print(stderr, "error: {}\n", catalog.error());
