@@ -33,6 +33,7 @@ namespace {
 
 namespace dra_v1 = k8s::io::kubelet::pkg::apis::dra::v1;
 namespace fs = std::filesystem;
+using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using testing::FakeApiServer;
 using testing::FakeHost;
@@ -474,6 +475,156 @@ TEST_F(DraPluginServerTest, RestartReadsTheCheckpointAndRemovesTempFiles) {
   // Still unpreparable after the restart.
   EXPECT_EQ(kubelet_->Unprepare("kept", "uid-kept").claims().at("uid-kept").error(), "");
   EXPECT_FALSE(fs::exists(SpecPath("uid-kept")));
+}
+
+// A claim allocated `device` with adminAccess (monitoring: it holds nothing).
+std::string AdminClaimJson(const std::string& name, const std::string& uid,
+                           const std::string& device) {
+  nlohmann::json claim = nlohmann::json::parse(ClaimJson(name, uid, {device}));
+  claim["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = true;
+  return claim.dump();
+}
+
+// Prepare is the last line of defence: whatever the scheduler or a hand-edited slice allocated,
+// two claims never get the same physical cores. Names differ (a whole device, a set, a core
+// range); what is compared is what they hold.
+TEST_F(DraPluginServerTest, PrepareRefusesAClaimOverlappingAPreparedOne) {
+  Start("trn2.48xlarge", 2);  // 4 logical cores per device, 8 physical
+  api_.ServeJson(ClaimPath("whole"), ClaimJson("whole", "uid-whole", {"neurondevice2"}));
+  api_.ServeJson(ClaimPath("set"), ClaimJson("set", "uid-set", {"neurondevices-0-3"}));
+  api_.ServeJson(ClaimPath("cores"), ClaimJson("cores", "uid-cores", {"neuroncores-8-9"}));
+  api_.ServeJson(ClaimPath("monitor"), AdminClaimJson("monitor", "uid-monitor", "neurondevice2"));
+  ASSERT_EQ(kubelet_->Prepare({{"whole", "uid-whole"}}).claims().at("uid-whole").error(), "");
+  const auto response =
+      kubelet_->Prepare({{"set", "uid-set"}, {"cores", "uid-cores"}, {"monitor", "uid-monitor"}});
+  for (const char* uid : {"uid-set", "uid-cores"}) {
+    const std::string& error = response.claims().at(uid).error();
+    EXPECT_THAT(error, HasSubstr("default/whole")) << uid;
+    EXPECT_THAT(error, HasSubstr("uid-whole")) << uid;
+    EXPECT_THAT(error, HasSubstr("/dev/neuron2")) << uid;
+    EXPECT_EQ(response.claims().at(uid).devices_size(), 0) << uid;
+    EXPECT_FALSE(fs::exists(SpecPath(uid))) << uid;
+  }
+  // Admin access holds nothing, so it meets nothing.
+  EXPECT_EQ(response.claims().at("uid-monitor").error(), "");
+  // Preparing the same claim again is not an overlap with itself.
+  EXPECT_EQ(kubelet_->Prepare({{"whole", "uid-whole"}}).claims().at("uid-whole").error(), "");
+  EXPECT_EQ(plugin_->PreparedClaims().size(), 2u);
+  EXPECT_EQ(plugin_->Usage().used_core_count(), 4);  // device 2's 4 logical cores
+
+  // Two core ranges of one device share its device node but no core: both are prepared; a range
+  // over both is refused and names the first it meets.
+  api_.ServeJson(ClaimPath("low"), ClaimJson("low", "uid-low", {"neuroncores-12-13"}));
+  api_.ServeJson(ClaimPath("high"), ClaimJson("high", "uid-high", {"neuroncores-14-15"}));
+  api_.ServeJson(ClaimPath("both"), ClaimJson("both", "uid-both", {"neuroncores-12-15"}));
+  const auto ranges = kubelet_->Prepare({{"low", "uid-low"}, {"high", "uid-high"}});
+  EXPECT_EQ(ranges.claims().at("uid-low").error(), "");
+  EXPECT_EQ(ranges.claims().at("uid-high").error(), "");
+  const std::string both =
+      kubelet_->Prepare({{"both", "uid-both"}}).claims().at("uid-both").error();
+  EXPECT_THAT(both, AnyOf(HasSubstr("default/low"), HasSubstr("default/high")));
+  EXPECT_THAT(both, HasSubstr("/dev/neuron3"));
+  // Once the holder is unprepared, the claim goes through.
+  EXPECT_EQ(kubelet_->Unprepare("whole", "uid-whole").claims().at("uid-whole").error(), "");
+  EXPECT_EQ(kubelet_->Prepare({{"cores", "uid-cores"}}).claims().at("uid-cores").error(), "");
+}
+
+// Core range names mean other cores at another LNC: neuroncores-4-5 is device 1 at LNC 2 and
+// device 0 at LNC 1. A claim prepared at LNC 2 keeps its physical cores after a restart at LNC 1.
+TEST_F(DraPluginServerTest, CheckpointKeepsTheLncItWasPreparedAt) {
+  Start("trn2.48xlarge", 2);
+  api_.ServeJson(ClaimPath("old"), ClaimJson("old", "uid-old", {"neuroncores-4-5"}));
+  ASSERT_EQ(kubelet_->Prepare({{"old", "uid-old"}}).claims().at("uid-old").error(), "");
+  kubelet_.reset();
+  plugin_.reset();
+  host_.Install("trn2.48xlarge", 1);  // the operator switched the node to LNC 1
+  Start("");
+  ASSERT_EQ(topology_->shape.lnc, 1);
+  ASSERT_EQ(plugin_->PreparedClaims().size(), 1u);
+  // Physical cores 8-11 (device 1's first four) are logical cores 8-11 at LNC 1.
+  const topology::NodeUsage usage = plugin_->Usage();
+  EXPECT_EQ(usage.used_core_count(), 4);
+  EXPECT_EQ(usage.busy_devices(), topology::DeviceMask{1} << 1);
+  EXPECT_EQ(publisher_.used_cores(), 4);
+
+  api_.ServeJson(ClaimPath("same"), ClaimJson("same", "uid-same", {"neuroncores-8-11"}));
+  api_.ServeJson(ClaimPath("dev1"), ClaimJson("dev1", "uid-dev1", {"neurondevice1"}));
+  api_.ServeJson(ClaimPath("free"), ClaimJson("free", "uid-free", {"neuroncores-12-15"}));
+  api_.ServeJson(ClaimPath("dev0"), ClaimJson("dev0", "uid-dev0", {"neuroncores-4-5"}));
+  const auto response = kubelet_->Prepare(
+      {{"same", "uid-same"}, {"dev1", "uid-dev1"}, {"free", "uid-free"}, {"dev0", "uid-dev0"}});
+  EXPECT_THAT(response.claims().at("uid-same").error(), HasSubstr("default/old"));
+  EXPECT_THAT(response.claims().at("uid-dev1").error(), HasSubstr("default/old"));
+  EXPECT_EQ(response.claims().at("uid-free").error(), "");  // device 1's other physical cores
+  EXPECT_EQ(response.claims().at("uid-dev0").error(), "");  // the same name, now on device 0
+  EXPECT_EQ(publisher_.used_cores(), 10);
+
+  // Unpreparing the old claim frees its physical cores.
+  EXPECT_EQ(kubelet_->Unprepare("old", "uid-old").claims().at("uid-old").error(), "");
+  EXPECT_FALSE(fs::exists(SpecPath("uid-old")));
+  EXPECT_EQ(publisher_.used_cores(), 6);
+  EXPECT_EQ(kubelet_->Prepare({{"same", "uid-same"}}).claims().at("uid-same").error(), "");
+}
+
+// A spec the plugin cannot read fails closed: the devices it names stay held until kubelet
+// unprepares its claim (or someone removes it), and the plugin says so.
+TEST_F(DraPluginServerTest, UnreadableSpecStillHoldsItsDevices) {
+  Start("trn2.48xlarge", 2);
+  api_.ServeJson(ClaimPath("cut"), ClaimJson("cut", "uid-cut", {"neurondevice1"}));
+  api_.ServeJson(ClaimPath("legacy"), ClaimJson("legacy", "uid-legacy", {"neuroncores-8-9"}));
+  ASSERT_EQ(kubelet_->Prepare({{"cut", "uid-cut"}, {"legacy", "uid-legacy"}})
+                .claims()
+                .at("uid-cut")
+                .error(),
+            "");
+  ASSERT_TRUE(fs::exists(SpecPath("uid-legacy")));
+  kubelet_.reset();
+  plugin_.reset();
+  // A spec cut short (a full disk, an editor): no longer JSON, but it still names /dev/neuron1.
+  const std::string text = ReadText(SpecPath("uid-cut"));
+  std::ofstream(SpecPath("uid-cut"), std::ios::trunc) << text.substr(0, text.size() - 8);
+  // A core range spec as an older plugin wrote it, with no toposched.io annotations beyond the
+  // claim's: its name cannot be trusted at the current LNC, so its device node is held whole.
+  nlohmann::json legacy = Spec("uid-legacy");
+  legacy["annotations"] = {{"toposched.io/claim", "default/legacy"},
+                           {"toposched.io/claim-uid", "uid-legacy"}};
+  for (auto& device : legacy["devices"]) {
+    const std::string name = device["annotations"]["toposched.io/device"];
+    device["annotations"] = {{"toposched.io/device", name},
+                             {"toposched.io/pool", kNode},
+                             {"toposched.io/requests", "neurons"}};
+  }
+  std::ofstream(SpecPath("uid-legacy"), std::ios::trunc) << legacy.dump();
+  Start("");
+
+  // Device 1 (cut) and device 2 (legacy core range, held whole): 8 logical cores.
+  EXPECT_EQ(plugin_->Usage().busy_devices(), (topology::DeviceMask{1} << 1) | (1u << 2));
+  EXPECT_EQ(publisher_.used_cores(), 8);
+  api_.ServeJson(ClaimPath("new1"), ClaimJson("new1", "uid-new1", {"neuroncores-4-5"}));
+  api_.ServeJson(ClaimPath("new2"), ClaimJson("new2", "uid-new2", {"neuroncores-10-11"}));
+  const auto response = kubelet_->Prepare({{"new1", "uid-new1"}, {"new2", "uid-new2"}});
+  EXPECT_THAT(response.claims().at("uid-new1").error(), HasSubstr("uid-cut"));
+  EXPECT_THAT(response.claims().at("uid-new1").error(), HasSubstr("/dev/neuron1"));
+  EXPECT_THAT(response.claims().at("uid-new2").error(), HasSubstr("default/legacy"));
+  kubelet_->Notify(true, "");
+  EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("could not be read"));
+
+  // Kubelet unprepares the claim by its uid: the spec goes and its devices are free.
+  EXPECT_EQ(kubelet_->Unprepare("cut", "uid-cut").claims().at("uid-cut").error(), "");
+  EXPECT_FALSE(fs::exists(SpecPath("uid-cut")));
+  EXPECT_EQ(kubelet_->Prepare({{"new1", "uid-new1"}}).claims().at("uid-new1").error(), "");
+
+  // A spec with nothing in it names no device: the whole node is held until it goes.
+  kubelet_.reset();
+  plugin_.reset();
+  std::ofstream(SpecPath("uid-empty")) << "";
+  Start("");
+  EXPECT_EQ(plugin_->Usage().busy_devices(), topology_->shape.AllDevices());
+  api_.ServeJson(ClaimPath("dev9"), ClaimJson("dev9", "uid-dev9", {"neurondevice9"}));
+  EXPECT_THAT(kubelet_->Prepare({{"dev9", "uid-dev9"}}).claims().at("uid-dev9").error(),
+              HasSubstr("uid-empty"));
+  EXPECT_EQ(kubelet_->Unprepare("x", "uid-empty").claims().at("uid-empty").error(), "");
+  EXPECT_EQ(kubelet_->Prepare({{"dev9", "uid-dev9"}}).claims().at("uid-dev9").error(), "");
 }
 
 TEST_F(DraPluginServerTest, HealthChangeRepublishes) {
