@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -17,6 +19,7 @@
 
 #include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
 namespace {
@@ -34,6 +37,12 @@ constexpr std::string_view kDeviceAnnotation = "toposched.io/device";
 constexpr std::string_view kPoolAnnotation = "toposched.io/pool";
 constexpr std::string_view kRequestsAnnotation = "toposched.io/requests";
 constexpr std::string_view kAdminAnnotation = "toposched.io/admin-access";
+// What the names were read at and what they held, so that a restart at another LNC (or on a
+// hand-edited spec) does not read them again under other rules.
+constexpr std::string_view kLncAnnotation = "toposched.io/lnc";
+constexpr std::string_view kInstanceTypeAnnotation = "toposched.io/instance-type";
+constexpr std::string_view kPhysicalCoresAnnotation = "toposched.io/physical-cores";
+constexpr std::string_view kDeviceNodePrefix = "/dev/neuron";
 
 std::string Errno() { return std::strerror(errno); }
 
@@ -57,7 +66,33 @@ Status ReadAnnotations(ondemand::value& value, const Path& path,
       });
 }
 
+// Node-wide physical core ids, as the spec records them.
+std::vector<int> CoreIds(const topology::CoreBits& cores) {
+  std::vector<int> ids;
+  for (size_t p = 0; p < cores.size(); ++p) {
+    if (cores.test(p)) ids.push_back(static_cast<int>(p));
+  }
+  return ids;
+}
+
 }  // namespace
+
+topology::DeviceMask DeviceNodesIn(std::string_view text, int devices) {
+  topology::DeviceMask mask = 0;
+  for (size_t at = text.find(kDeviceNodePrefix); at != std::string_view::npos;
+       at = text.find(kDeviceNodePrefix, at + 1)) {
+    size_t end = at + kDeviceNodePrefix.size();
+    int id = 0;
+    bool digits = false;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])) && id < 1000) {
+      id = id * 10 + (text[end] - '0');
+      digits = true;
+      ++end;
+    }
+    if (digits && id < devices) mask |= topology::DeviceMask{1} << id;
+  }
+  return mask;
+}
 
 Status CheckClaimUid(std::string_view uid) {
   if (uid.empty() || uid.size() > 128)
@@ -78,9 +113,12 @@ std::string CdiSpecPath(const std::string& cdi_root, std::string_view claim_uid)
 std::string CdiSpecJson(const PreparedClaim& claim) {
   std::string out;
   out += fmt::format(
-      "{{\"cdiVersion\":{},\"kind\":{},\"annotations\":{{{}:{},{}:{}}},\"devices\":[",
+      "{{\"cdiVersion\":{},\"kind\":{},\"annotations\":{{{}:{},{}:{},{}:{},{}:{}}},"
+      "\"devices\":[",
       JsonQuote(kCdiVersion), JsonQuote(kCdiKind), JsonQuote(kClaimAnnotation),
-      JsonQuote(claim.ns + "/" + claim.name), JsonQuote(kClaimUidAnnotation), JsonQuote(claim.uid));
+      JsonQuote(claim.ns + "/" + claim.name), JsonQuote(kClaimUidAnnotation), JsonQuote(claim.uid),
+      JsonQuote(kInstanceTypeAnnotation), JsonQuote(claim.instance_type), JsonQuote(kLncAnnotation),
+      JsonQuote(std::to_string(claim.lnc)));
   for (size_t i = 0; i < claim.devices.size(); ++i) {
     const PreparedDevice& device = claim.devices[i];
     if (i > 0) out += ',';
@@ -90,6 +128,10 @@ std::string CdiSpecJson(const PreparedClaim& claim) {
                        JsonQuote(kRequestsAnnotation),
                        JsonQuote(fmt::format("{}", fmt::join(device.requests, ","))));
     if (device.admin_access) out += fmt::format(",{}:\"true\"", JsonQuote(kAdminAnnotation));
+    if (!device.units.empty()) {
+      out += fmt::format(",{}:{}", JsonQuote(kPhysicalCoresAnnotation),
+                         JsonQuote(topology::FormatIdRanges(CoreIds(device.units.cores))));
+    }
     out += "},\"containerEdits\":{\"deviceNodes\":[";
     for (size_t n = 0; n < device.device_nodes.size(); ++n) {
       if (n > 0) out += ',';
@@ -188,6 +230,38 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
   }
   claim.ns = who.substr(0, slash);
   claim.name = who.substr(slash + 1);
+
+  // The shape its names were read at. A spec written before toposched.io/lnc (an older plugin)
+  // records none: its device and set names are device ids at any LNC and are read at the
+  // node's current one; a core range's name means other cores at another LNC, so it is held by
+  // its device nodes (whole devices) instead of trusted at the current LNC.
+  std::optional<topology::NodeShape> names_shape;
+  bool legacy = false;
+  std::string shape_problem;
+  const std::string& recorded_type = annotations[std::string(kInstanceTypeAnnotation)];
+  const std::string& recorded_lnc = annotations[std::string(kLncAnnotation)];
+  if (recorded_lnc.empty()) {
+    legacy = true;
+    names_shape = shape;
+  } else if (!recorded_type.empty() && recorded_type != shape.type->name) {
+    shape_problem =
+        fmt::format("it was prepared on a {}, this node is a {}", recorded_type, shape.type->name);
+  } else {
+    int lnc = 0;
+    const auto [end, parsed] =
+        std::from_chars(recorded_lnc.data(), recorded_lnc.data() + recorded_lnc.size(), lnc);
+    auto at_lnc = parsed == std::errc() && end == recorded_lnc.data() + recorded_lnc.size()
+                      ? topology::NodeShape::Make(*shape.type, lnc)
+                      : Result<topology::NodeShape>(Error{"not a number"});
+    if (at_lnc.ok()) {
+      names_shape = *at_lnc;
+    } else {
+      shape_problem = fmt::format("{} '{}': {}", kLncAnnotation, recorded_lnc, at_lnc.error());
+    }
+  }
+  claim.lnc = NamesLnc(names_shape ? *names_shape : shape);
+  claim.instance_type = recorded_type;
+  std::vector<std::string> held_because;
   for (RawDevice& device : raw) {
     PreparedDevice prepared;
     prepared.device = device.annotations[std::string(kDeviceAnnotation)];
@@ -199,11 +273,49 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
       return Error{
           fmt::format("cdi device '{}' is not {}-{}", device.name, claim.uid, prepared.device)};
     }
-    auto offer = dra::OfferFromName(shape, prepared.device);
-    if (!offer.ok()) return Error{offer.error()};
-    prepared.offer = std::move(offer).value();
+    topology::DeviceMask nodes = 0;
+    for (const std::string& node : prepared.device_nodes)
+      nodes |= DeviceNodesIn(node, shape.devices);
+    std::string problem = shape_problem;
+    if (problem.empty()) {
+      auto offer = dra::OfferFromName(*names_shape, prepared.device);
+      if (!offer.ok()) {
+        problem = offer.error();
+      } else if (legacy && offer->kind == dra::OfferKind::kCores) {
+        problem = fmt::format(
+            "it has no {} annotation, and a core range's name means other cores "
+            "at another LNC",
+            kLncAnnotation);
+      } else if (offer->placement.devices != nodes) {
+        problem = fmt::format("its device nodes are not those of {} at LNC {}", prepared.device,
+                              claim.lnc);
+      } else {
+        prepared.offer = std::move(offer).value();
+        const PhysicalUnits units = PhysicalUnitsOf(*names_shape, prepared.offer);
+        const std::string& recorded = device.annotations[std::string(kPhysicalCoresAnnotation)];
+        const std::string expected = topology::FormatIdRanges(CoreIds(units.cores));
+        if (!prepared.admin_access && !recorded.empty() && recorded != expected) {
+          problem = fmt::format("it records physical cores {}, but {} at LNC {} is {}", recorded,
+                                prepared.device, claim.lnc, expected);
+        } else if (!prepared.admin_access) {
+          prepared.units = units;
+        }
+      }
+    }
+    if (!problem.empty()) {
+      prepared.offer = {};
+      prepared.offer.name = prepared.device;
+      // Fail closed: what its device nodes name, whole (the whole node when it names none).
+      // Admin access holds nothing whatever its name.
+      if (!prepared.admin_access) {
+        prepared.units = WholeDevices(*shape.type, nodes != 0 ? nodes : shape.AllDevices());
+        held_because.push_back(fmt::format("{}: {}", prepared.device, problem));
+      }
+    }
     claim.devices.push_back(std::move(prepared));
   }
+  claim.held_because = fmt::format("{}", fmt::join(held_because, "; "));
+  SetHeldFromDevices(claim);
   return claim;
 }
 
@@ -291,19 +403,40 @@ Result<Checkpoint> LoadCheckpoint(const std::string& cdi_root, const topology::N
     std::ifstream in(path, std::ios::binary);
     std::stringstream text;
     if (in.is_open()) text << in.rdbuf();
-    if (!in.is_open() || in.bad()) {
-      checkpoint.problems.push_back(fmt::format("cannot read {}", path.string()));
-      continue;
-    }
-    auto claim = DecodeCdiSpec(text.str(), shape);
+    auto claim = in.is_open() && !in.bad()
+                     ? DecodeCdiSpec(text.str(), shape)
+                     : Result<PreparedClaim>(Error{"the file cannot be opened or read"});
+    std::string unreadable;
     if (!claim.ok()) {
-      checkpoint.problems.push_back(fmt::format("{}: {}", path.string(), claim.error()));
+      unreadable = claim.error();
+    } else if (claim->uid != uid) {
+      unreadable = fmt::format("holds claim uid {}, not the one in its name", claim->uid);
+    }
+    if (!unreadable.empty()) {
+      // Fail closed: its claim is still prepared for all we know, so it holds every device the
+      // text names (the whole node when it names none) until kubelet unprepares the uid in its
+      // file name, or the file is removed.
+      PreparedClaim held;
+      held.uid = std::string(uid);
+      held.lnc = NamesLnc(shape);
+      held.instance_type = shape.type->name;
+      const topology::DeviceMask named = DeviceNodesIn(text.str(), shape.devices);
+      held.held = WholeDevices(*shape.type, named != 0 ? named : shape.AllDevices());
+      held.held_because = fmt::format(
+          "its CDI spec could not be read ({}); it holds {}", unreadable,
+          named != 0 ? "the devices its text names" : "the whole node (it names no device)");
+      checkpoint.problems.push_back(fmt::format(
+          "{}: {}; holding {} until kubelet unprepares claim uid {}{}", path.string(),
+          held.held_because, DescribeUnits(*shape.type, held.held), uid,
+          CheckClaimUid(uid).ok() ? " or the file is removed"
+                                  : " (it cannot: remove the file once no pod uses them)"));
+      checkpoint.claims.push_back(std::move(held));
       continue;
     }
-    if (claim->uid != uid) {
-      checkpoint.problems.push_back(fmt::format("{}: holds claim uid {}, not the one in its name",
-                                                path.string(), claim->uid));
-      continue;
+    if (!claim->held_because.empty()) {
+      checkpoint.problems.push_back(
+          fmt::format("{}: claim {}: {}; holding {} until it is unprepared", path.string(),
+                      claim->Who(), claim->held_because, DescribeUnits(*shape.type, claim->held)));
     }
     checkpoint.claims.push_back(std::move(claim).value());
   }

@@ -3,7 +3,13 @@
 // over it), holding one CDI device per allocated DRA device (`<claimUID>-<deviceName>`, its
 // /dev/neuronN nodes) and the claim's env as the spec's top-level containerEdits. Annotations on
 // the spec and its devices name the claim, the DRA devices and their requests, so a restarted
-// plugin knows from the files alone which claims are prepared and which units they hold.
+// plugin knows from the files alone which claims are prepared and which units they hold. The
+// spec also records the instance type and LNC its names were read at and each device's physical
+// cores, so a restart at another LNC never reads a name again under the new one.
+//
+// The checkpoint fails closed: a spec that cannot be read by name still holds whole devices —
+// those its device nodes (or, for a file that is not JSON, its text) name, the whole node when it
+// names none — until kubelet unprepares its claim uid or the file is removed.
 #ifndef TOPOSCHED_DRAPLUGIN_CDI_H_
 #define TOPOSCHED_DRAPLUGIN_CDI_H_
 
@@ -25,9 +31,14 @@ Status CheckClaimUid(std::string_view uid);
 std::string CdiSpecPath(const std::string& cdi_root, std::string_view claim_uid);
 std::string CdiSpecJson(const PreparedClaim& claim);
 
-// The claim a spec file of ours describes. The devices' offers are looked up on `shape`; a
-// device that is no longer a legal name here (the node's LNC changed) is an error.
+// The claim a spec file of ours describes. Its devices' names are read at the LNC the spec
+// records; a device whose name cannot be read there (another type or LNC, a hand edit, a core
+// range in a spec without the LNC) holds its device nodes whole and says why in held_because.
+// Errors when the file is not one of our specs (JSON, kind, claim uid or name).
 Result<PreparedClaim> DecodeCdiSpec(std::string_view json, const topology::NodeShape& shape);
+
+// The devices `text` names as /dev/neuronN (N below `devices`).
+topology::DeviceMask DeviceNodesIn(std::string_view text, int devices);
 
 // Writes the claim's spec file atomically (temp file in the same directory, fsync, rename).
 Status WriteCdiSpec(const std::string& cdi_root, const PreparedClaim& claim);
@@ -37,7 +48,8 @@ Status RemoveCdiSpec(const std::string& cdi_root, std::string_view claim_uid);
 struct Checkpoint {
   std::vector<PreparedClaim> claims;
   std::vector<std::string> removed_temp_files;
-  // Spec files of ours that could not be read back, with why (left in place, holding nothing).
+  // Spec files of ours not read back by name, with why and what they hold instead (left in
+  // place; their claims are in `claims`, keyed by the uid in the file name).
   std::vector<std::string> problems;
 };
 // Reads `cdi_root` at start: removes our leftover temp files, reads our spec files back. A

@@ -142,14 +142,15 @@ Status DraPlugin::Start() {
     spdlog::info("removed {}, a CDI spec write that did not finish", temp);
   }
   for (const std::string& problem : checkpoint.problems) {
-    spdlog::warn("CDI checkpoint: {} (its claim is not counted as prepared)", problem);
+    spdlog::warn("CDI checkpoint: {}", problem);
   }
   {
     MutexLock lock(mutex_);
     stopping_ = false;
     for (PreparedClaim& claim : checkpoint.claims) {
-      spdlog::info("claim {}/{} (uid {}) is prepared, from its CDI spec: {}", claim.ns, claim.name,
-                   claim.uid, DescribeDevices(claim));
+      spdlog::info("claim {} is prepared at LNC {}, from its CDI spec: {}; it holds {}",
+                   claim.Who(), claim.lnc, DescribeDevices(claim),
+                   DescribeUnits(*shape_.type, claim.held));
       prepared_[claim.uid] = std::move(claim);
     }
   }
@@ -254,6 +255,12 @@ Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
   PrepareContext context{&shape_, options_.node_name, options_.numbering};
   TOPOSCHED_ASSIGN_OR_RETURN(PreparedClaim prepared, PlanClaim(context, *claim, ref.uid));
   MutexLock lock(mutex_);
+  // The last line of defence: whatever the slices said, two claims never hold one core. Checked
+  // under the lock that records it, so two Prepares cannot both pass.
+  if (const std::string overlap = OverlapWithPrepared(*shape_.type, prepared, prepared_);
+      !overlap.empty()) {
+    return Error{fmt::format("ResourceClaim {}/{}: {}", ref.ns, ref.name, overlap)};
+  }
   // Written even when the claim is prepared already: the same claim gives the same file.
   TOPOSCHED_RETURN_IF_ERROR(WriteCdiSpec(options_.cdi_root, prepared));
   prepared_[prepared.uid] = prepared;
@@ -395,9 +402,20 @@ void DraPlugin::OnRegistrationStatus(bool registered, const std::string& error) 
 void DraPlugin::UpdateReadiness() {
   const bool registered = registered_;
   const bool published = published_;
+  int held = 0;
+  {
+    MutexLock lock(mutex_);
+    for (const auto& [uid, claim] : prepared_) held += claim.held_because.empty() ? 0 : 1;
+  }
+  const std::string held_note =
+      held == 0 ? ""
+                : fmt::format(
+                      "; {} prepared claim(s) hold whole devices because their CDI "
+                      "specs could not be read by name (see the log)",
+                      held);
   if (registered && published) {
-    readiness_.Set(true, fmt::format("registered with kubelet as {}; ResourceSlices published",
-                                     dra::kDriverName));
+    readiness_.Set(true, fmt::format("registered with kubelet as {}; ResourceSlices published{}",
+                                     dra::kDriverName, held_note));
   } else if (!registered) {
     readiness_.Set(false, fmt::format("waiting for kubelet to register {} (registration socket {})",
                                       dra::kDriverName, registration_socket()));

@@ -98,7 +98,7 @@ class DraPlugin {
   void PublishNow(std::string_view why);
   topology::DeviceMask CheckHealth();
   void HealthLoop();
-  void UpdateReadiness();
+  void UpdateReadiness() TS_EXCLUDES(mutex_);
   void OnRegistrationStatus(bool registered, const std::string& error);
 
   const DraPluginOptions options_;

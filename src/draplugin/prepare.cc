@@ -9,11 +9,16 @@
 #include "claims/gang.h"
 #include "claims/keys.h"
 #include "draplugin/opaque_config.h"
+#include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
 namespace {
 
 using topology::NodeShape;
+
+int PhysicalCoresPerDevice(const topology::InstanceType& type) {
+  return type.has_lnc ? type.lnc.physical_cores_per_device : type.cores_per_device;
+}
 
 // Does a config for `requests` apply to the result of `request` ("req" or "req/sub")? A config
 // for a request covers its firstAvailable subrequests too.
@@ -66,6 +71,87 @@ Result<std::vector<DecodedConfig>> DecodeConfigs(const ResourceClaimView& claim)
 }
 
 }  // namespace
+
+PhysicalUnits PhysicalUnits::CommonWith(const PhysicalUnits& other) const {
+  PhysicalUnits common;
+  common.cores = cores & other.cores;
+  common.devices = devices & other.devices;
+  return common;
+}
+
+PhysicalUnits WholeDevices(const topology::InstanceType& type, topology::DeviceMask devices) {
+  PhysicalUnits units;
+  const int per_device = PhysicalCoresPerDevice(type);
+  for (int d : topology::MaskToIds(devices)) {
+    if (d >= type.devices) continue;
+    units.devices |= topology::DeviceMask{1} << d;
+    for (int k = 0; k < per_device; ++k) units.cores.set(static_cast<size_t>(d * per_device + k));
+  }
+  return units;
+}
+
+PhysicalUnits PhysicalUnitsOf(const NodeShape& shape, const dra::Offer& offer) {
+  if (offer.kind != dra::OfferKind::kCores)
+    return WholeDevices(*shape.type, offer.placement.devices);
+  // Node-wide logical core c = d * cores_per_device + k sits on physical cores c*L..c*L+L-1,
+  // since a device's physical cores are cores_per_device * L.
+  const int lnc = NamesLnc(shape);
+  PhysicalUnits units;
+  units.devices = offer.placement.devices;
+  for (int core : offer.placement.ids) {
+    for (int p = core * lnc; p < (core + 1) * lnc; ++p) units.cores.set(static_cast<size_t>(p));
+  }
+  return units;
+}
+
+std::string DescribeUnits(const topology::InstanceType& type, const PhysicalUnits& units) {
+  const int per_device = PhysicalCoresPerDevice(type);
+  std::vector<std::string> parts;
+  for (int d : topology::MaskToIds(units.devices)) {
+    std::vector<int> cores;
+    for (int k = 0; k < per_device; ++k) {
+      if (units.cores.test(static_cast<size_t>(d * per_device + k))) cores.push_back(k);
+    }
+    parts.push_back(fmt::format("{} of /dev/neuron{}", topology::FormatIdRanges(cores), d));
+  }
+  if (parts.empty()) return "nothing";
+  return fmt::format("physical cores {}", fmt::join(parts, ", "));
+}
+
+std::string PreparedClaim::Who() const {
+  if (name.empty()) return fmt::format("uid {} (its CDI spec could not be read)", uid);
+  return fmt::format("{}/{} (uid {})", ns, name, uid);
+}
+
+void SetHeldFromDevices(PreparedClaim& claim) {
+  claim.held = {};
+  for (const PreparedDevice& device : claim.devices) {
+    if (!device.admin_access) claim.held.Add(device.units);
+  }
+}
+
+std::string OverlapWithPrepared(const topology::InstanceType& type, const PreparedClaim& claim,
+                                const std::map<std::string, PreparedClaim>& prepared) {
+  for (const auto& [uid, other] : prepared) {
+    if (uid == claim.uid || !claim.held.Meets(other.held)) continue;
+    // Name the device of ours that meets it (the claim-wide union when none alone does).
+    std::string mine = "its devices";
+    for (const PreparedDevice& device : claim.devices) {
+      if (!device.admin_access && device.units.Meets(other.held)) {
+        mine = device.device;
+        break;
+      }
+    }
+    return fmt::format(
+        "{} would hold {}, which claim {} prepared on this node holds already ({}); refused: "
+        "two claims never share a core (the allocation disagrees with what this node has "
+        "prepared; the other claim must be unprepared first){}",
+        mine, DescribeUnits(type, claim.held.CommonWith(other.held)), other.Who(),
+        DescribeUnits(type, other.held),
+        other.held_because.empty() ? "" : fmt::format(" [held because {}]", other.held_because));
+  }
+  return {};
+}
 
 Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& context,
                                                     const std::vector<PreparedDevice>& devices,
@@ -217,20 +303,25 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
   auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
   if (!env.ok()) return Error{fmt::format("{}: {}", who, env.error())};
   prepared.env = std::move(env).value();
+  // After the loop: a device named by several results has admin access only if all say so.
+  for (PreparedDevice& device : prepared.devices) {
+    if (!device.admin_access) device.units = PhysicalUnitsOf(*context.shape, device.offer);
+  }
+  prepared.lnc = NamesLnc(*context.shape);
+  prepared.instance_type = context.shape->type->name;
+  SetHeldFromDevices(prepared);
   return prepared;
 }
 
 void AddClaimUnits(const NodeShape& shape, const PreparedClaim& claim, topology::NodeUsage& usage) {
-  for (const PreparedDevice& device : claim.devices) {
-    if (device.admin_access) continue;
-    const topology::Unit unit = device.offer.kind == dra::OfferKind::kCores
-                                    ? topology::Unit::kCore
-                                    : topology::Unit::kDevice;
-    // One id at a time: a unit two claims hold (admin access aside, a bug elsewhere) is counted
-    // once instead of dropping the whole device.
-    for (int id : device.offer.placement.ids) {
-      if (usage.AllFree(shape, unit, {id})) usage.Take(shape, unit, {id});
-    }
+  const int lnc = NamesLnc(shape);
+  for (size_t p = 0; p < claim.held.cores.size(); ++p) {
+    if (!claim.held.cores.test(p)) continue;
+    const int core = static_cast<int>(p) / lnc;
+    if (core >= shape.cores) continue;
+    // One id at a time: a core two claims hold (admin access aside) is counted once.
+    if (usage.AllFree(shape, topology::Unit::kCore, {core}))
+      usage.Take(shape, topology::Unit::kCore, {core});
   }
 }
 
