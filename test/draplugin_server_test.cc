@@ -353,6 +353,10 @@ TEST_F(DraPluginServerTest, PreparesACoreRangeOnTrn2) {
   // Container numbering: cores 4-5 are the first two of the container's only device.
   EXPECT_EQ(spec["containerEdits"]["env"],
             nlohmann::json({"NEURON_LOGICAL_NC_CONFIG=2", "NEURON_RT_VISIBLE_CORES=0-1"}));
+  // What the name was read at and what it holds: logical cores 4-5 at LNC 2 are physical 8-11.
+  EXPECT_EQ(spec["annotations"]["toposched.io/instance-type"], "trn2.48xlarge");
+  EXPECT_EQ(spec["annotations"]["toposched.io/lnc"], "2");
+  EXPECT_EQ(spec["devices"][0]["annotations"]["toposched.io/physical-cores"], "8-11");
   EXPECT_EQ(publisher_.used_cores(), 2);
   ASSERT_EQ(publisher_.requests().size(), 1u);
   EXPECT_EQ(publisher_.requests()[0].unit, topology::Unit::kCore);
@@ -625,6 +629,39 @@ TEST_F(DraPluginServerTest, UnreadableSpecStillHoldsItsDevices) {
               HasSubstr("uid-empty"));
   EXPECT_EQ(kubelet_->Unprepare("x", "uid-empty").claims().at("uid-empty").error(), "");
   EXPECT_EQ(kubelet_->Prepare({{"dev9", "uid-dev9"}}).claims().at("uid-dev9").error(), "");
+}
+
+// A spec whose names and recorded units disagree, or that was written on another instance type,
+// cannot be read by name: each device holds its device node whole.
+TEST_F(DraPluginServerTest, HandEditedSpecHoldsItsDeviceNodes) {
+  Start("trn2.48xlarge", 2);
+  api_.ServeJson(ClaimPath("edited"), ClaimJson("edited", "uid-edited", {"neuroncores-4-5"}));
+  api_.ServeJson(ClaimPath("moved"), ClaimJson("moved", "uid-moved", {"neuroncores-12-13"}));
+  const auto prepared = kubelet_->Prepare({{"edited", "uid-edited"}, {"moved", "uid-moved"}});
+  ASSERT_EQ(prepared.claims().at("uid-edited").error(), "");
+  ASSERT_EQ(prepared.claims().at("uid-moved").error(), "");
+  EXPECT_EQ(plugin_->Usage().used_core_count(), 4);
+  kubelet_.reset();
+  plugin_.reset();
+  nlohmann::json edited = Spec("uid-edited");
+  edited["devices"][0]["annotations"]["toposched.io/physical-cores"] = "0-3";
+  std::ofstream(SpecPath("uid-edited"), std::ios::trunc) << edited.dump();
+  nlohmann::json moved = Spec("uid-moved");
+  moved["annotations"]["toposched.io/instance-type"] = "trn1.32xlarge";
+  std::ofstream(SpecPath("uid-moved"), std::ios::trunc) << moved.dump();
+  Start("");
+
+  // Devices 1 and 3, whole: 4 logical cores each at LNC 2.
+  const topology::NodeUsage usage = plugin_->Usage();
+  EXPECT_EQ(usage.busy_devices(), (topology::DeviceMask{1} << 1) | (topology::DeviceMask{1} << 3));
+  EXPECT_EQ(usage.used_core_count(), 8);
+  for (const PreparedClaim& claim : plugin_->PreparedClaims()) {
+    EXPECT_THAT(claim.held_because,
+                HasSubstr(claim.uid == "uid-edited" ? "records physical cores" : "trn1.32xlarge"));
+  }
+  api_.ServeJson(ClaimPath("next"), ClaimJson("next", "uid-next", {"neuroncores-6-7"}));
+  EXPECT_THAT(kubelet_->Prepare({{"next", "uid-next"}}).claims().at("uid-next").error(),
+              HasSubstr("default/edited"));
 }
 
 TEST_F(DraPluginServerTest, HealthChangeRepublishes) {
