@@ -4,7 +4,8 @@
 // server and writes its CDI spec (cdi.h), and a health loop. The CDI files are the checkpoint:
 // at start they say which claims are prepared and which units those hold. After every Prepare or
 // Unprepare, and whenever device health changes, the node's offers are published again with the
-// units in use (UsagePublisher, implemented by SlicePublisher in the command).
+// units in use (UsagePublisher, implemented by SlicePublisher in the command), without the devices
+// that containers outside DRA hold (node_holders.h, from kubelet's PodResources).
 #ifndef TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 #define TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 
