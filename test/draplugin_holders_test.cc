@@ -81,8 +81,8 @@ class DraHoldersTest : public ::testing::Test {
             .value();
   }
 
-  void Start(const std::string& type) {
-    host_.Install(type, 0);
+  void Start(const std::string& type, int lnc = 0) {
+    host_.Install(type, lnc);
     deviceplugin::HostPaths host;
     host.sysfs_root = host_.sys();
     host.dev_root = host_.dev();
@@ -187,6 +187,29 @@ TEST_F(DraHoldersTest, TheNeurondeviceAliasCounts) {
   Start("inf2.48xlarge");
   EXPECT_EQ(publisher_.withheld(), topology::DeviceMask{1} << 5);
   EXPECT_THAT(Prepare("five", "neurondevice5"), HasSubstr("ml/old-pod"));
+}
+
+// Core ids are logical cores at the node's LNC, as the device plugin numbers them: trn2 at LNC 2
+// has 4 cores a device, so neuroncore5 is on neuron1.
+TEST_F(DraHoldersTest, CoreIdsMapToDevicesAtTheNodesLnc) {
+  kubelet_ = std::make_unique<FakePodResources>(socket_);
+  kubelet_->AddContainer("ml", "core-pod", "infer", "aws.amazon.com/neuroncore", {"neuroncore5"});
+  Start("trn2.48xlarge", 2);
+  EXPECT_EQ(publisher_.withheld(), topology::DeviceMask{1} << 1);
+  EXPECT_THAT(Prepare("one", "neurondevice1"), HasSubstr("ml/core-pod"));
+  EXPECT_EQ(Prepare("zero", "neurondevice0"), "");
+}
+
+// An id that names no device of this node: which device it holds cannot be told, so nothing is
+// prepared and the plugin says why.
+TEST_F(DraHoldersTest, AnIdOfNoDeviceHereFailsClosed) {
+  kubelet_ = std::make_unique<FakePodResources>(socket_);
+  kubelet_->AddContainer("ml", "odd-pod", "app", "aws.amazon.com/neuron", {"neuron99"});
+  Start("inf2.48xlarge");
+  EXPECT_EQ(publisher_.withheld(), topology_->shape.AllDevices());
+  EXPECT_THAT(Prepare("first", "neurondevice0"), HasSubstr("neuron99"));
+  EXPECT_FALSE(plugin_->readiness().ready());
+  EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("ml/odd-pod"));
 }
 
 // No kubelet on the PodResources socket: nothing is offered, nothing prepared, not ready, and
