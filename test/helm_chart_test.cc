@@ -605,9 +605,9 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   std::vector<std::string> host_paths;
   for (const YAML::Node& v : spec["volumes"])
     host_paths.push_back(v["hostPath"]["path"].as<std::string>());
-  EXPECT_THAT(host_paths,
-              ElementsAre("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry",
-                          "/var/run/cdi", "/sys", "/dev", "/opt/aws"));
+  EXPECT_THAT(host_paths, ElementsAre("/var/lib/kubelet/plugins",
+                                      "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/sys",
+                                      "/dev", "/opt/aws", "/var/lib/kubelet/pod-resources"));
   // Each hostPath is mounted at the same path, but /dev (at /host/dev, as the device plugin's).
   for (const YAML::Node& m : c["volumeMounts"]) {
     if (m["name"].as<std::string>() == "dev") {

@@ -33,6 +33,7 @@ struct DraPluginOptions {
   std::string cdi_root;
   std::string plugin_dir = "/var/lib/kubelet/plugins/neuron.aws.com";
   std::string registry_dir = "/var/lib/kubelet/plugins_registry";
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   std::string partitionable = "auto";
   std::string order = "scarcity";
   std::string visible_cores = "container";
@@ -78,6 +79,12 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--registry-dir", opts->registry_dir,
                   "kubelet's plugin registry directory (neuron.aws.com-reg.sock is created there)")
+      ->capture_default_str();
+  cmd->add_option("--pod-resources-socket", opts->pod_resources_socket,
+                  "kubelet's PodResources socket: the devices containers outside DRA hold "
+                  "(device-plugin pods still running on a node moved to DRA) are neither "
+                  "published nor prepared; while kubelet does not answer on it nothing is "
+                  "prepared and the plugin is not ready. Empty turns that check off")
       ->capture_default_str();
   cmd->add_option("--partitionable", opts->partitionable,
                   "Publish device sets and core ranges with shared counters (partitionable "
@@ -223,6 +230,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   options.cdi_root = cdi_root;
   options.plugin_dir = opts.plugin_dir;
   options.registry_dir = opts.registry_dir;
+  options.pod_resources_socket = opts.pod_resources_socket;
   options.numbering = *numbering;
   options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
   options.resync_interval = std::chrono::seconds(opts.resync_interval_s);

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "deviceplugin/pod_resources.h"
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
 #include "draplugin/resource_claim.h"
@@ -126,7 +127,16 @@ class DraPlugin::RegistrationService final : public pluginregistration::Registra
 
 DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
                      kube::ApiClient& api, UsagePublisher& publisher)
-    : options_(std::move(options)), shape_(shape), api_(api), publisher_(publisher) {}
+    : options_(std::move(options)),
+      shape_(shape),
+      api_(api),
+      publisher_(publisher),
+      holders_(
+          shape,
+          options_.pod_resources_socket.empty()
+              ? nullptr
+              : std::make_unique<deviceplugin::PodResourcesClient>(options_.pod_resources_socket),
+          options_.pod_resources_socket) {}
 
 DraPlugin::~DraPlugin() { Stop(); }
 
@@ -254,6 +264,8 @@ Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
   }
   PrepareContext context{&shape_, options_.node_name, options_.numbering};
   TOPOSCHED_ASSIGN_OR_RETURN(PreparedClaim prepared, PlanClaim(context, *claim, ref.uid));
+  // Not on a device a device-plugin pod still holds (a node moved to DRA without a drain).
+  TOPOSCHED_RETURN_IF_ERROR(CheckClaimFree(shape_, holders_.Refresh().first, prepared));
   MutexLock lock(mutex_);
   // The last line of defence: whatever the slices said, two claims never hold one core. Checked
   // under the lock that records it, so two Prepares cannot both pass.
@@ -313,6 +325,7 @@ std::map<std::string, std::string> DraPlugin::Unprepare(const std::vector<ClaimR
 
 void DraPlugin::PublishNow(std::string_view why) {
   MutexLock publishing(publish_mutex_);
+  const topology::DeviceMask held = holders_.Refresh().first.withheld;  // not ours to offer
   topology::DeviceMask unhealthy = 0;
   topology::NodeUsage usage;
   {
@@ -320,7 +333,7 @@ void DraPlugin::PublishNow(std::string_view why) {
     unhealthy = unhealthy_;
     for (const auto& [uid, claim] : prepared_) AddClaimUnits(shape_, claim, usage);
   }
-  const Status status = publisher_.Publish(unhealthy, usage);
+  const Status status = publisher_.Publish(unhealthy | held, usage);
   if (!status.ok()) {
     publish_pending_ = true;
     spdlog::warn("publishing ResourceSlices after {} failed (retried every health check): {}", why,
@@ -373,6 +386,7 @@ void DraPlugin::HealthLoop() {
       changed = unhealthy != unhealthy_;
       unhealthy_ = unhealthy;
     }
+    const bool holders_changed = holders_.Refresh().second;
     if (++ticks % resync_every == 0) resync_pending_ = true;
     if (resync_pending_.exchange(false)) {
       // Read back what the API server holds: kubelet wipes a node's slices when it starts.
@@ -382,6 +396,8 @@ void DraPlugin::HealthLoop() {
       PublishNow("a device health change");
     } else if (publish_pending_) {
       PublishNow("a failed publish");
+    } else if (holders_changed) {
+      PublishNow("a change in the devices containers outside DRA hold");
     }
   }
 }
@@ -413,7 +429,10 @@ void DraPlugin::UpdateReadiness() {
                       "; {} prepared claim(s) hold whole devices because their CDI "
                       "specs could not be read by name (see the log)",
                       held);
-  if (registered && published) {
+  if (const HolderView holders = holders_.Current(); !holders.checked) {
+    readiness_.Set(false,
+                   holders.error + " (the devices device-plugin pods hold cannot be checked)");
+  } else if (registered && published) {
     readiness_.Set(true, fmt::format("registered with kubelet as {}; ResourceSlices published{}",
                                      dra::kDriverName, held_note));
   } else if (!registered) {

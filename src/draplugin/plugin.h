@@ -4,7 +4,8 @@
 // server and writes its CDI spec (cdi.h), and a health loop. The CDI files are the checkpoint:
 // at start they say which claims are prepared and which units those hold. After every Prepare or
 // Unprepare, and whenever device health changes, the node's offers are published again with the
-// units in use (UsagePublisher, implemented by SlicePublisher in the command).
+// units in use (UsagePublisher, implemented by SlicePublisher in the command), without the devices
+// that containers outside DRA hold (node_holders.h, from kubelet's PodResources).
 #ifndef TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 #define TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 
@@ -21,6 +22,7 @@
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/readiness.h"
 #include "deviceplugin/sysfs.h"
+#include "draplugin/node_holders.h"
 #include "draplugin/prepare.h"
 #include "draplugin/usage_publisher.h"
 #include "kube/client.h"
@@ -47,6 +49,9 @@ struct DraPluginOptions {
   // How often the slices are read back from the API server and repaired (kubelet wipes them at
   // its start; another client may edit them). Also done at once when kubelet registers us.
   std::chrono::milliseconds resync_interval{60000};
+  // kubelet's PodResources socket: the devices containers outside DRA (device-plugin pods) hold
+  // are neither offered nor prepared. Empty: no such check.
+  std::string pod_resources_socket;
 };
 
 // One claim as kubelet names it, and what preparing it gave.
@@ -106,6 +111,7 @@ class DraPlugin {
   kube::ApiClient& api_;
   UsagePublisher& publisher_;
   deviceplugin::Readiness readiness_;
+  NodeHolders holders_;  // devices held outside DRA (device-plugin pods)
 
   mutable Mutex mutex_;
   std::map<std::string, PreparedClaim> prepared_ TS_GUARDED_BY(mutex_);  // by claim uid

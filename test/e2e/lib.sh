@@ -1093,8 +1093,8 @@ e2e_dra_plugin() {
   start dra-plugin "$DRA_LOG" "$TOPOSCHED_BIN" dra-plugin --node-name "$node" \
     --kubeconfig "$W/dra-plugin.kubeconfig" --sysfs-root "$host/sys" --dev-root "$host/dev" \
     --opt-aws-root "$host/opt/aws" --cdi-root "$E2E_CDI_DIR" --plugin-dir "$root/plugins/neuron.aws.com" \
-    --registry-dir "$root/plugins_registry" --probe-listen "127.0.0.1:$DP_PROBE_PORT" \
-    --health-interval-ms 500 ${TOPOSCHED_E2E_DRA_ARGS:-} "$@"
+    --registry-dir "$root/plugins_registry" --pod-resources-socket "$root/pod-resources/kubelet.sock" \
+    --probe-listen "127.0.0.1:$DP_PROBE_PORT" --health-interval-ms 500 ${TOPOSCHED_E2E_DRA_ARGS:-} "$@"
 }
 dra_ready() { curl -sf "http://127.0.0.1:$DP_PROBE_PORT/readyz" >/dev/null; }
 
