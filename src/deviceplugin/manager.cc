@@ -164,7 +164,7 @@ void DevicePluginManager::PublishDraClaims() {
     spdlog::info("node {}: no DRA claim holds a device any more; removed label {}",
                  options_.node_name, claims::kLabelDraClaimsHeld);
   }
-  dra_claims_published_ = value;
+  dra_claims_published_.emplace(value);
 }
 
 void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
