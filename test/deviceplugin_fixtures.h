@@ -392,6 +392,26 @@ class FakePodResources final : public v1::PodResourcesLister::Service {
       devices->add_device_ids(id);
     }
   }
+  // A DRA claim's device prepared for a container, as kubelet 1.34+ lists it in
+  // dynamic_resources.
+  void AddClaim(const std::string& ns, const std::string& pod, const std::string& container,
+                const std::string& claim, const std::string& driver, const std::string& pool,
+                const std::string& device) {
+    std::lock_guard lock(mutex_);
+    v1::PodResources* entry = response_.add_pod_resources();
+    entry->set_name(pod);
+    entry->set_namespace_(ns);
+    auto* c = entry->add_containers();
+    c->set_name(container);
+    auto* dynamic = c->add_dynamic_resources();
+    dynamic->set_claim_name(claim);
+    dynamic->set_claim_namespace(ns);
+    auto* resource = dynamic->add_claim_resources();
+    resource->set_driver_name(driver);
+    resource->set_pool_name(pool);
+    resource->set_device_name(device);
+    resource->add_cdi_devices()->set_name("neuron.aws.com/device=" + claim);
+  }
   void Offer(bool get, bool allocatable) {
     std::lock_guard lock(mutex_);
     offer_get_ = get;

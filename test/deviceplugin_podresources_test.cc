@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "claims/resources.h"
+#include "deviceplugin/allocation.h"
 #include "deviceplugin/pod_resources.h"
 #include "deviceplugin/probe.h"
 #include "deviceplugin/readiness.h"
@@ -170,6 +171,69 @@ TEST_F(PodResourcesTest, RecordsOnePodWithGet) {
   ASSERT_TRUE(listed.ok()) << listed.error();
   EXPECT_EQ(*listed, 1);
   EXPECT_EQ(pods.Get("other").annotations.at("AWS_NEURON_IDS"), "0");
+}
+
+// Issue 29 row 2: the node ran toposched's DRA driver, its label was removed while a DRA claim
+// still held neurondevice0, and the device plugin came back. kubelet (1.34+) lists the claim's
+// device in dynamic_resources; before the fix the plugin read only `devices`, so it granted
+// device 0 (and its cores) to a new pod and steered kubelet's preference onto it.
+TEST(DraClaimsTest, ADraClaimsDeviceIsNeverGrantedNorPreferred) {
+  ShortTempDir dir;
+  FakePodResources kubelet(dir.path() + "/kubelet.sock");
+  PodResourcesClient client(dir.path() + "/kubelet.sock");
+  kubelet.AddClaim("default", "dra-pod", "main", "c0", "neuron.aws.com", "node-a", "neurondevice0");
+  // Not ours: another driver, and our driver's device in another node's pool.
+  kubelet.AddClaim("default", "gpu-pod", "main", "g1", "gpu.example.com", "node-a",
+                   "neurondevice1");
+  kubelet.AddClaim("default", "far-pod", "main", "c2", "neuron.aws.com", "node-b", "neurondevice2");
+  const topology::NodeShape shape =
+      *topology::NodeShape::Make(*topology::Catalog::Embedded().Find("inf2.48xlarge"));
+  FakePodSource pods;
+  pods.Add(MakePod("new", {{"main", kNeuron, 1}}));
+  AllocationService service(
+      pods, shape, {"node-a", CoreNumbering::kHost, claims::DefaultResources(kNeuron, kCore)});
+  service.set_kubelet_view(&client);
+  const ResourceSpec& devices = service.options().resources[0];
+  const ResourceSpec& cores = service.options().resources[1];
+  auto refused = service.Allocate(devices, {0});
+  ASSERT_FALSE(refused.ok()) << "device 0 was granted to default/new while DRA claim c0 holds it";
+  EXPECT_THAT(refused.error(), HasSubstr("default/dra-pod container main holds DRA device "
+                                         "neurondevice0 of claim default/c0"));
+  EXPECT_FALSE(service.Allocate(cores, {1}).ok()) << "core 1 is on device 0";
+
+  std::vector<int> all;
+  for (int id = 0; id < shape.devices; ++id) all.push_back(id);
+  const std::vector<int> preferred = service.Prefer(devices, all, {}, 1);
+  ASSERT_EQ(preferred.size(), 1u);
+  EXPECT_NE(preferred[0], 0) << "the free-id fallback steered kubelet onto the DRA claim's device";
+  EXPECT_TRUE(service.Allocate(devices, preferred).ok());
+}
+
+// Which listed DRA devices hold units here: our driver's, in this node's pool, as offers.
+TEST(DraClaimsTest, DraHoldsAreOurDriversDevicesInThisPool) {
+  ShortTempDir dir;
+  FakePodResources kubelet(dir.path() + "/kubelet.sock");
+  PodResourcesClient client(dir.path() + "/kubelet.sock");
+  kubelet.AddClaim("default", "dra-pod", "main", "c0", "neuron.aws.com", "node-a",
+                   "neurondevices-4-5");
+  kubelet.AddClaim("default", "gpu-pod", "main", "g1", "gpu.example.com", "node-a",
+                   "neurondevice1");
+  kubelet.AddClaim("default", "far-pod", "main", "c2", "neuron.aws.com", "node-b", "neurondevice2");
+  kubelet.AddClaim("default", "bad-pod", "main", "c3", "neuron.aws.com", "node-a",
+                   "neurondevice99");
+  auto listed = client.List(5s);
+  ASSERT_TRUE(listed.ok()) << listed.error();
+  const topology::NodeShape shape =
+      *topology::NodeShape::Make(*topology::Catalog::Embedded().Find("inf2.48xlarge"));
+  std::vector<std::string> warnings;
+  const std::vector<DraHold> holds = DraHolds(*listed, shape, "node-a", &warnings);
+  ASSERT_EQ(holds.size(), 1u);
+  EXPECT_EQ(holds[0].pod, "default/dra-pod");
+  EXPECT_EQ(holds[0].container, "main");
+  EXPECT_EQ(holds[0].claim, "default/c0");
+  EXPECT_THAT(holds[0].offer.placement.ids, ElementsAre(4, 5));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("DRA claim default/c3 holds node-a/neurondevice99"));
 }
 
 TEST(CompareAllocatableTest, MissingAndExtraPerServedResource) {

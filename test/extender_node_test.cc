@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "extender/offline.h"
+#include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
@@ -58,6 +59,15 @@ class NodeTruthTest : public ::testing::Test {
     pod.annotations["toposched.io/allocation"] = CoreRecord(cores);
     pod.annotations["NEURON_ALLOC_TIME"] = "100";
     return pod;
+  }
+
+  // Filter's answer for a new pending pod asking for `cores` NeuronCores, on trn2-a.
+  std::string Filter(const std::string& name, int cores) {
+    simdjson::padded_string body(testing::NamesArgs(
+        testing::PodJson(name, name + "-uid", "aws.amazon.com/neuroncore", cores), {"trn2-a"}));
+    auto args = DecodeExtenderArgs(body);
+    EXPECT_TRUE(args.ok()) << args.error();
+    return service_.Filter(*args);
   }
 
   OfflineClusterWriter writer_;
@@ -170,6 +180,58 @@ TEST_F(NodeTruthTest, AGrantedRecordRefusedForAConflictIsHeldOnceTheOtherPodMove
   auto hold = service_.tracker().Find("g-uid");
   ASSERT_TRUE(hold.has_value());
   EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(8, 9, 10, 11));
+}
+
+// Issue 29 row 1: an operator labels a node toposched.io/neuron-management=dra while a
+// device-plugin pod runs on it (the DaemonSets move: the device plugin leaves, the DRA plugin
+// comes), then takes the label off again. The pod runs throughout: its hold must survive both
+// flips, a relist in between, and the node coming back before its device plugin advertises
+// anything (no LNC label, allocatable 0 until it registers).
+TEST_F(NodeTruthTest, FlippingToDraAndBackKeepsTheRunningPodsHold) {
+  service_.ReplaceNodes({Trn2(16, 128, 1)});  // LNC 1, read from allocatable
+  ASSERT_EQ(TrackerLnc(), 1);
+  service_.ReplacePods({CorePod("c", "0,1,2,3")});
+  ASSERT_TRUE(service_.tracker().Find("c-uid").has_value());
+
+  kube::Node dra = Trn2(16, 128, 2);
+  dra.labels["toposched.io/neuron-management"] = "dra";
+  service_.UpsertNode(dra);
+  EXPECT_THAT(Filter("all-cores", 128), ::testing::HasSubstr("\"FailedNodes\":{\"trn2-a\""))
+      << "a DRA node is not offered";
+  service_.ReplacePods({CorePod("c", "0,1,2,3")});  // a relist while the node is DRA's
+
+  service_.UpsertNode(Trn2(0, 0, 3));  // back to the device plugin, not registered yet
+  service_.UpsertNode(Trn2(16, 128, 4));
+  auto hold = service_.tracker().Find("c-uid");
+  ASSERT_TRUE(hold.has_value()) << "c still runs on cores 0-3";
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(TrackerLnc(), 1);
+  EXPECT_EQ(hold->allocation.containers.at(0).placement.devices, topology::DeviceMask{1})
+      << "at LNC 1 cores 0-3 are on device 0";
+  // A new pod cannot get c's cores: all 128 do not fit, 124 do.
+  EXPECT_THAT(Filter("all-cores", 128), ::testing::HasSubstr("\"FailedNodes\":{\"trn2-a\""));
+  EXPECT_THAT(Filter("rest", 124), ::testing::HasSubstr("\"NodeNames\":[\"trn2-a\"]"));
+}
+
+// Issue 29 row 2: the label dra was removed while DRA claims are prepared on the node. The
+// device plugin labels the node with how many DRA devices they hold
+// (toposched.io/dra-claims-held); the extender does not offer it, and says why, until the label
+// goes. The running device-plugin pod keeps its hold throughout.
+TEST_F(NodeTruthTest, ADevicePluginNodeWhoseDraClaimsStillHoldDevicesIsNotOffered) {
+  service_.ReplaceNodes({Trn2(16, 128, 1)});
+  service_.ReplacePods({CorePod("c", "0,1,2,3")});
+  kube::Node held = Trn2(16, 128, 2);
+  held.labels["toposched.io/dra-claims-held"] = "2";
+  service_.UpsertNode(held);
+  const std::string refused = Filter("one", 4);
+  EXPECT_THAT(refused, ::testing::HasSubstr("node trn2-a still runs DRA claims of neuron.aws.com "
+                                            "(2 devices, label toposched.io/dra-claims-held)"));
+
+  service_.UpsertNode(Trn2(16, 128, 3));  // the claims ended: the plugin removed its label
+  EXPECT_THAT(Filter("one", 4), ::testing::HasSubstr("\"NodeNames\":[\"trn2-a\"]"));
+  auto hold = service_.tracker().Find("c-uid");
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(0, 1, 2, 3));
 }
 
 }  // namespace

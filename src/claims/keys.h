@@ -123,6 +123,17 @@ inline bool ManagedByDra(const std::map<std::string, std::string, std::less<>>& 
   const auto it = node_labels.find(kLabelNeuronManagement);
   return it != node_labels.end() && it->second == kNeuronManagementDra;
 }
+// Set by the device plugin on its node while kubelet still lists DRA claims of toposched's
+// driver prepared in the node's pool (the node ran the DRA driver before its label was removed):
+// how many DRA devices they hold. Removed once none is left. The extender offers no node that
+// carries it (docs/dra.md, "Switching a node").
+inline constexpr std::string_view kLabelDraClaimsHeld = "toposched.io/dra-claims-held";
+// The label's value, or empty when the node carries none.
+inline std::string_view DraClaimsHeld(
+    const std::map<std::string, std::string, std::less<>>& node_labels) {
+  const auto it = node_labels.find(kLabelDraClaimsHeld);
+  return it == node_labels.end() ? std::string_view() : std::string_view(it->second);
+}
 
 // --- Extended resources (the defaults of claims::ResourceSet and claims::DefaultResources). ---
 
@@ -158,6 +169,7 @@ static_assert(kAnnotationGranted.starts_with(kKeyPrefix));
 // The node decoder keeps only labels under our prefix (kube::kOwnKeyPrefix).
 static_assert(kLabelNeuronLnc.starts_with(kKeyPrefix));
 static_assert(kLabelNeuronManagement.starts_with(kKeyPrefix));
+static_assert(kLabelDraClaimsHeld.starts_with(kKeyPrefix));
 static_assert(kAnnotationSliceDigest.starts_with(kKeyPrefix));
 static_assert(kPoolLabel.starts_with(kKeyPrefix));
 static_assert(kAnnotationGang.starts_with(kKeyPrefix));

@@ -11,6 +11,7 @@
 #include "claims/annotations.h"
 #include "claims/gang.h"
 #include "claims/keys.h"
+#include "deviceplugin/pod_resources.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::deviceplugin {
@@ -206,7 +207,7 @@ std::vector<int> PreferredByTopology(const topology::NodeShape& shape, topology:
 
 // One container's units that another pod must not be given.
 struct AllocationService::Holder {
-  enum class Kind { kKubelet, kServed, kPending };
+  enum class Kind { kKubelet, kServed, kPending, kDra };
   Kind kind = Kind::kKubelet;
   std::string pod;  // namespace/name
   std::string container;
@@ -248,6 +249,8 @@ std::string_view KindText(int kind) {
       return "per kubelet's PodResources";
     case 1:
       return "granted by this plugin";
+    case 3:
+      return "prepared for its DRA claim, per kubelet's PodResources";
     default:
       return "reserved by its toposched.io/allocation, not started yet";
   }
@@ -319,6 +322,19 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
             PhysicalCores(spec->unit, *ids)};
         view.holders.push_back(std::move(holder));
       }
+      // A DRA claim's devices (the node ran the DRA driver before; its claims still run).
+      std::vector<std::string> warnings;
+      for (DraHold& hold : DraHolds(*listed, shape_, options_.node_name, &warnings)) {
+        const std::vector<int> cores = dra::CoresOfOffer(shape_, hold.offer);
+        const bool by_core = hold.offer.kind == dra::OfferKind::kCores;
+        view.holders.push_back({Holder::Kind::kDra, std::move(hold.pod), std::move(hold.container),
+                                fmt::format("DRA device {} of claim {}, {}", hold.offer.name,
+                                            hold.claim, by_core ? "cores" : "devices"),
+                                by_core ? topology::Unit::kCore : topology::Unit::kDevice,
+                                hold.offer.placement.ids,
+                                std::set<int>(cores.begin(), cores.end())});
+      }
+      for (const std::string& warning : warnings) spdlog::warn("{}", warning);
     } else {
       spdlog::warn("kubelet's PodResources did not answer ({}); judging by our own marks",
                    listed.error());

@@ -131,6 +131,42 @@ void DevicePluginManager::PublishLnc() {
   lnc_published_ = true;
 }
 
+void DevicePluginManager::PublishDraClaims() {
+  if (pod_resources_ == nullptr) return;
+  auto listed = pod_resources_->List();
+  if (!listed.ok()) {
+    spdlog::warn("cannot read kubelet's DRA claims on node {}: {}; label {} unchanged",
+                 options_.node_name, listed.error(), claims::kLabelDraClaimsHeld);
+    return;
+  }
+  std::vector<std::string> warnings;
+  const std::vector<DraHold> holds =
+      DraHolds(*listed, topology_->shape, options_.node_name, &warnings);
+  for (const std::string& warning : warnings) spdlog::warn("{}", warning);
+  std::optional<std::string> value;
+  if (!holds.empty()) value = std::to_string(holds.size());
+  if (dra_claims_published_ && *dra_claims_published_ == value) return;
+  if (Status labelled = pods_.PatchNodeLabel(claims::kLabelDraClaimsHeld, value); !labelled.ok()) {
+    spdlog::warn("cannot set label {} on node {}: {}; retried with each PodResources pass",
+                 claims::kLabelDraClaimsHeld, options_.node_name, labelled.error());
+    return;
+  }
+  if (value) {
+    std::vector<std::string> named;
+    for (const DraHold& hold : holds) {
+      named.push_back(fmt::format("{} ({} container {})", hold.offer.name, hold.claim, hold.pod));
+    }
+    spdlog::warn(
+        "node {}: DRA claims still hold {} device(s): {}; labelled {}={} (the extender offers "
+        "no node with it) and Allocate refuses their units until they end",
+        options_.node_name, *value, fmt::join(named, ", "), claims::kLabelDraClaimsHeld, *value);
+  } else if (dra_claims_published_) {
+    spdlog::info("node {}: no DRA claim holds a device any more; removed label {}",
+                 options_.node_name, claims::kLabelDraClaimsHeld);
+  }
+  dra_claims_published_.emplace(value);
+}
+
 void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
   while (SleepUnlessStopped(stop, options_.health_interval)) PollHealth(options_.host, *health_);
 }
@@ -174,6 +210,7 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
         options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval;
     if (!run && !due) continue;
     if (!lnc_published_) PublishLnc();
+    PublishDraClaims();
     std::string error;
     if (!every_pod) {
       // After a grant only its pod changed: Get asks kubelet for that pod alone, where List
@@ -429,6 +466,9 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
     allocations_->set_on_grant_to_record([this](const std::string& pod) { KickReconcile(pod); });
   }
   PublishLnc();
+  // Before kubelet learns our devices: the extender must not offer a node whose DRA claims
+  // still hold some (the management label was just removed).
+  PublishDraClaims();
   discovered_ = true;
 
   std::thread health_thread([&] { HealthLoop(stop); });

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -102,6 +103,11 @@ class DevicePluginManager {
   // Labels the node with the LNC this plugin serves at (claims::kLabelNeuronLnc), for the
   // extender; lnc_published_ once done (or when the type has no LNC).
   void PublishLnc();
+  // Labels the node with how many DRA devices of toposched's driver kubelet still lists prepared
+  // in this node's pool (claims::kLabelDraClaimsHeld), or removes the label once none is left:
+  // the extender offers the node only without it. Before registering, then each PodResources
+  // pass; a value already written is not written again.
+  void PublishDraClaims();
   void ServeAndRegister(const std::atomic<bool>& stop);
 
   const PluginOptions options_;
@@ -114,6 +120,9 @@ class DevicePluginManager {
   std::unique_ptr<PodResourcesClient> pod_resources_;  // null when PodResources is off
   Readiness readiness_;
   std::atomic<bool> lnc_published_{false};
+  // The kLabelDraClaimsHeld value last written (nullopt inside: removed); unset until the first
+  // write. Only Run, before the reconcile thread starts, and that thread touch it.
+  std::optional<std::optional<std::string>> dra_claims_published_;
 
   Mutex reconcile_mutex_;
   CondVar reconcile_wake_;

@@ -89,6 +89,21 @@ void AppendPod(const v1::PodResources& pod, std::vector<AssignedDevices>& out) {
         }
       }
     }
+    // DRA claims prepared for the container: a DRA driver's devices are as taken as ours.
+    AssignedDevices dra;
+    for (const v1::DynamicResource& claim : container.dynamic_resources()) {
+      for (const v1::ClaimResource& resource : claim.claim_resources()) {
+        dra.dra_devices.push_back({claim.claim_namespace() + "/" + claim.claim_name(),
+                                   resource.driver_name(), resource.pool_name(),
+                                   resource.device_name()});
+      }
+    }
+    if (!dra.dra_devices.empty()) {
+      dra.ns = pod.namespace_();
+      dra.pod = pod.name();
+      dra.container = container.name();
+      out.push_back(std::move(dra));
+    }
   }
   if (out.size() == before) {
     // kubelet knows the pod (it runs, or is being admitted) but it holds no devices.
@@ -184,6 +199,28 @@ Result<std::optional<AllocatableDevices>> PodResourcesClient::Allocatable(
 void PodResourcesClient::KubeletRestarted() {
   get_refused_ = false;
   allocatable_refused_ = false;
+}
+
+std::vector<DraHold> DraHolds(const std::vector<AssignedDevices>& assigned,
+                              const topology::NodeShape& shape, std::string_view node_name,
+                              std::vector<std::string>* warnings) {
+  std::vector<DraHold> out;
+  for (const AssignedDevices& item : assigned) {
+    for (const DraDevice& device : item.dra_devices) {
+      if (device.driver != dra::kDriverName || device.pool != node_name) continue;
+      auto offer = dra::OfferFromName(shape, device.device);
+      if (!offer.ok()) {
+        if (warnings != nullptr) {
+          warnings->push_back(fmt::format("{}/{} container {}: DRA claim {} holds {}/{}: {}",
+                                          item.ns, item.pod, item.container, device.claim,
+                                          device.pool, device.device, offer.error()));
+        }
+        continue;
+      }
+      out.push_back({item.ns + "/" + item.pod, item.container, device.claim, *offer});
+    }
+  }
+  return out;
 }
 
 namespace {

@@ -13,11 +13,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/pod_source.h"
+#include "dra/offers.h"
 #include "kube/objects.h"
 #include "topology/allocator.h"
 
@@ -58,6 +60,23 @@ class PodResourcesClient : public KubeletView {
   mutable std::atomic<bool> get_refused_{false};
   mutable std::atomic<bool> allocatable_refused_{false};
 };
+
+// A DRA device that toposched's DRA driver (dra::kDriverName) handed out in this node's pool,
+// prepared for a container that still runs, as the units it takes.
+struct DraHold {
+  std::string pod;  // namespace/name
+  std::string container;
+  std::string claim;  // namespace/name
+  dra::Offer offer;
+};
+
+// The DRA holds among `assigned` (PodResources' dynamic_resources): devices of driver
+// neuron.aws.com in the pool `node_name` (the DRA plugin's pool is its node), mapped to units by
+// dra::OfferFromName on `shape`. Other drivers and pools are not ours; a name that is no offer
+// here is skipped with a warning in `warnings`.
+std::vector<DraHold> DraHolds(const std::vector<AssignedDevices>& assigned,
+                              const topology::NodeShape& shape, std::string_view node_name,
+                              std::vector<std::string>* warnings);
 
 struct RecordPatch {
   std::string ns;

@@ -41,15 +41,26 @@ class PodSource {
   }
 };
 
+// One DRA device kubelet prepared for a container (PodResources `dynamic_resources`, reported
+// since kubelet 1.34 by default: KubeletPodResourcesDynamicResources, KEP-3695).
+struct DraDevice {
+  std::string claim;  // namespace/name of the ResourceClaim
+  std::string driver;
+  std::string pool;
+  std::string device;
+};
+
 // One container's devices of one resource, as kubelet's PodResources List reports them. A pod
 // kubelet knows but that holds no devices yet (e.g. being admitted) is one item with an empty
-// container and resource.
+// container and resource. A container's DRA devices are one more item of that container with an
+// empty resource and no device_ids.
 struct AssignedDevices {
   std::string ns;
   std::string pod;
   std::string container;
   std::string resource;
   std::vector<std::string> device_ids;
+  std::vector<DraDevice> dra_devices;
 };
 
 // kubelet's books: every pod it runs or is admitting, and the ids it assigned to each container.

@@ -76,22 +76,42 @@ void ExtenderService::AdoptUnplaced(const std::string& node) {
 void ExtenderService::LearnNode(const kube::Node& node) {
   if (!HasFacts(node)) return;
   std::optional<NodeFacts> previous;  // the last known LNC is kept without new evidence
+  bool known = false;
   {
     ReaderLock lock(mu_);
-    if (auto it = nodes_.find(node.name); it != nodes_.end()) previous = it->second;
+    if (auto it = nodes_.find(node.name); it != nodes_.end()) {
+      previous = it->second;
+      known = true;
+    } else if (auto parked = not_offered_.find(node.name); parked != not_offered_.end()) {
+      previous = parked->second.facts;
+    }
   }
-  if (claims::ManagedByDra(node.labels)) {
-    // The DRA driver hands out this node's devices: neither its capacity nor its pods are ours.
-    if (previous) {
-      spdlog::info("node {} is labelled {}={}: its devices are the DRA driver's; forgetting it",
-                   node.name, claims::kLabelNeuronManagement, claims::kNeuronManagementDra);
+  const bool dra = claims::ManagedByDra(node.labels);
+  const std::string_view dra_held = claims::DraClaimsHeld(node.labels);
+  if (dra || !dra_held.empty()) {
+    // The DRA driver hands out this node's devices, or its claims still hold some (the label
+    // was just removed): none is offered. The holds of its running pods are parked, not dropped
+    // (RemoveNode), and taken back, at the LNC they were taken at, when it is offered again.
+    if (known) {
+      spdlog::info("node {} is labelled {}={}: DRA {} its devices; not offering it", node.name,
+                   dra ? claims::kLabelNeuronManagement : claims::kLabelDraClaimsHeld,
+                   dra ? claims::kNeuronManagementDra : dra_held,
+                   dra ? "hands out" : "claims still hold");
       DeleteNode(node);
     }
+    MutexLock lock(mu_);
+    NotOffered& entry = not_offered_[node.name];
+    entry.facts = previous;
+    entry.dra_held = dra ? std::string() : std::string(dra_held);
     return;
+  }
+  {
+    MutexLock lock(mu_);
+    not_offered_.erase(node.name);
   }
   NodeFacts facts =
       FactsOf(node, catalog_, options_.pools, options_.resources, previous ? &*previous : nullptr);
-  if (previous && previous->SameNode(facts)) return;
+  if (known && previous->SameNode(facts)) return;
   if (node.instance_type.empty() && facts.pool.empty()) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",
                   node.name);
@@ -123,12 +143,15 @@ void ExtenderService::ReplaceNodes(const std::vector<kube::Node>& nodes) {
   std::vector<std::string> gone;
   {
     ReaderLock lock(mu_);
+    auto listed = [&](const std::string& name) {
+      return std::any_of(nodes.begin(), nodes.end(),
+                         [&](const kube::Node& n) { return n.name == name; });
+    };
     for (const auto& entry : nodes_) {
-      const std::string& name = entry.first;
-      if (std::none_of(nodes.begin(), nodes.end(),
-                       [&](const kube::Node& n) { return n.name == name; })) {
-        gone.push_back(name);
-      }
+      if (!listed(entry.first)) gone.push_back(entry.first);
+    }
+    for (const auto& entry : not_offered_) {
+      if (!listed(entry.first)) gone.push_back(entry.first);
     }
   }
   for (const auto& name : gone) {
@@ -146,6 +169,7 @@ void ExtenderService::DeleteNode(const kube::Node& node) {
   {
     MutexLock lock(mu_);
     nodes_.erase(node.name);
+    not_offered_.erase(node.name);
   }
   // Its pods' holds are parked, not dropped: a Node object deleted and re-created does not stop
   // them (the pods' own deletions, or a relist, end their holds).

@@ -3,11 +3,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "claims/gang.h"
+#include "claims/keys.h"
 #include "extender/service.h"
 
 namespace toposched::extender {
@@ -49,9 +52,21 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
       return FilterGangMember(*resolved, names, result);
     }
   }
+  std::unordered_map<std::string, std::string> dra_held;  // read before the tracker's lock
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [name, entry] : not_offered_) {
+      if (!entry.dra_held.empty()) dra_held.emplace(name, entry.dra_held);
+    }
+  }
   tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
                       [&](size_t i, tracker::FitResult&& fit) {
-                        if (fit.fits) {
+                        if (auto held = dra_held.find(names[i]); held != dra_held.end()) {
+                          result.failed[names[i]] = fmt::format(
+                              "node {} still runs DRA claims of neuron.aws.com ({} devices, "
+                              "label {}): its devices are offered once they end",
+                              names[i], held->second, claims::kLabelDraClaimsHeld);
+                        } else if (fit.fits) {
                           result.passed.push_back(names[i]);
                         } else if (fit.unresolvable) {
                           result.failed_unresolvable[names[i]] = std::move(fit.reason);

@@ -295,6 +295,15 @@ class ExtenderService {
   // uid -> pod. Adopted into the tracker when the node is learned, before it can be used.
   std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced_
       TS_GUARDED_BY(mu_);
+  // Nodes not offered because the DRA driver hands out their devices, or its claims still hold
+  // some (docs/dra.md, "Switching a node"). `facts`: what the node was when last offered, the
+  // last known LNC when it comes back (its parked holds were taken at that shape); `dra_held`:
+  // the device plugin's claims::kLabelDraClaimsHeld, for filter's reason.
+  struct NotOffered {
+    std::optional<NodeFacts> facts;
+    std::string dra_held;
+  };
+  std::unordered_map<std::string, NotOffered> not_offered_ TS_GUARDED_BY(mu_);
   // Live bound pods whose record the tracker refused (AllocationConflict), by uid: the latest
   // version seen. Retried by AdoptContested.
   std::unordered_map<std::string, kube::Pod> contested_ TS_GUARDED_BY(mu_);
