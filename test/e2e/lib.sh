@@ -1080,13 +1080,16 @@ e2e_remove_host_dev_nodes() {
 
 # e2e_dra_plugin NODE HOSTROOT [ARGS...]: `toposched dra-plugin` for NODE on the fake tree at
 # HOSTROOT, with a token of the chart's neuron-dra-driver-sa (so exactly the chart's RBAC), its
-# sockets in the kubelet's root dir (E2E_KUBELET_ROOT), CDI specs in E2E_CDI_DIR.
+# sockets in the kubelet's root dir (E2E_KUBELET_ROOT) and kubelet's PodResources socket there,
+# CDI specs in E2E_CDI_DIR, probes on DRA_PROBE_PORT (default: the device plugin's port, for
+# scenarios that run only one of the two).
 E2E_DRA_SA=neuron-dra-driver-sa
 e2e_dra_plugin() {
   local node="$1" host="$2"; shift 2
   local root="${E2E_KUBELET_ROOT:-$W/kubelet}"
   [ -f "$W/dra-plugin.kubeconfig" ] || sa_kubeconfig "$E2E_DRA_SA" "$W/dra-plugin.kubeconfig"
-  port_free "$DP_PROBE_PORT" || die "127.0.0.1:$DP_PROBE_PORT is in use (set TOPOSCHED_E2E_PORT_BASE)"
+  local port="${DRA_PROBE_PORT:-$DP_PROBE_PORT}"
+  port_free "$port" || die "127.0.0.1:$port is in use (set TOPOSCHED_E2E_PORT_BASE)"
   mkdir -p "$E2E_CDI_DIR"
   DRA_LOG_N=$((${DRA_LOG_N:-0} + 1))
   DRA_LOG="$W/dra-plugin-$DRA_LOG_N.log"
@@ -1094,9 +1097,9 @@ e2e_dra_plugin() {
     --kubeconfig "$W/dra-plugin.kubeconfig" --sysfs-root "$host/sys" --dev-root "$host/dev" \
     --opt-aws-root "$host/opt/aws" --cdi-root "$E2E_CDI_DIR" --plugin-dir "$root/plugins/neuron.aws.com" \
     --registry-dir "$root/plugins_registry" --pod-resources-socket "$root/pod-resources/kubelet.sock" \
-    --probe-listen "127.0.0.1:$DP_PROBE_PORT" --health-interval-ms 500 ${TOPOSCHED_E2E_DRA_ARGS:-} "$@"
+    --probe-listen "127.0.0.1:$port" --health-interval-ms 500 ${TOPOSCHED_E2E_DRA_ARGS:-} "$@"
 }
-dra_ready() { curl -sf "http://127.0.0.1:$DP_PROBE_PORT/readyz" >/dev/null; }
+dra_ready() { curl -sf "http://127.0.0.1:${DRA_PROBE_PORT:-$DP_PROBE_PORT}/readyz" >/dev/null; }
 
 # e2e_dra_node NAME TYPE: containerd with CDI (started once, with the pause image), a kubelet for
 # node NAME labelled toposched.io/neuron-management=dra with its own root dir, the host's
