@@ -90,7 +90,7 @@ class ExtenderPoolsTest : public ::testing::Test {
              std::function<bool()> may_reconcile = nullptr) {
     ExtenderOptions options;
     options.may_reconcile = std::move(may_reconcile);
-    options.resources.device.push_back("graphcore.ai/ipu");
+    options.resources.device.push_back(ipu_resource_);
     options.pools = &pools_;
     options.provisioner = &provisioner_;
     options.removal_retry = 20ms;
@@ -109,6 +109,9 @@ class ExtenderPoolsTest : public ::testing::Test {
     ext_->UpsertPod(testing::IpuPod(name, uid, n));
     return json::parse(ext_->Bind({name, "default", uid, node}))["Error"];
   }
+
+  // The resource the service manages (--device-resource); a restart may name another.
+  std::string ipu_resource_ = "graphcore.ai/ipu";
 
   uint64_t PoolBusy() { return ext_->tracker().PoolUsage("pod-a")->busy_devices(); }
 
@@ -391,6 +394,39 @@ TEST_F(ExtenderPoolsTest, RestartKeepsALivePodsPartitionWhenItsHoldFailsToRebuil
   // Its IPUs stay held while the partition exists, so no other pod is given them.
   EXPECT_EQ(PoolBusy() & 0xFu, 0xFu);
   // When the pod is deleted the partition goes, then its IPUs are free.
+  ext_->DeletePod(pod);
+  WaitForRemovals();
+  testing::WaitUntil([&] { return PoolBusy() == 0; }, 3s);
+  EXPECT_EQ(PoolBusy(), 0u);
+  EXPECT_TRUE(fake_.Snapshot().empty());
+}
+
+// Liveness comes from every listed pod, whatever the resource flags: after a restart with another
+// --device-resource (an upgrade, a renamed resource) a running pod whose record names a resource
+// the extender no longer manages still runs on its partition. It is reported, never stripped.
+TEST_F(ExtenderPoolsTest, ARestartUnderAnotherResourceNameKeepsARunningPodsPartition) {
+  ASSERT_EQ(Bind("old", "uid-old", 4, "head-1"), "");
+  auto pod = testing::IpuPod("old", "uid-old", 4);  // asks graphcore.ai/ipu
+  pod.phase = "Running";
+  const auto& b = writer_.bindings.at("uid-old");
+  pod.node_name = b.node;
+  for (const auto& [k, v] : b.annotations) pod.annotations[k] = v;
+  ipu_resource_ = "example.com/ipu";  // the restarted extender manages another name
+  Start({pod});
+  EXPECT_TRUE(ext_->Ready());
+  WaitForRemovals();
+  auto parts = fake_.Snapshot();
+  ASSERT_EQ(parts.size(), 1u) << "the running pod's partition was removed as an orphan";
+  EXPECT_EQ(parts[0].name, "ts-uid-old");
+  EXPECT_EQ(PoolBusy() & 0xFu, 0xFu) << "its IPUs must not be given to another pod";
+  {
+    std::lock_guard lock(writer_.mu);
+    ASSERT_FALSE(writer_.events.empty());
+    EXPECT_EQ(writer_.events.back().uid, "uid-old");
+    EXPECT_EQ(writer_.events.back().reason, "PartitionKept");
+    EXPECT_THAT(writer_.events.back().message, HasSubstr("no resource this extender manages"));
+  }
+  // Deleted, its partition goes and the IPUs are free again.
   ext_->DeletePod(pod);
   WaitForRemovals();
   testing::WaitUntil([&] { return PoolBusy() == 0; }, 3s);

@@ -44,6 +44,7 @@ namespace toposched {
 namespace {
 
 using nlohmann::json;
+using testing::FailureRule;
 using testing::FakeApiServer;
 using ::testing::HasSubstr;
 using testing::WaitUntil;
@@ -466,6 +467,84 @@ TEST_F(LeaderFencingBinary, ANewLeaderListsPodsAfreshBeforeItTurnsReady) {
   }
   ASSERT_GE(took, 0) << "the extender never took the lease";
   EXPECT_GT(fresh_list, took) << "Ready as the new leader without listing pods after the takeover";
+}
+
+// A lone extender (no --leader-elect: the chart's default-scheduler mode) killed while its Binding
+// of p1 is held by the API server, and restarted at once. The new process must not bind p2 onto
+// the ids that Binding may still give p1: it refuses binds until the old write has landed (and is
+// listed) or can no longer land. The held write is let go at the new process's first refusal (on
+// the old code: right after p2 was bound), so it lands if it still may.
+TEST_F(LeaderFencingBinary, ARestartedLoneExtenderNeverBindsBesideItsPredecessorsLateBinding) {
+  const std::string p1 = testing::PodJson("p1", "uid-p1", "aws.amazon.com/neuron", 16);
+  const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 16);
+  server_.UpsertPod(p1);
+  server_.UpsertPod(p2);
+  const std::string args = "--kubeconfig " + kubeconfig_ +
+                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s";
+  FailureRule hold{"POST", "/api/v1/namespaces/default/pods/p1/binding", 0};
+  hold.hold = true;
+  server_.InjectFailure(hold);
+  const std::string bind_p1 =
+      R"({"PodName":"p1","PodNamespace":"default","PodUID":"uid-p1","Node":"trn-0"})";
+  const std::string bind_p2 =
+      R"({"PodName":"p2","PodNamespace":"default","PodUID":"uid-p2","Node":"trn-0"})";
+  {
+    ExtenderProcess first(args, dir_.path() + "/first.log");
+    ASSERT_TRUE(WaitForReady(first)) << first.log();
+    const int port = first.port();
+    // Asked again as kube-scheduler would, until the Binding reaches the API server and is held
+    // there (the call then hangs until the process dies).
+    std::atomic<bool> stop{false};
+    std::thread scheduler([&] {
+      net::HttpClient http{net::HttpClientOptions{}};
+      (void)WaitUntil(
+          [&] {
+            if (stop || server_.held() > 0) return true;
+            (void)Call(http, port, "POST", "/filter", testing::NamesArgs(p1, {"trn-0"}));
+            (void)Call(http, port, "POST", "/bind", bind_p1);
+            return false;
+          },
+          60s, 50ms);
+    });
+    const bool held = WaitUntil([&] { return server_.held() == 1; }, 30s);
+    first.Signal(SIGKILL);
+    ASSERT_TRUE(first.WaitForExit(10s));
+    stop = true;
+    scheduler.join();
+    ASSERT_TRUE(held) << "p1's Binding never reached the API server\n" << first.log();
+  }
+  ExtenderProcess second(args, dir_.path() + "/second.log");
+  ASSERT_TRUE(WaitUntil([&] { return second.port() != 0; }, 30s)) << second.log();
+  const int port = second.port();
+  int refused_while_settling = 0;
+  std::string answer;
+  const bool answered = WaitUntil(
+      [&] {
+        (void)Call(http_, port, "POST", "/filter", testing::NamesArgs(p2, {"trn-0"}));
+        auto bound = Call(http_, port, "POST", "/bind", bind_p2);
+        if (!bound.ok() || bound->status != 200) return false;
+        answer = json::parse(bound->body)["Error"].get<std::string>();
+        if (answer.find("restart-settle") != std::string::npos) {
+          if (refused_while_settling++ == 0) server_.ReleaseHeld();  // the old write may land now
+          return false;
+        }
+        return answer.find("not yet listed") == std::string::npos;  // still starting
+      },
+      30s, 50ms);
+  ASSERT_TRUE(answered) << second.log();
+  server_.ReleaseHeld();  // on the old code, nothing refused: the old write lands now
+  const json one = json::parse(*server_.GetPodJson("default", "p1"));
+  const json two = json::parse(*server_.GetPodJson("default", "p2"));
+  std::cout << "p1 on '" << one["spec"].value("nodeName", "") << "', p2 on '"
+            << two["spec"].value("nodeName", "") << "'; p2's bind answered '" << answer
+            << "' after " << refused_while_settling << " refusals\n";
+  EXPECT_FALSE(one["spec"].value("nodeName", "") == "trn-0" &&
+               two["spec"].value("nodeName", "") == "trn-0")
+      << "p1 and p2 are both bound to trn-0's 16 devices (p1: "
+      << one["metadata"]["annotations"].dump() << ", p2: " << two["metadata"]["annotations"].dump()
+      << ")\n"
+      << second.log();
+  EXPECT_GT(refused_while_settling, 0) << "the restarted process bound at once";
 }
 
 }  // namespace

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
@@ -78,6 +80,9 @@ struct ExtenderOptions {
   std::string retry_period = "2s";
   std::string lease_name = "k8s-neuron-scheduler";
   std::string lease_namespace = "kube-system";
+  // Without leader election: every Binding's bound, and the wait at start (LoneWriteFence).
+  std::string bind_write_timeout = "5s";
+  std::string restart_settle = "10s";
 };
 
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
@@ -222,6 +227,16 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
   cmd->add_option("--leader-elect-resource-name", o->lease_name, "Name of the Lease")
       ->capture_default_str();
   cmd->add_option("--leader-elect-resource-namespace", o->lease_namespace, "Namespace of the Lease")
+      ->capture_default_str();
+  cmd->add_option("--bind-write-timeout", o->bind_write_timeout,
+                  "Without --leader-elect: how long a Binding may take; the API server is told "
+                  "too (?timeout=), so it never lands later")
+      ->capture_default_str();
+  cmd->add_option("--restart-settle", o->restart_settle,
+                  "Without --leader-elect: after start, binds are refused (kube-scheduler retries "
+                  "the pod) until this has passed and pods are listed afresh, so a Binding of the "
+                  "previous process has landed or can no longer land; filter and prioritize are "
+                  "answered at once. At least --bind-write-timeout + 1s")
       ->capture_default_str();
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
@@ -378,6 +393,7 @@ struct ExtenderProcess {
   std::unique_ptr<kube::ApiClient> client;
   std::unique_ptr<kube::ApiClient> election_client;
   std::unique_ptr<kube::LeaderElector> elector;
+  std::unique_ptr<extender::LoneWriteFence> lone_fence;  // online without election
   std::unique_ptr<extender::ClusterWriter> writer;
   std::unique_ptr<extender::ExtenderService> service;
   // A new leader serves only from a pod list sent after it took the lease (a quorum read), not
@@ -440,6 +456,17 @@ Status ExtenderProcess::ConnectCluster() {
   if (o.leader_elect) {
     TOPOSCHED_ASSIGN_OR_RETURN(election, LeaderElectionFromFlags(o));
   }
+  extender::LoneWriteFence::Options lone;
+  if (!o.leader_elect) {
+    for (auto [flag, text, out] :
+         {std::tuple{"--bind-write-timeout", &o.bind_write_timeout, &lone.write_timeout},
+          std::tuple{"--restart-settle", &o.restart_settle, &lone.settle}}) {
+      auto parsed = kube::ParseDuration(*text);
+      if (!parsed.ok()) return Error{fmt::format("{}: {}", flag, parsed.error())};
+      *out = std::chrono::duration_cast<std::chrono::milliseconds>(*parsed);
+    }
+    TOPOSCHED_RETURN_IF_ERROR(extender::LoneWriteFence::Validate(lone));
+  }
   auto made = kube::ApiClient::FromEnvironment(o.kubeconfig);
   if (!made.ok()) {
     return Error{
@@ -448,7 +475,22 @@ Status ExtenderProcess::ConnectCluster() {
   client = std::move(made).value();
   service_options.gang_size = GangSizeFromApi(*client);
   if (!election) {
-    writer = std::make_unique<extender::ApiClusterWriter>(*client, nullptr, nullptr);
+    // Nothing else fences a lone process from its previous incarnation's writes (a crash, a
+    // restart): its clock starts here, before anything can be written.
+    lone_fence = std::make_unique<extender::LoneWriteFence>(
+        lone, SteadyNs, [this] { return pod_informer ? pod_informer->Relist() : UINT64_MAX; },
+        [this] { return pod_informer ? pod_informer->RelistsDelivered() : 0; });
+    extender::LoneWriteFence* fence = lone_fence.get();
+    writer = std::make_unique<extender::ApiClusterWriter>(*client, nullptr,
+                                                          [fence] { return fence->WriteBudget(); });
+    service_options.bind_gate = [fence]() -> Status {
+      auto budget = fence->WriteBudget();
+      return budget.ok() ? OkStatus() : Status(Error{budget.error()});
+    };
+    spdlog::info(
+        "no leader election: binds wait {} after start (--restart-settle); every Binding "
+        "is cut at {} (--bind-write-timeout)",
+        o.restart_settle, o.bind_write_timeout);
     return OkStatus();
   }
   const kube::LeaderElectionConfig& config = *election;
@@ -602,6 +644,8 @@ class Housekeeping {
     // Campaign only once warm (nodes and pods listed, tracker rebuilt), so a cold process never
     // takes the lease from a warm standby.
     if (p_.elector && p_.node_informer->Synced() && p_.pod_informer->Synced()) p_.elector->Start();
+    // A lone process asks for its fresh pod list once settled, not at its first bind.
+    if (p_.lone_fence) p_.lone_fence->Settled();
     // A new leader reconciles partitions before it turns Ready (the service skips it on a
     // standby), so a dead leader's half-made partition is removed then.
     if (!service.Ready()) {
@@ -648,7 +692,15 @@ void ShutDown(ExtenderProcess& p, Housekeeping& housekeeping, net::HttpServer& s
   // 4. The bind pool: every bind has returned once it is joined (before the server is destroyed,
   //    so no bind answers into freed memory).
   p.router.reset();
-  // 5. Only now hand the lease over: a standby takes over at its next retry, not after 15 s.
+  // 5. A Binding answered without a definite outcome (a 5xx, a cut reply) may land until its
+  //    ?timeout= ends: wait it out (bounded by that timeout), so neither a standby nor the next
+  //    process binds beside it.
+  if (const auto left = p.writer->UnknownWritesSettleIn(); left.count() > 0) {
+    spdlog::info("waiting {} ms for Bindings whose outcome is unknown to land or expire",
+                 left.count());
+    std::this_thread::sleep_for(left);
+  }
+  // 6. Only now hand the lease over: a standby takes over at its next retry, not after 15 s.
   if (p.elector) p.elector->Stop();
   if (p.pod_informer) p.pod_informer->Stop();
   if (p.node_informer) p.node_informer->Stop();

@@ -233,11 +233,13 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
   std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced;
   std::unordered_set<std::string> alive;
+  std::unordered_map<std::string, std::string> listed;
   int invalid = 0;
   size_t unplaced_count = 0;
   for (const auto& pod : pods) {
     if (pod.Terminated()) continue;
     alive.insert(pod.uid);
+    if (partitions_) listed.emplace(pod.uid, pod.Key());
     auto requests = RequestsOf(pod, options_.resources);
     if (!requests.ok() || !requests->spec.AsksForAnything()) continue;
     cache[pod.uid] = std::move(requests).value();
@@ -276,6 +278,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     pods_ = std::move(cache);
     std::erase_if(contested_, [&](const auto& entry) { return alive.count(entry.first) == 0; });
     annotated_ = std::move(annotated);
+    listed_ = std::move(listed);
     unplaced_ = std::move(unplaced);
     for (const auto& entry : unplaced_) unplaced_nodes.push_back(entry.first);
     gang_members_.clear();
@@ -318,6 +321,10 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
   if (pod.Terminated()) {
     DeletePod(pod);
     return;
+  }
+  if (partitions_) {
+    MutexLock lock(mu_);
+    listed_.try_emplace(pod.uid, pod.Key());
   }
   auto requests = RequestsOf(pod, options_.resources);
   if (!requests.ok() || !requests->spec.AsksForAnything()) return;
@@ -392,6 +399,7 @@ void ExtenderService::DeletePod(const kube::Pod& pod) {
   {
     MutexLock lock(mu_);
     annotated_.erase(pod.uid);
+    listed_.erase(pod.uid);
     if (auto it = unplaced_.find(pod.node_name); it != unplaced_.end()) {
       it->second.erase(pod.uid);
       if (it->second.empty()) unplaced_.erase(it);
@@ -433,10 +441,18 @@ Status ExtenderService::ReconcilePartitions() {
     // An orphan is a partition whose owner pod is gone, not one whose owner holds nothing: a
     // live pod whose hold failed to rebuild (a conflict, a record we cannot read) still runs on
     // it. Its devices are held until the pod is deleted and the partition removed.
+    // Alive means listed, whatever the pod asks for: a pod asking a resource the current flags
+    // do not manage (an upgrade renamed --device-resource) still runs on its partition.
     std::string owner_key;
+    bool managed = false;
     {
       ReaderLock lock(mu_);
-      if (auto it = pods_.find(owner); it != pods_.end()) owner_key = it->second.spec.name;
+      if (auto it = pods_.find(owner); it != pods_.end()) {
+        owner_key = it->second.spec.name;
+        managed = true;
+      } else if (auto listed_it = listed_.find(owner); listed_it != listed_.end()) {
+        owner_key = listed_it->second;
+      }
     }
     if (!owner_key.empty()) {
       ++kept_for_live;
@@ -444,11 +460,18 @@ Status ExtenderService::ReconcilePartitions() {
         metrics_.CountTrackerError("hold_live_partition");
         spdlog::warn("partition {} of live pod {}: {}", p.name, owner_key, s.error());
       }
-      ReportProblem(owner, owner_key, "PartitionKept",
-                    fmt::format("partition {} is kept for this running pod although its devices "
+      ReportProblem(
+          owner, owner_key, "PartitionKept",
+          managed ? fmt::format("partition {} is kept for this running pod although its devices "
                                 "could not be restored from its record; they stay held until "
                                 "the pod is deleted",
-                                p.name));
+                                p.name)
+                  : fmt::format("partition {} is kept for this running pod, which asks for no "
+                                "resource this extender manages (devices: {}; cores: {}): was "
+                                "--device-resource or --core-resource renamed? Its devices stay "
+                                "held until the pod is deleted",
+                                p.name, fmt::join(options_.resources.device, ","),
+                                fmt::join(options_.resources.core, ",")));
       continue;
     }
     ++orphans;

@@ -26,6 +26,13 @@ ExtenderService::ExtenderService(const topology::Catalog& catalog, ExtenderOptio
 }
 
 std::string ExtenderService::Bind(const BindingArgs& args) {
+  if (options_.bind_gate) {
+    if (Status open = options_.bind_gate(); !open.ok()) {
+      spdlog::info("bind {}/{} refused: {}", args.pod_namespace, args.pod_name, open.error());
+      return EncodeBindingResult(
+          fmt::format("bind {}/{}: {}", args.pod_namespace, args.pod_name, open.error()));
+    }
+  }
   {
     MutexLock lock(binds_mu_);
     if (binds_stopped_) {

@@ -78,6 +78,10 @@ class ClusterWriter {
   // reservation must outlive it, or a slow but successful write would leave the pod bound to ids
   // the tracker had already freed.
   virtual std::chrono::milliseconds MaxWriteTime() const { return {}; }
+  // How long from now a Binding already answered with an unknown outcome (a 5xx, a cut
+  // connection) may still land: shutdown waits it out before the Lease is released or the
+  // process exits. Zero when none may.
+  virtual std::chrono::milliseconds UnknownWritesSettleIn() const { return {}; }
   // Raises a Kubernetes Event on the pod; best effort.
   virtual void Event(const std::string& ns, const std::string& name, const std::string& uid,
                      std::string_view type, std::string_view reason, std::string_view message) = 0;
@@ -115,6 +119,10 @@ struct ExtenderOptions {
   // How often a read-back that found nothing definite is tried again (doubling up to 16 times
   // this).
   std::chrono::milliseconds read_back_retry{1000};
+  // Checked as each bind begins: an error refuses it with that message (kube-scheduler retries
+  // the pod) before any id is reserved or partition made. A lone extender closes it while its
+  // previous process's Bindings may still land (LoneWriteFence). Null: open.
+  std::function<Status()> bind_gate;
 };
 
 // The annotation the Binding carries: the partition made for the pod (claims/keys.h).
@@ -310,6 +318,10 @@ class ExtenderService {
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);
+  // With a provisioner: every live listed pod (uid -> namespace/name), whatever it asks for. A
+  // partition's owner is alive while listed here, even when it asks no resource the current flags
+  // manage (a renamed --device-resource): liveness never depends on the resource flags.
+  std::unordered_map<std::string, std::string> listed_ TS_GUARDED_BY(mu_);
   // Binds whose Binding's outcome is not yet known, by uid (their ids stay held).
   std::unordered_map<std::string, UnknownBind> unknown_binds_ TS_GUARDED_BY(mu_);
   std::atomic<bool> nodes_synced_{false};

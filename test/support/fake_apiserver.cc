@@ -10,6 +10,8 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -321,6 +323,13 @@ class FakeApiServer::Impl {
   int connections_ = 0;
   std::vector<FailureRule> failures_;
   std::vector<RecordedRequest> requests_;
+  // Requests a `hold` rule keeps: what answers them, and when they can no longer be applied.
+  struct Held {
+    std::function<void()> finish;
+    std::function<void()> expire;
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+  };
+  std::vector<Held> held_;
 
   net::io_context io_;
   ssl::context tls_{ssl::context::tls_server};
@@ -631,6 +640,13 @@ void FakeApiServer::Impl::OnRequest(const std::shared_ptr<Session>& session, Req
   }
   if (!failure.has_value()) return Route(session, request);
 
+  std::function<void()> expire;
+  if (failure->hold) {
+    expire = [session, copy = request]() {
+      session->Send(StatusResponse(
+          copy, 504, "Timeout: request did not complete within the allowed duration"));
+    };
+  }
   auto finish = [this, session, request = std::move(request), status = failure->status,
                  apply = failure->apply_first]() {
     if (status != 0 && apply) {
@@ -650,6 +666,31 @@ void FakeApiServer::Impl::OnRequest(const std::shared_ptr<Session>& session, Req
       Route(session, request);
     }
   };
+  if (failure->hold) {
+    // ?timeout=Nms (what toposched sends) bounds when the server may still apply it.
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (const size_t at = record.query.find("timeout="); at != std::string::npos) {
+      const std::string value = record.query.substr(at + 8, record.query.find('&', at) - at - 8);
+      if (value.size() > 2 && value.ends_with("ms")) {
+        deadline = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(std::stoll(value.substr(0, value.size() - 2)));
+      }
+    }
+    Held held{std::move(finish), std::move(expire), deadline};
+    if (failure->delay.count() == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      held_.push_back(std::move(held));
+      return;
+    }
+    session->timer().expires_after(failure->delay);
+    session->timer().async_wait(
+        [this, held = std::move(held), session](beast::error_code error) mutable {
+          if (error) return;
+          std::lock_guard<std::mutex> lock(mutex_);
+          held_.push_back(std::move(held));
+        });
+    return;
+  }
   if (failure->delay.count() == 0) return finish();
   session->timer().expires_after(failure->delay);
   session->timer().async_wait(
@@ -1461,6 +1502,32 @@ int FakeApiServer::connections_accepted() const {
 void FakeApiServer::InjectFailure(FailureRule rule) {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   impl_->failures_.push_back(std::move(rule));
+}
+
+int FakeApiServer::held() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return static_cast<int>(impl_->held_.size());
+}
+
+void FakeApiServer::ReleaseHeld() {
+  std::vector<Impl::Held> held;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex_);
+    held.swap(impl_->held_);
+  }
+  // Handled on the io thread; returns once each was applied (or expired) and its answer queued.
+  std::promise<void> done;
+  net::post(impl_->io_, [&held, &done] {
+    for (auto& h : held) {
+      if (h.deadline && std::chrono::steady_clock::now() > *h.deadline) {
+        h.expire();  // past its deadline: the server gave it up, nothing applied
+      } else {
+        h.finish();
+      }
+    }
+    done.set_value();
+  });
+  done.get_future().wait();
 }
 
 void FakeApiServer::ClearFailures() {

@@ -64,6 +64,10 @@ struct FailureRule {
   // after the write reached storage): a pod Binding or merge-patch is done, then the answer is
   // replaced. Other requests are not applied.
   bool apply_first = false;
+  // Held, after `delay`, until ReleaseHeld(): a write that reached the server and waits there
+  // (its client may die meanwhile). Released past its `?timeout=` (counted from its arrival) it
+  // is answered 504 and not applied, as kube-apiserver abandons a request at that deadline.
+  bool hold = false;
 };
 
 struct KubeconfigOptions {
@@ -151,6 +155,10 @@ class FakeApiServer {
   int connections_accepted() const;
 
   void InjectFailure(FailureRule rule);
+  // Requests held by a `hold` rule right now; ReleaseHeld lets every one of them go on and
+  // returns once each was applied, or answered 504 past its deadline.
+  int held() const;
+  void ReleaseHeld();
   // Forgets every injected failure, used up or not.
   void ClearFailures();
 
