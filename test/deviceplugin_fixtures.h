@@ -129,6 +129,9 @@ class FakePodSource : public deviceplugin::PodSource {
     }
     return OkStatus();
   }
+  Result<std::optional<std::string>> ReadNodeLabel(std::string_view key) override {
+    return NodeLabel(std::string(key));
+  }
   std::optional<std::string> NodeLabel(const std::string& key) {
     std::lock_guard lock(mutex_);
     auto it = node_labels_.find(key);

@@ -13,8 +13,12 @@
 
 #include "claims/gang.h"
 #include "claims/keys.h"
+#include "deviceplugin/api_pod_source.h"
 #include "deviceplugin/manager.h"
 #include "deviceplugin_fixtures.h"
+#include "extender_fixtures.h"
+#include "kube/client.h"
+#include "support/fake_apiserver.h"
 #include "support/temp_dir.h"
 #include "support/wait.h"
 
@@ -617,6 +621,76 @@ TEST_F(DevicePluginServerTest, AnEndpointKubeletAlreadyHoldsCountsAsRegistered) 
   const Readiness& readiness = plugin.manager().readiness();
   ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
   EXPECT_EQ(plugin.manager().registrations(), 2);
+}
+
+// Issue 29, row 5: a Node object deleted and re-created (kubelet re-registering) has lost the
+// plugin's LNC label, the extender's positive evidence of a Trn2 node's LNC. Before the fix the
+// plugin set it once per process: the re-created node stayed unlabelled. Driven through the fake
+// API server: the plugin reads its node back and merge-patches the label when it is missing or
+// different, and only then.
+class DevicePluginLabelTest : public DevicePluginServerTest {
+ protected:
+  void SetUp() override {
+    Install("trn2.48xlarge", 1);
+    api_.UpsertNode(testing::EksNodeJson("node-a", "trn2.48xlarge", 16, 128));
+    auto client = kube::ApiClient::FromKubeconfig(api_.WriteKubeconfig(dir_.path() + "/kc"));
+    ASSERT_TRUE(client.ok()) << client.error();
+    client_ = std::move(client).value();
+    source_ = std::make_unique<ApiPodSource>(*client_, "node-a");
+  }
+
+  // The node re-created as kubelet registers it, with `labels` (JSON members) of its own.
+  void RecreateNode(const std::string& labels = "") {
+    api_.DeleteNode("node-a");
+    std::string json = testing::EksNodeJson("node-a", "trn2.48xlarge", 16, 128);
+    if (!labels.empty())
+      json.replace(json.find(R"("labels":{)"), 10, R"("labels":{)" + labels + ",");
+    api_.UpsertNode(json);
+  }
+  size_t Patches() const { return api_.RequestsMatching("PATCH", "/api/v1/nodes/node-a").size(); }
+  size_t Reads() const { return api_.RequestsMatching("GET", "/api/v1/nodes/node-a").size(); }
+  bool Labelled(const std::string& lnc) const {
+    const auto node = api_.GetNodeJson("node-a");
+    return node && node->find(R"("toposched.io/neuron-lnc":")" + lnc + R"(")") != std::string::npos;
+  }
+
+  testing::FakeApiServer api_;
+  std::unique_ptr<kube::ApiClient> client_;
+  std::unique_ptr<ApiPodSource> source_;
+};
+
+TEST_F(DevicePluginLabelTest, ARecreatedNodeGetsItsLncLabelBackOnThePeriodicCheck) {
+  PluginOptions options = FastOptions(host_);
+  options.label_interval = 50ms;
+  RunningPlugin plugin(options, *source_);
+  ASSERT_TRUE(WaitUntil([&] { return Patches() == 1 && Labelled("1"); }, 5s));
+
+  RecreateNode();
+  ASSERT_FALSE(Labelled("1"));
+  EXPECT_TRUE(WaitUntil([&] { return Patches() == 2 && Labelled("1"); }, 5s))
+      << "the re-created node was not labelled again; PATCHes: " << Patches();
+
+  RecreateNode(R"("toposched.io/neuron-lnc":"2")");  // someone else's, wrong value
+  EXPECT_TRUE(WaitUntil([&] { return Patches() == 3 && Labelled("1"); }, 5s))
+      << "PATCHes: " << Patches();
+
+  // Bounded: a label that is right is read, not written again.
+  const size_t reads = Reads();
+  ASSERT_TRUE(WaitUntil([&] { return Reads() >= reads + 3; }, 5s));
+  EXPECT_EQ(Patches(), 3u);
+}
+
+TEST_F(DevicePluginLabelTest, ARecreatedNodeGetsItsLncLabelBackWhenKubeletReRegisters) {
+  PluginOptions options = FastOptions(host_);
+  options.label_interval = std::chrono::hours(1);  // only the re-registration checks
+  RunningPlugin plugin(options, *source_);
+  ASSERT_TRUE(WaitUntil([&] { return kubelet_->RegistrationCount(kCore) == 1; }, 5s));
+  ASSERT_TRUE(WaitUntil([&] { return Patches() == 1 && Labelled("1"); }, 5s));
+
+  RecreateNode();
+  kubelet_->Restart();
+  EXPECT_TRUE(WaitUntil([&] { return Patches() == 2 && Labelled("1"); }, 5s))
+      << "the re-created node was not labelled again; PATCHes: " << Patches();
 }
 
 }  // namespace

@@ -66,6 +66,21 @@ Status ApiPodSource::PatchNodeLabel(std::string_view key, const std::optional<st
   return OkStatus();
 }
 
+Result<std::optional<std::string>> ApiPodSource::ReadNodeLabel(std::string_view key) {
+  const std::string what = fmt::format("reading node {}", node_name_);
+  auto response = client_.Get("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name_));
+  if (!response.ok()) return Error{fmt::format("{}: {}", what, response.error())};
+  if (response->status < 200 || response->status > 299) {
+    return Error{fmt::format("{}: HTTP {}: {}", what, response->status,
+                             kube::StatusMessage(response->body))};
+  }
+  auto node = kube::DecodeNode(response->body);
+  if (!node.ok()) return Error{fmt::format("{}: {}", what, node.error())};
+  auto label = node->labels.find(key);
+  if (label == node->labels.end()) return std::optional<std::string>();
+  return std::optional<std::string>(label->second);
+}
+
 WatchedPodSource::WatchedPodSource(kube::ApiClient& client, const std::string& node_name,
                                    kube::InformerOptions options)
     : api_(client, node_name) {

@@ -26,6 +26,7 @@ class ApiPodSource : public PodSource {
   Status PostWarning(const kube::Pod& pod, std::string_view reason,
                      std::string_view message) override;
   Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override;
+  Result<std::optional<std::string>> ReadNodeLabel(std::string_view key) override;
 
  private:
   kube::ApiClient& client_;
@@ -53,6 +54,9 @@ class WatchedPodSource : public PodSource {
   }
   Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
     return api_.PatchNodeLabel(key, value);
+  }
+  Result<std::optional<std::string>> ReadNodeLabel(std::string_view key) override {
+    return api_.ReadNodeLabel(key);
   }
 
   bool Synced() const { return informer_->Synced(); }

@@ -113,22 +113,66 @@ bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
   return false;
 }
 
-void DevicePluginManager::PublishLnc() {
+void DevicePluginManager::EnsureLncLabel() {
   const topology::NodeShape& shape = topology_->shape;
-  if (!topology_->type->has_lnc || shape.lnc == 0) {
-    lnc_published_ = true;  // nothing to say: the type has no LNC
-    return;
-  }
+  if (!topology_->type->has_lnc || shape.lnc == 0) return;  // nothing to say
   const std::string value = std::to_string(shape.lnc);
-  if (Status labelled = pods_.PatchNodeLabel(claims::kLabelNeuronLnc, value); !labelled.ok()) {
-    spdlog::warn(
-        "cannot label node {} {}={}: {}; the extender infers the LNC from allocatable until "
-        "it can (retried with each PodResources pass)",
-        options_.node_name, claims::kLabelNeuronLnc, value, labelled.error());
+  const std::string label = fmt::format("{}={}", claims::kLabelNeuronLnc, value);
+  // A Node object deleted and re-created (kubelet re-registering) has lost the label; without it
+  // and with an allocatable that does not pin the LNC the extender could read the node wrongly.
+  std::string found;
+  if (auto read = pods_.ReadNodeLabel(claims::kLabelNeuronLnc); !read.ok()) {
+    found =
+        fmt::format("could not be read ({}), so its label is set without reading", read.error());
+  } else if (!read->has_value()) {
+    found = fmt::format("has no {} label", claims::kLabelNeuronLnc);
+  } else if (**read != value) {
+    found = fmt::format("is labelled {}={}, but the driver runs at LNC {}", claims::kLabelNeuronLnc,
+                        **read, value);
+  } else {
+    if (!label_logged_.empty())
+      spdlog::info("node {} is labelled {} now", options_.node_name, label);
+    label_logged_.clear();
     return;
   }
-  spdlog::info("labelled node {} {}={}", options_.node_name, claims::kLabelNeuronLnc, value);
-  lnc_published_ = true;
+  if (Status labelled = pods_.PatchNodeLabel(claims::kLabelNeuronLnc, value); !labelled.ok()) {
+    std::string message = fmt::format(
+        "node {} {}; cannot label it {}: {}; the extender infers the LNC from allocatable until "
+        "it can (retried every {} s)",
+        options_.node_name, found, label, labelled.error(), options_.label_interval.count() / 1000);
+    if (message != label_logged_) spdlog::warn("{}", message);  // a repeated failure once
+    label_logged_ = std::move(message);
+    return;
+  }
+  spdlog::info("node {} {}: labelled it {}", options_.node_name, found, label);
+  label_logged_.clear();
+}
+
+void DevicePluginManager::KickLabelCheck() {
+  {
+    MutexLock lock(label_mutex_);
+    label_kicked_ = true;
+  }
+  label_wake_.NotifyAll();
+}
+
+void DevicePluginManager::LabelLoop(const std::atomic<bool>& stop) {
+  auto next = std::chrono::steady_clock::now() + options_.label_interval;
+  while (!stop) {
+    bool kicked = false;
+    {
+      MutexLock lock(label_mutex_);
+      // Short waits: `stop` is an atomic nobody notifies.
+      label_wake_.WaitFor(label_mutex_, kTick,
+                          [&]() TS_REQUIRES(label_mutex_) { return label_kicked_; });
+      kicked = label_kicked_;
+      label_kicked_ = false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!kicked && now < next) continue;
+    next = now + options_.label_interval;
+    EnsureLncLabel();
+  }
 }
 
 void DevicePluginManager::PublishDraClaims() {
@@ -209,7 +253,6 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
     const bool due =
         options_.reconcile_interval.count() > 0 && now - last_run >= options_.reconcile_interval;
     if (!run && !due) continue;
-    if (!lnc_published_) PublishLnc();
     PublishDraClaims();
     std::string error;
     if (!every_pod) {
@@ -379,6 +422,8 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
         readiness_.Set(false, "kubelet restarted: registering again");
         // A new kubelet (maybe upgraded) may offer other PodResources calls.
         if (pod_resources_ != nullptr) pod_resources_->KubeletRestarted();
+        // kubelet may have registered its Node object anew (without our label).
+        KickLabelCheck();
       }
       if (!server.serving() || !server.SocketExists()) {
         if (now < endpoint.next_attempt) continue;
@@ -465,7 +510,7 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
     allocations_->set_kubelet_view(pod_resources_.get());
     allocations_->set_on_grant_to_record([this](const std::string& pod) { KickReconcile(pod); });
   }
-  PublishLnc();
+  EnsureLncLabel();
   // Before kubelet learns our devices: the extender must not offer a node whose DRA claims
   // still hold some (the management label was just removed).
   PublishDraClaims();
@@ -474,10 +519,13 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
   std::thread health_thread([&] { HealthLoop(stop); });
   std::thread reconcile_thread;
   if (reconcile) reconcile_thread = std::thread([&] { ReconcileLoop(stop); });
+  std::thread label_thread;
+  if (topology_->type->has_lnc) label_thread = std::thread([&] { LabelLoop(stop); });
   ServeAndRegister(stop);
   health_->Close();
   health_thread.join();
   if (reconcile_thread.joinable()) reconcile_thread.join();
+  if (label_thread.joinable()) label_thread.join();
   spdlog::info("device plugin stopped");
   return OkStatus();
 }

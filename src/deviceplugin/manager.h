@@ -3,7 +3,7 @@
 // kubelet restarts, turns ready once kubelet holds the advertised devices (readiness.h), records
 // kubelet's real assignment on pods that had no allocation and on pods whose containers got other
 // ids than their record (toposched.io/granted), and labels the node with the LNC it serves at
-// (toposched.io/neuron-lnc).
+// (toposched.io/neuron-lnc), again whenever a re-created Node object has lost the label.
 #ifndef TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 #define TOPOSCHED_DEVICEPLUGIN_MANAGER_H_
 
@@ -59,6 +59,9 @@ struct PluginOptions {
   std::chrono::milliseconds allocatable_retry{250};
   std::chrono::milliseconds allocatable_grace{10000};
   std::chrono::milliseconds allocatable_recheck{30000};
+  // How often the node's LNC label is read back and set again when it is missing or different
+  // (a Node object deleted and re-created has lost it); also after kubelet re-registers.
+  std::chrono::milliseconds label_interval{60000};
 };
 
 // The default resources (claims/resources.h): devices as aws.amazon.com/neuron (alias
@@ -100,9 +103,13 @@ class DevicePluginManager {
   void KickReconcile(const std::string& pod);
   // Readiness once every endpoint is registered: does kubelet hold what we advertise?
   void CheckKubeletHolds(AllocatableWatch& watch);
-  // Labels the node with the LNC this plugin serves at (claims::kLabelNeuronLnc), for the
-  // extender; lnc_published_ once done (or when the type has no LNC).
-  void PublishLnc();
+  // Keeps the node labelled with the LNC this plugin serves at (claims::kLabelNeuronLnc), the
+  // extender's positive evidence of it: one check every label_interval, or sooner when kicked.
+  void LabelLoop(const std::atomic<bool>& stop);
+  void KickLabelCheck();
+  // One check: reads the label back and patches it when absent or different (without reading,
+  // when it cannot be read); logs what it found and did. No-op for a type without an LNC.
+  void EnsureLncLabel();
   // Labels the node with how many DRA devices of toposched's driver kubelet still lists prepared
   // in this node's pool (claims::kLabelDraClaimsHeld), or removes the label once none is left:
   // the extender offers the node only without it. Before registering, then each PodResources
@@ -119,10 +126,14 @@ class DevicePluginManager {
   std::unique_ptr<AllocationService> allocations_;
   std::unique_ptr<PodResourcesClient> pod_resources_;  // null when PodResources is off
   Readiness readiness_;
-  std::atomic<bool> lnc_published_{false};
   // The kLabelDraClaimsHeld value last written (nullopt inside: removed); unset until the first
   // write. Only Run, before the reconcile thread starts, and that thread touch it.
   std::optional<std::optional<std::string>> dra_claims_published_;
+  Mutex label_mutex_;
+  CondVar label_wake_;
+  bool label_kicked_ TS_GUARDED_BY(label_mutex_) = false;
+  // What the last label check logged (Run's first check, then LabelLoop's thread only).
+  std::string label_logged_;
 
   Mutex reconcile_mutex_;
   CondVar reconcile_wake_;

@@ -39,6 +39,10 @@ class PodSource {
                                 const std::optional<std::string>& /*value*/) {
     return Error{"no API writer for node labels"};
   }
+  // One label of this node as the API has it now (nullopt: the node has no such label).
+  virtual Result<std::optional<std::string>> ReadNodeLabel(std::string_view /*key*/) {
+    return Error{"no API reader for node labels"};
+  }
 };
 
 // One DRA device kubelet prepared for a container (PodResources `dynamic_resources`, reported

@@ -109,8 +109,22 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     MutexLock lock(mu_);
     not_offered_.erase(node.name);
   }
-  NodeFacts facts =
-      FactsOf(node, catalog_, options_.pools, options_.resources, previous ? &*previous : nullptr);
+  // A Node object deleted and re-created while its pods run (kubelet re-registering) may lack
+  // the evidence of its LNC for a while: the facts it had when its pods' holds were parked stand
+  // for the last known ones (issue 29).
+  std::optional<NodeFacts> last_known = previous;
+  if (!last_known) {
+    if (std::optional<tracker::NodeInfo> departed = tracker_.DepartedNode(node.name)) {
+      last_known.emplace();
+      last_known->instance_type = departed->instance_type;
+      last_known->pool = departed->pool;
+      last_known->lnc = departed->lnc;
+      spdlog::info("node {} is back while pods' holds are parked for it; last known: {} LNC {}",
+                   node.name, departed->instance_type, departed->lnc);
+    }
+  }
+  NodeFacts facts = FactsOf(node, catalog_, options_.pools, options_.resources,
+                            last_known ? &*last_known : nullptr);
   if (known && previous->SameNode(facts)) return;
   if (node.instance_type.empty() && facts.pool.empty()) {
     spdlog::debug("node {} has no instance-type label; pods asking for accelerators fail there",

@@ -44,7 +44,8 @@ bool HasFacts(const kube::Node& node);
 // `pools` may be null (no shared pools configured). The LNC comes only from positive evidence:
 // the device plugin's label (claims::kLabelNeuronLnc), else an unambiguous allocatable (the
 // node's whole core count at exactly one LNC, with its whole device count), else `previous`'s
-// (the facts last known for the node, may be null), else the type's default.
+// (the facts last known for the node, may be null; for a re-created Node object, the tracker's
+// DepartedNode while its pods' holds are parked), else the type's default.
 NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
                   const topology::PoolSet* pools, const ResourceNames& resources,
                   const NodeFacts* previous = nullptr);

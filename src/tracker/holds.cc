@@ -90,7 +90,10 @@ void Tracker::EraseHoldLocked(std::unordered_map<std::string, Hold>::iterator it
   if (it->second.parked) {
     if (auto pit = parked_.find(it->second.allocation.node); pit != parked_.end()) {
       std::erase(pit->second, it->first);
-      if (pit->second.empty()) parked_.erase(pit);
+      if (pit->second.empty()) {
+        departed_.erase(pit->first);  // nothing is parked on its old shape any more
+        parked_.erase(pit);
+      }
     }
   } else if (PoolState* pool = PoolOfHold(it->second)) {
     ReleaseLocked(*pool, it->first, it->second.allocation);

@@ -196,6 +196,9 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, const RebuildS
     const uint64_t generation = hold.generation;
     if (place(uid, std::move(hold), generation)) ++report.reservations_kept;
   }
+  // A departed node's old shape is kept only while holds are parked for it.
+  std::erase_if(departed_, [&](const auto& entry)
+                               TS_REQUIRES(mu_) { return parked_.count(entry.first) == 0; });
   return report;
 }
 

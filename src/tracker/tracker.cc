@@ -36,8 +36,25 @@ Tracker::Tracker(const topology::Catalog& catalog, Policy policy, const topology
   RecountAllLocked();  // no lock: nothing else can see the tracker yet (unchecked in constructors)
 }
 
-Status Tracker::UpsertNode(const NodeInfo& info) {
+Status Tracker::UpsertNode(const NodeInfo& requested) {
   MutexLock lock(mu_);
+  NodeInfo info = requested;
+  std::string kept;  // why the node keeps the shape its parked holds were taken on
+  if (auto departed = departed_.find(info.name); departed != departed_.end()) {
+    const NodeInfo& old = departed->second;
+    const auto parked = parked_.find(info.name);
+    if (parked != parked_.end() &&
+        (old.instance_type != info.instance_type || old.lnc != info.lnc || old.pool != info.pool)) {
+      kept = fmt::format(
+          "node {} came back as {} (LNC {}{}) while {} pods' holds are parked for it; keeping "
+          "LNC {} ({}), the shape they were taken on, until they are gone",
+          info.name, info.instance_type, info.lnc, info.pool.empty() ? "" : ", pool " + info.pool,
+          parked->second.size(), old.lnc, old.instance_type);
+      info = old;
+      info.groups = requested.groups;  // labels can change without the shape changing
+    }
+    departed_.erase(departed);
+  }
   NodeEntry fresh;
   fresh.info = info;
   if (!info.pool.empty()) {
@@ -88,9 +105,9 @@ Status Tracker::UpsertNode(const NodeInfo& info) {
     return Error{error.starts_with("node ") ? error : fmt::format("node {}: {}", info.name, error)};
   }
   // Under the same lock as the node's arrival: no query sees it before its pods' ids are taken.
-  if (const std::vector<std::string> dropped = UnparkLocked(stored); !dropped.empty()) {
-    return Error{fmt::format("{}", fmt::join(dropped, "; "))};
-  }
+  std::vector<std::string> problems = UnparkLocked(stored);
+  if (!kept.empty()) problems.insert(problems.begin(), std::move(kept));
+  if (!problems.empty()) return Error{fmt::format("{}", fmt::join(problems, "; "))};
   return OkStatus();
 }
 
@@ -110,6 +127,7 @@ void Tracker::RemoveNode(const std::string& name) {
     hit->second.parked = true;
     parked_[name].push_back(uid);
   }
+  if (parked_.count(name) != 0) departed_.insert_or_assign(name, it->second.info);
   UncountLocked(it->second.own);
   nodes_.erase(it);
 }
@@ -359,6 +377,13 @@ std::optional<Hold> Tracker::Find(const std::string& uid) const {
   ReaderLock lock(mu_);
   auto it = holds_.find(uid);
   if (it == holds_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<NodeInfo> Tracker::DepartedNode(const std::string& name) const {
+  ReaderLock lock(mu_);
+  auto it = departed_.find(name);
+  if (it == departed_.end()) return std::nullopt;
   return it->second;
 }
 

@@ -249,13 +249,19 @@ class Tracker {
   // Adds or updates a node. An unknown instance type is an error (and the node is kept, so that
   // Fit names the reason). Changing the type of a node that holds pods is refused. A node added
   // takes back the holds parked for it (RemoveNode, Adopt) in the same step, before any query can
-  // see it free; a parked hold that no longer fits is dropped and named in the error.
+  // see it free; a parked hold that no longer fits is dropped and named in the error. A node that
+  // comes back with another type, LNC or pool while holds are parked for it keeps the shape they
+  // were taken on until they are gone (as a node present all along does), and says so in the
+  // error: its core ids would name other devices otherwise.
   Status UpsertNode(const NodeInfo& info) TS_EXCLUDES(mu_);
   // Drops the node. The holds on its own devices are parked, not dropped: a Node object deleted
   // and re-created (a kubelet re-registering) does not stop its pods, so their ids are taken
   // again when it comes back; they end when their pods are forgotten or a relist proves them
   // gone. Holds in a shared pool stay where they are (the pool outlives one head node).
   void RemoveNode(const std::string& name) TS_EXCLUDES(mu_);
+  // The node as it was when removed, while holds taken on it are parked for it: the facts a
+  // re-created Node object may not show yet (no LNC label, an ambiguous allocatable).
+  std::optional<NodeInfo> DepartedNode(const std::string& name) const TS_EXCLUDES(mu_);
 
   // Would the pod fit on the node now (committed and reserved ids count as used)? Changes nothing.
   FitResult Fit(const PodSpec& pod, const std::string& node) const TS_EXCLUDES(mu_);
@@ -457,6 +463,8 @@ class Tracker {
   std::unordered_set<std::string> releasing_uids_ TS_GUARDED_BY(mu_);
   // Node name -> the uids of the holds parked for it (Hold::parked).
   std::unordered_map<std::string, std::vector<std::string>> parked_ TS_GUARDED_BY(mu_);
+  // Node name -> what it was when RemoveNode parked holds for it; kept while any are parked.
+  std::unordered_map<std::string, NodeInfo> departed_ TS_GUARDED_BY(mu_);
   uint64_t generation_ TS_GUARDED_BY(mu_) = 0;
   // Gangs with unbound members; their unbound ranks' ids are holds named by GangSlotKey.
   std::unordered_map<std::string, GangState> gangs_ TS_GUARDED_BY(mu_);

@@ -352,6 +352,7 @@ class FakeApiServer::Impl {
                    const std::string& ns, std::vector<Requirement> selector,
                    const std::map<std::string, std::string>& params);
   Response HandleBinding(const Request& request, const std::string& ns, const std::string& name);
+  // A merge-patch of a pod (ns non-empty) or of a node (ns empty).
   Response HandlePatch(const Request& request, const std::string& ns, const std::string& name);
   // GET, POST (create) and PUT (update, 409 on a stale metadata.resourceVersion) of Leases.
   Response HandleLease(const Request& request, const std::vector<std::string>& path);
@@ -757,6 +758,9 @@ void FakeApiServer::Impl::Route(const std::shared_ptr<Session>& session, const R
     }
     return session->Send(MakeResponse(request, 201, request.body()));
   }
+  if (method == "PATCH" && n == 4 && path[2] == "nodes") {
+    return session->Send(HandlePatch(request, "", path[3]));
+  }
   if (method == "GET" && n == 4 && path[2] == "nodes") {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = nodes_.find(path[3]);
@@ -1019,17 +1023,23 @@ Response FakeApiServer::Impl::HandlePatch(const Request& request, const std::str
   json::value patch = json::parse(request.body(), error);
   if (error || !patch.is_object()) return StatusResponse(request, 400, "invalid patch JSON");
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = pods_.find(ns + "/" + name);
-  if (it == pods_.end()) return StatusResponse(request, 404, "pods \"" + name + "\" not found");
+  const bool node = ns.empty();
+  auto& store = node ? nodes_ : pods_;
+  auto it = store.find(node ? name : ns + "/" + name);
+  if (it == store.end()) {
+    return StatusResponse(request, 404,
+                          std::string(node ? "nodes" : "pods") + " \"" + name + "\" not found");
+  }
   json::value patched = MergePatch(it->second, patch);
   // Identity fields cannot change through a patch.
-  patched.as_object()["metadata"] =
-      MergePatch(patched.as_object()["metadata"], json::object{{"name", name}, {"namespace", ns}});
+  json::object identity{{"name", name}};
+  if (!node) identity["namespace"] = ns;
+  patched.as_object()["metadata"] = MergePatch(patched.as_object()["metadata"], identity);
   ++resource_version_;
   patched.as_object()["metadata"].as_object()["resourceVersion"] =
       std::to_string(resource_version_);
   it->second = std::move(patched);
-  Store(Kind::kPod, "MODIFIED", it->second);
+  Store(node ? Kind::kNode : Kind::kPod, "MODIFIED", it->second);
   return MakeResponse(request, 200, json::serialize(it->second));
 }
 
@@ -1407,6 +1417,13 @@ std::optional<std::string> FakeApiServer::GetPodJson(std::string_view ns,
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   auto it = impl_->pods_.find(std::string(ns) + "/" + std::string(name));
   if (it == impl_->pods_.end()) return std::nullopt;
+  return json::serialize(it->second);
+}
+
+std::optional<std::string> FakeApiServer::GetNodeJson(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  auto it = impl_->nodes_.find(std::string(name));
+  if (it == impl_->nodes_.end()) return std::nullopt;
   return json::serialize(it->second);
 }
 

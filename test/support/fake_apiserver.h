@@ -1,9 +1,10 @@
 // An in-process fake kube-apiserver for tests: HTTPS (Boost.Beast + Asio SSL) on 127.0.0.1 with an
 // ephemeral port and a CA made at start-up, bearer-token or client-certificate auth, and the few
 // API calls toposched makes: list and watch pods and nodes, get one, bind a pod, merge-patch a
-// pod, create events, get/create/update leases, list/get/create/update/delete ResourceSlices. Tests
-// drive it: add and change objects (watchers get the events), send bookmarks, expire history (410),
-// end or drop watch connections, inject failures and delays, and read back every request it got.
+// pod or a node, create events, get/create/update leases, list/get/create/update/delete
+// ResourceSlices. Tests drive it: add and change objects (watchers get the events), send bookmarks,
+// expire history (410), end or drop watch connections, inject failures and delays, and read back
+// every request it got.
 //
 // One io thread serves every connection; the destructor stops it. Only loopback is used.
 #ifndef TOPOSCHED_TEST_SUPPORT_FAKE_APISERVER_H_
@@ -108,6 +109,7 @@ class FakeApiServer {
   int64_t DeletePod(std::string_view ns, std::string_view name);
   int64_t DeleteNode(std::string_view name);
   std::optional<std::string> GetPodJson(std::string_view ns, std::string_view name) const;
+  std::optional<std::string> GetNodeJson(std::string_view name) const;
   // coordination.k8s.io/v1 Leases: served for GET, POST and PUT (conditional on
   // metadata.resourceVersion, 409 when stale). PutLease stores one as another process would.
   std::optional<std::string> GetLeaseJson(std::string_view ns, std::string_view name) const;
