@@ -315,11 +315,17 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
 
 void AddClaimUnits(const NodeShape& shape, const PreparedClaim& claim, topology::NodeUsage& usage) {
   const int lnc = NamesLnc(shape);
-  for (size_t p = 0; p < claim.held.cores.size(); ++p) {
-    if (!claim.held.cores.test(p)) continue;
+  // Only the node's physical cores (a core past them is not this node's), each logical core once.
+  std::vector<int> cores;
+  const size_t physical = std::min(claim.held.cores.size(), static_cast<size_t>(shape.cores) * lnc);
+  for (size_t p = 0; p < physical; ++p) {
     const int core = static_cast<int>(p) / lnc;
-    if (core >= shape.cores) continue;
-    // One id at a time: a core two claims hold (admin access aside) is counted once.
+    if (claim.held.cores.test(p) && (cores.empty() || cores.back() != core)) cores.push_back(core);
+  }
+  // Every publish adds every prepared claim, so the usual case (nothing shared) is one Take.
+  if (usage.Take(shape, topology::Unit::kCore, cores)) return;
+  // One id at a time: a core two claims hold (admin access aside) is counted once.
+  for (int core : cores) {
     if (usage.AllFree(shape, topology::Unit::kCore, {core}))
       usage.Take(shape, topology::Unit::kCore, {core});
   }
