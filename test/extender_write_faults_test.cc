@@ -318,17 +318,17 @@ class ReadBackTest : public ::testing::Test {
   // Creates the pod at the API server, filters it (which makes it known) and binds it to trn-1;
   // the error kube-scheduler gets.
   std::string Bind(const std::string& name, int devices, const std::string& node = "trn-1") {
-    const std::string json =
+    const std::string pod_json =
         testing::PodJson(name, "uid-" + name, "aws.amazon.com/neuron", devices);
     {
       std::lock_guard lock(writer_.mu);
       if (writer_.truth.count(name) == 0) {
-        auto pod = kube::DecodePod(json);
+        auto pod = kube::DecodePod(pod_json);
         EXPECT_TRUE(pod.ok());
         writer_.truth.emplace(name, *pod);
       }
     }
-    const simdjson::padded_string body(testing::NamesArgs(json, {node}));
+    const simdjson::padded_string body(testing::NamesArgs(pod_json, {node}));
     auto args = DecodeExtenderArgs(body);
     EXPECT_TRUE(args.ok());
     (void)service_->Filter(*args);  // the answer is not needed: filter makes the pod known

@@ -30,8 +30,9 @@ int main(int argc, char** argv) {
     if (!item.resource.empty()) {
       std::string ids;
       for (const std::string& id : item.device_ids) ids += (ids.empty() ? "" : ",") + JsonQuote(id);
-      fmt::print("{{\"kind\":\"devices\",\"pod\":{},\"container\":{},\"resource\":{},\"ids\":[{}]}}\n",
-                 pod, container, JsonQuote(item.resource), ids);
+      fmt::print(
+          "{{\"kind\":\"devices\",\"pod\":{},\"container\":{},\"resource\":{},\"ids\":[{}]}}\n",
+          pod, container, JsonQuote(item.resource), ids);
     }
     for (const auto& dra : item.dra_devices) {
       fmt::print(

@@ -53,15 +53,15 @@ inline kube::Pod MakePod(const std::string& name, const std::vector<ContainerAsk
 // request and limit; none when count is 0) beside cpu and memory, with the labels, tolerations
 // and status fields a real pod carries, so decoders skip what they do not read.
 struct PodJsonSpec {
-  std::string name;
-  std::string uid;  // empty: "<name>-uid"
+  std::string name{};
+  std::string uid{};  // empty: "<name>-uid"
   std::string ns = "default";
   std::string resource = "aws.amazon.com/neuron";
   int count = 0;
-  std::string node;  // spec.nodeName; empty: not bound
+  std::string node{};  // spec.nodeName; empty: not bound
   std::string phase = "Pending";
-  std::map<std::string, std::string> annotations;
-  std::string resource_version;  // empty: none (the fake API server sets its own)
+  std::map<std::string, std::string> annotations{};
+  std::string resource_version{};  // empty: none (the fake API server sets its own)
 };
 
 inline std::string PodJson(const PodJsonSpec& pod) {
