@@ -17,6 +17,7 @@
 // - its PodResources List (deviceplugin::KubeletView) reports every pod it runs and the pod it is
 //   admitting (a pod with no ids yet is one item with an empty container), with the ids it booked
 //   for each container; it books each Allocate before it admits the next container.
+// - prepared DRA claims (PrepareDra) are listed as their containers' dynamic_resources.
 // Header-only: its users link toposched_deviceplugin themselves.
 #ifndef TOPOSCHED_TEST_SUPPORT_KUBELET_MODEL_H_
 #define TOPOSCHED_TEST_SUPPORT_KUBELET_MODEL_H_
@@ -131,7 +132,7 @@ class KubeletModel : public deviceplugin::KubeletView {
     std::set<std::string> listed;
     auto add = [&](const std::string& ns, const std::string& name, const ContainerGrant& g) {
       out.push_back(
-          {ns, name, g.container, g.resource, deviceplugin::UnitIds(g.unit, g.kubelet_ids)});
+          {ns, name, g.container, g.resource, deviceplugin::UnitIds(g.unit, g.kubelet_ids), {}});
       listed.insert(g.pod_uid);
     };
     for (const ContainerGrant& g : running_) {
@@ -142,13 +143,21 @@ class KubeletModel : public deviceplugin::KubeletView {
       for (const ContainerGrant& g : pending_) add(admitting_->ns, admitting_->name, g);
     }
     for (const auto& [uid, key] : pods_) {
-      if (listed.count(uid) == 0) out.push_back({key.first, key.second, "", "", {}});
+      if (listed.count(uid) == 0) out.push_back({key.first, key.second, "", "", {}, {}});
     }
     if (admitting_ && listed.count(admitting_->uid) == 0) {
-      out.push_back({admitting_->ns, admitting_->name, "", "", {}});
+      out.push_back({admitting_->ns, admitting_->name, "", "", {}, {}});
     }
+    for (const auto& [claim, item] : dra_) out.push_back(item);
     return out;
   }
+
+  // A DRA claim prepared for a container that now runs: kubelet lists its devices as that
+  // container's `dynamic_resources` (an item with no resource) until the claim is unprepared.
+  void PrepareDra(const std::string& claim_uid, deviceplugin::AssignedDevices item) {
+    dra_[claim_uid] = std::move(item);
+  }
+  void UnprepareDra(const std::string& claim_uid) { dra_.erase(claim_uid); }
 
   bool Admitted(const std::string& uid) const { return admitted_.count(uid) != 0; }
   const std::string& node() const { return node_; }
@@ -189,6 +198,7 @@ class KubeletModel : public deviceplugin::KubeletView {
   std::map<std::string, std::pair<std::string, std::string>> pods_;  // uid -> (namespace, name)
   std::optional<kube::Pod> admitting_;                               // the pod Admit is on
   std::vector<ContainerGrant> pending_;                              // its containers booked so far
+  std::map<std::string, deviceplugin::AssignedDevices> dra_;         // prepared claims by claim uid
 };
 
 }  // namespace toposched::testing
