@@ -142,6 +142,15 @@ int main(int argc, char** argv) {
       anonymous = std::stoi(next());
     } else if (a == "--seconds") {
       seconds = std::stoi(next());
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: %s [--binary build/toposched] [--idle 1000] [--anonymous 200] [--seconds 30] "
+          "[-- extra extender flags]\n"
+          "Starts the extender (TLS with client certificates, 500 offline nodes) and, while idle "
+          "TCP connections and anonymous keep-alive /healthz clients press on its connection "
+          "slots, measures a certified /filter of 500 names, kubelet-like probes and its RSS.\n",
+          argv[0]);
+      return 0;
     } else if (a == "--") {
       for (++i; i < argc; ++i) extra.emplace_back(argv[i]);
     } else {
@@ -150,10 +159,10 @@ int main(int argc, char** argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  rlimit fds{};
-  getrlimit(RLIMIT_NOFILE, &fds);
-  fds.rlim_cur = fds.rlim_max;  // the idle connections, for us and the extender
-  setrlimit(RLIMIT_NOFILE, &fds);
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;  // the idle connections, for us and the extender
+  setrlimit(RLIMIT_NOFILE, &limit);
   curl_global_init(CURL_GLOBAL_ALL);
 
   char dir_template[] = "/tmp/slots-XXXXXX";
