@@ -1,7 +1,7 @@
 // The extender's connection slots under idle and anonymous load, measured on the real binary
 // (issue 29): it serves TLS with client certificates (--tls-client-ca-file) while
 //   - `--idle` TCP connections (1,000) are opened and never start TLS; each one the server closes
-//     is opened again at once,
+//     is opened again at once (not with --no-reopen),
 //   - `--anonymous` clients (200) without a certificate ask GET /healthz once a second, each on
 //     its own keep-alive curl handle,
 // and, after a settling second, measures for `--seconds`:
@@ -10,7 +10,7 @@
 //   - kubelet: GET /healthz and /readyz on new connections every 500 ms, 1 s timeout each,
 //   - the extender's peak VmRSS (/proc/PID/status).
 //   ./build/bench/http_slots_bench [--binary build/toposched] [--idle 1000] [--anonymous 200]
-//       [--seconds 30] [-- extra extender flags]
+//       [--seconds 30] [--no-reopen] [-- extra extender flags]
 // A plain program, not a Google Benchmark: one long run, the numbers printed at the end.
 #include <poll.h>
 #include <signal.h>
@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   int idle = 1000;
   int anonymous = 200;
   int seconds = 30;
+  bool reopen = true;
   std::vector<std::string> extra;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -142,13 +143,17 @@ int main(int argc, char** argv) {
       anonymous = std::stoi(next());
     } else if (a == "--seconds") {
       seconds = std::stoi(next());
+    } else if (a == "--no-reopen") {
+      reopen = false;
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: %s [--binary build/toposched] [--idle 1000] [--anonymous 200] [--seconds 30] "
-          "[-- extra extender flags]\n"
+          "[--no-reopen] [-- extra extender flags]\n"
           "Starts the extender (TLS with client certificates, 500 offline nodes) and, while idle "
           "TCP connections and anonymous keep-alive /healthz clients press on its connection "
-          "slots, measures a certified /filter of 500 names, kubelet-like probes and its RSS.\n",
+          "slots, measures a certified /filter of 500 names, kubelet-like probes and its RSS. An "
+          "idle "
+          "connection the server closes is opened again at once, unless --no-reopen.\n",
           argv[0]);
       return 0;
     } else if (a == "--") {
@@ -242,7 +247,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop_load{false};
 
   // The attack: idle TCP connections, reopened when closed.
-  std::atomic<long> idle_reopened{0};
+  std::atomic<long> idle_closed{0};
   std::atomic<int> idle_open{0};
   std::thread idler([&] {
     std::vector<pollfd> fds(idle);
@@ -251,10 +256,10 @@ int main(int argc, char** argv) {
       if (poll(fds.data(), fds.size(), 100) <= 0) continue;
       for (auto& p : fds) {
         if (p.revents == 0) continue;
-        close(p.fd);  // closed by the server (or an error): open another one
-        p.fd = Connect(port);
+        close(p.fd);  // closed by the server (or an error): open another one, unless --no-reopen
+        p.fd = reopen ? Connect(port) : -1;
         p.revents = 0;
-        idle_reopened.fetch_add(1);
+        idle_closed.fetch_add(1);
       }
       idle_open = static_cast<int>(
           std::count_if(fds.begin(), fds.end(), [](const pollfd& p) { return p.fd >= 0; }));
@@ -334,8 +339,8 @@ int main(int argc, char** argv) {
               probes, probes_failed);
   std::printf("  anonymous /healthz: %ld answered 200, %ld failed\n", anonymous_ok.load(),
               anonymous_failed.load());
-  std::printf("  idle connections closed by the server and reopened: %ld (open at the end: %d)\n",
-              idle_reopened.load(), idle_open_at_end);
+  std::printf("  idle connections closed by the server: %ld, %s (open at the end: %d)\n",
+              idle_closed.load(), reopen ? "each reopened" : "not reopened", idle_open_at_end);
   std::printf("  extender VmRSS: before the load %.1f MiB, peak %.1f MiB\n", rss_idle / 1024.0,
               peak_rss.load() / 1024.0);
   return 0;
