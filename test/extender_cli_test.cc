@@ -28,9 +28,9 @@ TEST(ExtenderCli, AClientCaWithoutTlsIsRefused) {
 TEST(ExtenderCli, HelpListsTheBounds) {
   const toposched::testing::Outcome o = toposched::testing::RunToposched("extender --help");
   EXPECT_EQ(o.exit_code, 0);
-  for (const char* flag :
-       {"--max-connections", "--max-bodies-in-flight", "--body-memory-limit", "--header-timeout",
-        "--body-timeout", "--bind-queue", "--allow-insecure-http", "--tls-client-ca-file"}) {
+  for (const char* flag : {"--max-connections", "--max-bodies-in-flight", "--body-memory-limit",
+                           "--header-timeout", "--handshake-timeout", "--body-timeout",
+                           "--bind-queue", "--allow-insecure-http", "--tls-client-ca-file"}) {
     EXPECT_THAT(o.out, HasSubstr(flag));
   }
 }

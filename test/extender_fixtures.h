@@ -35,6 +35,7 @@ inline std::string PodJson(const std::string& name, const std::string& uid,
                              .uid = uid,
                              .resource = resource,
                              .count = count,
+                             .node = {},
                              .annotations = {{"k8s.ovn.org/pod-networks", "{}"}},
                              .resource_version = "42"});
 }

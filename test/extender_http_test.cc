@@ -1,8 +1,10 @@
 // The extender over real loopback HTTP(S): routing, status codes, body limits, TLS, metrics and
 // concurrent filter+bind from many threads.
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
@@ -118,6 +120,21 @@ std::string ReadResponse(int fd) {
     }
   }
   return in;
+}
+
+// Whether the server closes fd (end of stream) within `timeout`; bytes before the end are read
+// and dropped. A bounded wait: a connection that stays open fails the caller's check.
+bool ClosedByServer(int fd, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    char chunk[512];
+    const ssize_t n = recv(fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+  }
 }
 
 long RssKiB() {
@@ -444,6 +461,8 @@ TEST_F(HttpTest, BodiesOverTheMemoryLimitOrTheCountAre503) {
   for (int fd : {a, b, c, d}) close(fd);
 }
 
+// Over the cap, a connection that has sent nothing gives its slot up to the new one; when every
+// slot is held (here: plain HTTP connections that sent a request), the new one is closed at once.
 TEST_F(HttpTest, ConnectionsOverTheCapAreClosed) {
   net::HttpServerOptions options;
   options.max_connections = 2;
@@ -454,15 +473,29 @@ TEST_F(HttpTest, ConnectionsOverTheCapAreClosed) {
                                  std::chrono::seconds(10)));
   const int c = RawConnect(server_->port());
   ASSERT_GE(c, 0);
-  char byte = 0;
-  EXPECT_EQ(recv(c, &byte, 1, 0), 0) << "the third connection is closed at once";
+  EXPECT_TRUE(ClosedByServer(a)) << "the oldest idle connection gave its slot to the third";
+  EXPECT_EQ(server_->stats().connections_evicted, 1u);
+  const std::string get = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int fd : {b, c}) {
+    ASSERT_TRUE(SendAll(fd, get));
+    EXPECT_THAT(ReadResponse(fd), ::testing::HasSubstr("200 OK"));
+  }
+  const int d = RawConnect(server_->port());
+  ASSERT_GE(d, 0);
+  EXPECT_TRUE(ClosedByServer(d)) << "every slot is held: the new connection is closed at once";
   EXPECT_EQ(server_->stats().connections_refused, 1u);
-  close(a);
+  close(b);
   ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().connections == 1; },
                                  std::chrono::seconds(10)));
   EXPECT_EQ(Request(base_ + "/healthz", nullptr).status, 200);  // room again
-  close(b);
-  close(c);
+  close(c);  // and room for the scrape, once the server has seen both closes
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->stats().connections == 0; },
+                                 std::chrono::seconds(10)));
+  const std::string metrics = Request(base_ + "/metrics", nullptr).body;
+  EXPECT_THAT(metrics, ::testing::HasSubstr(R"(toposched_http_refused_total{reason="evicted"} 1)"));
+  EXPECT_THAT(metrics,
+              ::testing::HasSubstr(R"(toposched_http_refused_total{reason="connections"} 1)"));
+  for (int fd : {a, d}) close(fd);
 }
 
 // A body that does not arrive within --body-timeout is cut (the timeout is an option set short
@@ -590,6 +623,106 @@ TEST_F(HttpTest, ClientCertificatesAreVerified) {
   // A certificate from another CA fails the handshake: no HTTP status at all.
   EXPECT_EQ(Request(base_ + "/filter", &filter, ca, foreign_cert, foreign_key).status, 0);
   EXPECT_EQ(server_->stats().uncertified_refused, 1u);
+}
+
+// A curl handle kept between requests, as a keep-alive client (kubelet, a scraper) keeps its
+// connection: each request reuses the connection unless the server closed it.
+class KeepAliveClient {
+ public:
+  KeepAliveClient(std::string ca, std::string cert = "", std::string key = "")
+      : curl_(curl_easy_init()), ca_(std::move(ca)), cert_(std::move(cert)), key_(std::move(key)) {}
+  ~KeepAliveClient() { curl_easy_cleanup(curl_); }
+  KeepAliveClient(const KeepAliveClient&) = delete;
+  KeepAliveClient& operator=(const KeepAliveClient&) = delete;
+
+  // The status (0: no answer) and whether this request opened a new connection.
+  std::pair<long, bool> Get(const std::string& url) {
+    std::string body;
+    curl_easy_setopt(curl_, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(curl_, CURLOPT_WRITEFUNCTION, Collect);
+    curl_easy_setopt(curl_, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(curl_, CURLOPT_TIMEOUT, 10L);
+    curl_easy_setopt(curl_, CURLOPT_CAINFO, ca_.c_str());
+    if (!cert_.empty()) {
+      curl_easy_setopt(curl_, CURLOPT_SSLCERT, cert_.c_str());
+      curl_easy_setopt(curl_, CURLOPT_SSLKEY, key_.c_str());
+    }
+    long status = 0;
+    long connects = 0;
+    if (curl_easy_perform(curl_) == CURLE_OK) {
+      curl_easy_getinfo(curl_, CURLINFO_RESPONSE_CODE, &status);
+      curl_easy_getinfo(curl_, CURLINFO_NUM_CONNECTS, &connects);
+    }
+    return {status, connects > 0};
+  }
+
+ private:
+  CURL* curl_;
+  std::string ca_, cert_, key_;
+};
+
+// Issue 29, row 8: idle TCP connections that never start TLS and keep-alive probes without a
+// client certificate held every connection slot until their 30 s timeouts, so the scheduler's
+// /filter and kubelet's probes were refused. Now a connection that has not finished its handshake
+// or has no certificate gives its slot up to a newer one, and anonymous GETs are not kept alive.
+// The timeouts are set long here: only that handing over can let the last requests in.
+TEST_F(HttpTest, IdleAndAnonymousConnectionsCannotTakeTheSlots) {
+  const testing::TestPki pki = testing::GenerateTestPki();
+  const testing::TempDir dir;
+  auto write = [&](const std::string& name, const std::string& pem) {
+    std::ofstream(dir / name) << pem;
+    return dir / name;
+  };
+  net::HttpServerOptions options;
+  options.tls_cert_file = write("server.pem", pki.server_cert_pem);
+  options.tls_key_file = write("server-key.pem", pki.server_key_pem);
+  options.tls_client_ca_file = write("ca.pem", pki.ca_cert_pem);
+  options.anonymous_paths = {"/healthz", "/readyz", "/metrics"};
+  options.max_connections = 8;
+  options.header_timeout = std::chrono::minutes(5);
+  options.handshake_timeout = std::chrono::minutes(5);
+  Start(options);
+  const std::string ca = dir / "ca.pem";
+  const std::string cert = write("client.pem", pki.client_cert_pem);
+  const std::string key = write("client-key.pem", pki.client_key_pem);
+
+  // Four probes that would keep their connections, then more idle TCP connections than slots.
+  std::vector<std::unique_ptr<KeepAliveClient>> anonymous;
+  for (int i = 0; i < 4; ++i) {
+    anonymous.push_back(std::make_unique<KeepAliveClient>(ca));
+    ASSERT_EQ(anonymous.back()->Get(base_ + "/healthz").first, 200);
+  }
+  std::vector<int> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(RawConnect(server_->port()));
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        const net::HttpServerStats s = server_->stats();
+        return s.connections + static_cast<int64_t>(s.connections_refused) >= 8;
+      },
+      std::chrono::seconds(10)));
+
+  // The scheduler, with its certificate, gets in and keeps its connection.
+  KeepAliveClient scheduler(ca, cert, key);
+  EXPECT_EQ(scheduler.Get(base_ + "/metrics").first, 200);
+  const std::string filter =
+      testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), {"trn-0"});
+  EXPECT_EQ(Request(base_ + "/filter", &filter, ca, cert, key).status, 200);
+  // kubelet's probes, each on a new connection.
+  EXPECT_EQ(Request(base_ + "/healthz", nullptr, ca).status, 200);
+  EXPECT_EQ(Request(base_ + "/readyz", nullptr, ca).status, 200);
+  // An anonymous client was answered with Connection: close: its next request opens a new one.
+  for (auto& client : anonymous) {
+    const auto [status, reconnected] = client->Get(base_ + "/healthz");
+    EXPECT_EQ(status, 200);
+    EXPECT_TRUE(reconnected);
+  }
+  const auto [status, reconnected] = scheduler.Get(base_ + "/metrics");
+  EXPECT_EQ(status, 200);
+  EXPECT_FALSE(reconnected) << "a certified connection is kept alive, never taken back";
+  EXPECT_GT(server_->stats().connections_evicted, 0u);
+  for (int fd : idle) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 // accept() failing with EMFILE must not be retried in a loop. In a child process (its own

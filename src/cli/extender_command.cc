@@ -62,6 +62,7 @@ struct ExtenderOptions {
   int max_bodies_in_flight = 16;
   size_t body_memory_limit_mib = 512;
   double header_timeout_s = 30;
+  double handshake_timeout_s = 5;
   double body_timeout_s = 30;
   int bind_queue = extender::Router::kDefaultBindQueue;
   bool allow_insecure_http = false;
@@ -107,7 +108,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                 "Serve plain HTTP on a non-loopback --listen address: anything that reaches the "
                 "port could filter and bind. Without it, plain HTTP is refused there");
   cmd->add_option("--max-connections", o->max_connections,
-                  "Open connections at most; more are closed as they are accepted")
+                  "Open connections at most. When all are taken, one that has not authenticated "
+                  "(no byte yet, TLS handshake under way, or no client certificate and no request "
+                  "yet) is closed to make room, least progress and oldest first; a new connection "
+                  "is closed at once only when every one is held by a client with a certificate or "
+                  "a request being answered")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--max-bodies-in-flight", o->max_bodies_in_flight,
@@ -122,6 +127,12 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--header-timeout", o->header_timeout_s,
                   "Seconds a connection may wait for a request's header (idle keep-alive included)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--handshake-timeout", o->handshake_timeout_s,
+                  "Seconds from accepting a connection to the end of its TLS handshake (its first "
+                  "byte included); a connection without a client certificate gets as long again "
+                  "for its one request (its answer closes it: no keep-alive without a certificate)")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--body-timeout", o->body_timeout_s,
@@ -348,6 +359,7 @@ net::HttpServerOptions HttpOptionsFromFlags(const ExtenderOptions& o,
   http.max_bodies_in_flight = o.max_bodies_in_flight;
   http.body_memory_limit = o.body_memory_limit_mib << 20;
   http.header_timeout = Seconds(o.header_timeout_s);
+  http.handshake_timeout = Seconds(o.handshake_timeout_s);
   http.body_timeout = Seconds(o.body_timeout_s);
   return http;
 }

@@ -130,7 +130,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                            "Connections and requests the HTTP server refused or cut, by reason: "
                            "connections (--max-connections), bodies (--max-bodies-in-flight, "
                            "--body-memory-limit), too_large (--body-limit), read_timeout "
-                           "(--header-timeout, --body-timeout)")
+                           "(--header-timeout, --handshake-timeout, --body-timeout), evicted "
+                           "(not yet authenticated, closed to give its slot to a newer "
+                           "connection)")
                        .Register(*registry_);
   http_accept_fd_exhausted_ =
       &prometheus::BuildCounter()
@@ -163,6 +165,8 @@ void Metrics::SetHttpServerStats(const net::HttpServerStats& stats) {
       http_last_.bodies_too_large);
   add(http_refused_->Add({{"reason", "read_timeout"}}), stats.read_timeouts,
       http_last_.read_timeouts);
+  add(http_refused_->Add({{"reason", "evicted"}}), stats.connections_evicted,
+      http_last_.connections_evicted);
   add(*http_accept_fd_exhausted_, stats.accept_fd_exhausted, http_last_.accept_fd_exhausted);
 }
 

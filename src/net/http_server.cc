@@ -2,6 +2,7 @@
 
 #include <simdjson.h>
 
+#include <array>
 #include <atomic>
 #include <future>
 #include <limits>
@@ -19,6 +20,7 @@
 
 #include "base/json_escape.h"
 #include "base/mutex.h"
+#include "net/connection_slots.h"
 
 namespace toposched::net {
 namespace {
@@ -34,6 +36,9 @@ constexpr auto kMaxAcceptBackoff = std::chrono::milliseconds(1000);
 constexpr size_t kHeaderLimit = 64 * 1024;
 // The body buffer's first size; it doubles as bytes arrive, up to the declared length.
 constexpr size_t kFirstBodyChunk = 64 * 1024;
+// At most this much is read before the TLS handshake (or the header) starts: the first bytes show
+// the connection is not idle; they are handed to the handshake (or the header's parser).
+constexpr size_t kFirstRead = 512;
 
 tcp::socket& Socket(beast::tcp_stream& s) { return s.socket(); }
 tcp::socket& Socket(beast::ssl_stream<beast::tcp_stream>& s) { return s.next_layer().socket(); }
@@ -57,6 +62,7 @@ struct Core {
       : options(o),
         handler(std::move(h)),
         ssl(ssl::context::tls_server),
+        slots(std::max(1, o.max_connections)),
         ioc(std::max(1, o.threads)),
         accept_strand(asio::make_strand(ioc)),
         acceptor(accept_strand),
@@ -86,6 +92,7 @@ struct Core {
   std::atomic<int64_t> body_bytes{0};
   std::atomic<uint64_t> uncertified_refused{0};
   std::atomic<uint64_t> connections_refused{0};
+  std::atomic<uint64_t> connections_evicted{0};
   std::atomic<uint64_t> bodies_refused{0};
   std::atomic<uint64_t> bodies_too_large{0};
   std::atomic<uint64_t> read_timeouts{0};
@@ -93,6 +100,7 @@ struct Core {
   std::atomic<uint64_t> accept_pauses{0};
   bool tls = false;
   ssl::context ssl;
+  ConnectionSlots slots;
   // Declared after what sessions use, so destroyed before it: destroying the io_context destroys
   // the handlers it still holds, and with them sessions.
   asio::io_context ioc;
@@ -122,6 +130,8 @@ class SessionBase {
   // On the session's executor: writes the answer, then reads the next request or closes.
   virtual void Answer(HttpResponse response, std::shared_ptr<InFlight> request) = 0;
   virtual asio::any_io_executor executor() = 0;
+  // On the session's executor: its slot was given to a newer connection; close.
+  virtual void Evict() = 0;
 };
 
 // One request's way back, shared by the copies of its Responder. The session is released before
@@ -151,32 +161,67 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
   ~Session() override {
     core_.body_bytes.fetch_sub(static_cast<int64_t>(body_charged_));
+    if (slot_ != 0) core_.slots.Release(slot_);
     core_.ConnectionClosed();
   }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // For the Responder: the core's owner, so that the core outlives a late answer.
-  void Run(std::weak_ptr<Core> owner) {
+  // For the Responder: the core's owner, so that the core outlives a late answer. `slot` is the
+  // connection's slot in core_.slots, in phase kSilent.
+  void Run(std::weak_ptr<Core> owner, ConnectionSlots::Id slot) {
     owner_ = std::move(owner);
+    slot_ = slot;
     beast::error_code ec;
     Socket(stream_).set_option(tcp::no_delay(true), ec);
+    // One deadline from accept to the end of the handshake, the first byte included.
+    Tcp(stream_).expires_after(core_.options.handshake_timeout);
     if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
-      Tcp(stream_).expires_after(core_.options.header_timeout);
-      stream_.async_handshake(ssl::stream_base::server,
-                              [self = this->shared_from_this()](beast::error_code e) {
-                                if (e) {
-                                  if (e == beast::error::timeout)
-                                    self->core_.Count(self->core_.read_timeouts);
-                                  spdlog::debug("TLS handshake failed: {}", e.message());
-                                  return;
-                                }
-                                self->peer_certified_ = self->PeerCertified();
-                                self->ReadHeader();
-                              });
+      Tcp(stream_).async_read_some(asio::buffer(first_bytes_), [self = this->shared_from_this()](
+                                                                   beast::error_code e, size_t n) {
+        if (e) {
+          self->EndedBeforeRequest(e, "before TLS");
+          return;
+        }
+        self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kHandshaking);
+        self->stream_.async_handshake(
+            ssl::stream_base::server, asio::buffer(self->first_bytes_.data(), n),
+            // The default argument: Boost's check of this overload asks for a handler of
+            // (error_code) alone, though it calls it with (error_code, bytes used).
+            [self](beast::error_code e2, size_t /*used*/ = 0) {
+              if (e2) {
+                self->EndedBeforeRequest(e2, "TLS handshake");
+                return;
+              }
+              self->peer_certified_ = self->PeerCertified();
+              self->anonymous_ =
+                  !self->core_.options.tls_client_ca_file.empty() && !self->peer_certified_;
+              if (self->anonymous_) {
+                self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kAnonymous);
+              } else {
+                self->Hold();
+              }
+              self->ReadHeader();
+            });
+      });
     } else {
-      ReadHeader();
+      // Plain HTTP authenticates no one: a connection holds its slot from its first header.
+      Tcp(stream_).async_read_some(buffer_.prepare(kFirstRead), [self = this->shared_from_this()](
+                                                                    beast::error_code e, size_t n) {
+        if (e) {
+          self->EndedBeforeRequest(e, "before a request");
+          return;
+        }
+        self->buffer_.commit(n);
+        self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kHandshaking);
+        self->ReadHeader();
+      });
     }
+  }
+
+  void Evict() override {
+    spdlog::debug("closing a connection that had not authenticated: its slot went to a newer one");
+    Tcp(stream_).close();
   }
 
   asio::any_io_executor executor() override { return Tcp(stream_).get_executor(); }
@@ -204,12 +249,26 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
  private:
+  // The connection closed, failed or timed out before its first request.
+  void EndedBeforeRequest(const beast::error_code& e, const char* when) {
+    if (e == beast::error::timeout) core_.Count(core_.read_timeouts);
+    spdlog::debug("connection ended {}: {}", when, e.message());
+  }
+
+  // The slot is the connection's until it closes.
+  void Hold() {
+    held_ = true;
+    core_.slots.Enter(slot_, ConnectionSlots::Phase::kHeld);
+  }
+
   void ReadHeader() {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     // The body is read by hand below, which enforces the limit with a 413.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    Tcp(stream_).expires_after(core_.options.header_timeout);
+    // A connection without a client certificate gets one short wait for its one request.
+    Tcp(stream_).expires_after(anonymous_ ? core_.options.handshake_timeout
+                                          : core_.options.header_timeout);
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
@@ -226,8 +285,12 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
       }
       return;
     }
+    // From here the request is answered: its slot is not taken back.
+    if (!held_) Hold();
     const auto& header = parser_->get();
-    keep_alive_ = header.keep_alive();
+    // Anonymous callers (probes, scrapers) get one request per connection: kept alive, they
+    // would hold slots the authenticated callers need.
+    keep_alive_ = header.keep_alive() && !anonymous_;
     request_.method = std::string(header.method_string());
     request_.target = std::string(header.target());
     request_.authorization = std::string(header[http::field::authorization]);
@@ -423,6 +486,10 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   std::unique_ptr<InFlight> body_slot_;
   size_t body_charged_ = 0;  // bytes of core_.body_bytes this body holds
   bool peer_certified_ = false;
+  bool anonymous_ = false;  // TLS with a client CA, and no client certificate
+  bool held_ = false;       // the slot is in phase kHeld
+  ConnectionSlots::Id slot_ = 0;
+  std::array<char, kFirstRead> first_bytes_{};  // the start of the TLS handshake
   bool keep_alive_ = true;
   std::shared_ptr<std::string> continue_;
 };
@@ -471,6 +538,11 @@ class BeastServer final : public HttpServer {
         // Asked for, not demanded at the handshake: probes and /metrics come without one, and
         // every other request without one is answered 403 (Session::Certified).
         ssl.set_verify_mode(ssl::verify_peer);
+        // Without a session id context OpenSSL fails every resumed handshake once peers are
+        // verified; clients that resume (curl) reconnect after each anonymous answer.
+        static constexpr unsigned char kSessionContext[] = "toposched";
+        SSL_CTX_set_session_id_context(ssl.native_handle(), kSessionContext,
+                                       sizeof kSessionContext - 1);
       }
     }
     asio::post(core_->accept_strand, [core = core_.get(), weak = std::weak_ptr<Core>(core_)] {
@@ -488,6 +560,7 @@ class BeastServer final : public HttpServer {
     const Core& c = *core_;
     HttpServerStats s;
     s.connections_refused = c.connections_refused.load();
+    s.connections_evicted = c.connections_evicted.load();
     s.bodies_refused = c.bodies_refused.load();
     s.bodies_too_large = c.bodies_too_large.load();
     s.read_timeouts = c.read_timeouts.load();
@@ -567,23 +640,40 @@ class BeastServer final : public HttpServer {
             spdlog::info("accepting connections again after {} failed accepts in all",
                          core.accept_pauses.load());
           }
-          if (core.connections.load() >= core.options.max_connections) {
-            core.Count(core.connections_refused);
-            spdlog::debug("refusing a connection: {} open (--max-connections)",
-                          core.connections.load());
-            beast::error_code ignored;
-            s.close(ignored);  // closing a socket we own: nothing to handle
-          } else if (core.tls) {
-            std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
-                beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(s)), core.ssl),
-                core)
-                ->Run(weak);
+          if (core.tls) {
+            Admit(core, weak,
+                  beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(s)), core.ssl));
           } else {
-            std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(s)), core)
-                ->Run(weak);
+            Admit(core, weak, beast::tcp_stream(std::move(s)));
           }
           Accept(core, weak, core.options.accept_backoff);
         });
+  }
+
+  // On the accept strand: a slot for the new connection, taken back from one that has not
+  // authenticated if need be; closed at once when every slot is held.
+  template <typename Stream>
+  static void Admit(Core& core, const std::weak_ptr<Core>& weak, Stream stream) {
+    auto session = std::make_shared<Session<Stream>>(std::move(stream), core);
+    std::function<void()> evicted;
+    const auto slot = core.slots.Take(
+        [w = std::weak_ptr<SessionBase>(session)] {
+          if (auto s = w.lock()) asio::post(s->executor(), [s] { s->Evict(); });
+        },
+        &evicted);
+    if (!slot) {
+      core.Count(core.connections_refused);
+      spdlog::debug(
+          "refusing a connection: all {} slots are held by authenticated clients or requests "
+          "being answered (--max-connections)",
+          core.options.max_connections);
+      return;  // the session closes the socket as it goes
+    }
+    if (evicted) {
+      core.Count(core.connections_evicted);
+      evicted();
+    }
+    session->Run(weak, *slot);
   }
 
   std::shared_ptr<Core> core_;

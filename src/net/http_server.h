@@ -6,10 +6,17 @@
 // costs what it sent); each response goes out in one write with TCP_NODELAY. Optional TLS,
 // optionally requiring client certificates signed by a given CA.
 //
-// Bounded: at most max_connections open connections (more are closed at once), at most
+// Bounded: at most max_connections open connections, at most
 // max_bodies_in_flight requests with a body being read or handled and body_memory_limit bytes of
 // bodies held at once (more get 503), a body over body_limit gets 413, a header must arrive within
 // header_timeout and a body within body_timeout.
+//
+// The slots go to the callers that need them (issue 29; net/connection_slots.h): a connection
+// that has not shown who it is (no byte yet, TLS handshake under way, or no client certificate
+// and no request yet) must finish its handshake within handshake_timeout of being accepted, and
+// gives its slot up to a newer connection when all are taken; only when every slot is held (by
+// authenticated clients or requests being answered) is a new connection closed at once. Requests
+// served without a client certificate are answered with Connection: close.
 //
 // With tls_client_ca_file, a client certificate signed by that CA is required for every request
 // but GETs of anonymous_paths (health probes, metrics): without one the answer is 403; a
@@ -64,14 +71,18 @@ struct HttpServerOptions {
   size_t body_memory_limit = size_t{512} << 20;  // bytes of bodies held at once, all connections
   int max_connections = 256;      // open connections; more are closed as they are accepted
   int max_bodies_in_flight = 16;  // requests with a body being read or handled; more get 503
-  std::chrono::milliseconds header_timeout{30000};  // idle keep-alive, TLS handshake, header
-  std::chrono::milliseconds body_timeout{30000};    // the whole body, from the end of the header
-  std::chrono::milliseconds accept_backoff{100};    // first pause after EMFILE/ENFILE
+  std::chrono::milliseconds header_timeout{30000};  // idle keep-alive, header
+  // From accept to the end of the TLS handshake (the first byte included); a connection without
+  // a client certificate gets as long again for its one request's header.
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds body_timeout{30000};  // the whole body, from the end of the header
+  std::chrono::milliseconds accept_backoff{100};  // first pause after EMFILE/ENFILE
 };
 
 // What the server refused or cut, and what it holds now.
 struct HttpServerStats {
-  uint64_t connections_refused = 0;  // over max_connections
+  uint64_t connections_refused = 0;  // over max_connections, every slot held
+  uint64_t connections_evicted = 0;  // unauthenticated, closed to make room for a newer one
   uint64_t bodies_refused = 0;       // 503: over max_bodies_in_flight or body_memory_limit
   uint64_t uncertified_refused = 0;  // 403: no client certificate
   uint64_t bodies_too_large = 0;     // 413: over body_limit
