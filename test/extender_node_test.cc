@@ -232,100 +232,98 @@ TEST_F(NodeTruthTest, ADevicePluginNodeWhoseDraClaimsStillHoldDevicesIsNotOffere
   auto hold = service_.tracker().Find("c-uid");
   ASSERT_TRUE(hold.has_value());
   EXPECT_THAT(hold->allocation.containers.at(0).placement.ids, ElementsAre(0, 1, 2, 3));
+}
 
-  // Issue 29, row 5: the Node object of a Trn2 LNC 1 node is deleted and re-created (kubelet
-  // re-registering) while a pod runs on device 1 (cores 8-15), and comes back without the plugin's
-  // label and with an allocatable that does not pin the LNC. Before the fix the extender forgot the
-  // LNC with the node, took the type's default (LNC 2), and the parked hold's cores 8-15 landed on
-  // devices 2 and 3: device 1 was free while the pod ran on it.
-  TEST_F(NodeTruthTest, ANodeReCreatedWithoutEvidenceKeepsItsLncWhileHoldsAreParked) {
-    struct Case {
-      const char* what;
-      int devices;
-      int cores;
-    };
-    for (const Case& c :
-         {Case{"one device unhealthy", 15, 120}, Case{"nothing advertised", 0, 0}}) {
-      SCOPED_TRACE(c.what);
-      Metrics metrics;
-      ExtenderService service(
-          topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics,
-          [] { return int64_t{1'000'000'000}; }, [] { return int64_t{1743574052764891534}; });
-      service.ReplaceNodes({Trn2(16, 128, 1, "1")});
-      kube::Pod running =
-          testing::MakePod("r", {{"main", "aws.amazon.com/neuroncore", 8}}, {}, "trn2-a");
-      running.phase = "Running";
-      running.annotations["toposched.io/allocation"] = CoreRecord("8,9,10,11,12,13,14,15");
-      running.annotations["NEURON_ALLOC_TIME"] = "100";
-      service.ReplacePods({running});
-      const topology::DeviceMask device1 = topology::DeviceMask{1} << 1;
-      ASSERT_EQ(service.tracker().Find("r-uid")->allocation.containers.at(0).placement.devices,
-                device1);
+// Issue 29, row 5: the Node object of a Trn2 LNC 1 node is deleted and re-created (kubelet
+// re-registering) while a pod runs on device 1 (cores 8-15), and comes back without the plugin's
+// label and with an allocatable that does not pin the LNC. Before the fix the extender forgot the
+// LNC with the node, took the type's default (LNC 2), and the parked hold's cores 8-15 landed on
+// devices 2 and 3: device 1 was free while the pod ran on it.
+TEST_F(NodeTruthTest, ANodeReCreatedWithoutEvidenceKeepsItsLncWhileHoldsAreParked) {
+  struct Case {
+    const char* what;
+    int devices;
+    int cores;
+  };
+  for (const Case& c : {Case{"one device unhealthy", 15, 120}, Case{"nothing advertised", 0, 0}}) {
+    SCOPED_TRACE(c.what);
+    Metrics metrics;
+    ExtenderService service(
+        topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics,
+        [] { return int64_t{1'000'000'000}; }, [] { return int64_t{1743574052764891534}; });
+    service.ReplaceNodes({Trn2(16, 128, 1, "1")});
+    kube::Pod running =
+        testing::MakePod("r", {{"main", "aws.amazon.com/neuroncore", 8}}, {}, "trn2-a");
+    running.phase = "Running";
+    running.annotations["toposched.io/allocation"] = CoreRecord("8,9,10,11,12,13,14,15");
+    running.annotations["NEURON_ALLOC_TIME"] = "100";
+    service.ReplacePods({running});
+    const topology::DeviceMask device1 = topology::DeviceMask{1} << 1;
+    ASSERT_EQ(service.tracker().Find("r-uid")->allocation.containers.at(0).placement.devices,
+              device1);
 
-      service.DeleteNode(Trn2(16, 128, 2, "1"));
-      service.UpsertNode(Trn2(c.devices, c.cores, 3));  // re-created: no label yet
-      auto snapshot = service.tracker().Snapshot("trn2-a");
-      ASSERT_TRUE(snapshot.has_value());
-      EXPECT_EQ(snapshot->info.lnc, 1) << "the LNC last known while r's hold was parked";
-      auto hold = service.tracker().Find("r-uid");
-      ASSERT_TRUE(hold.has_value());
-      EXPECT_FALSE(hold->parked);
-      EXPECT_EQ(hold->allocation.containers.at(0).placement.devices, device1)
-          << "r runs on device 1";
-      EXPECT_TRUE(snapshot->usage.busy_devices() & device1);
-
-      // Pods asking for one device each, through filter and bind as kube-scheduler sends them:
-      // every device but 1 goes, and device 1 never does.
-      std::vector<std::string> given;
-      for (int i = 0; i < 16; ++i) {
-        const std::string uid = fmt::format("{}-d{}", c.devices, i);
-        const auto padded = simdjson::padded_string(testing::NamesArgs(
-            testing::PodJson("d" + std::to_string(i), uid, "aws.amazon.com/neuron", 1),
-            {"trn2-a"}));
-        auto args = DecodeExtenderArgs(padded);
-        ASSERT_TRUE(args.ok()) << args.error();
-        service.Filter(*args);
-        service.Bind({"d" + std::to_string(i), "default", uid, "trn2-a"});
-        const auto bindings = writer_.Bindings();
-        if (auto it = bindings.find(uid); it != bindings.end()) {
-          given.push_back(it->second.annotations.at("AWS_NEURON_IDS"));
-        }
-      }
-      EXPECT_THAT(given, ::testing::Not(::testing::Contains("1")))
-          << "device 1, on which r runs, was given to a new pod";
-      EXPECT_EQ(given.size(), 15u);
-    }
-  }
-
-  // The tracker's side of the same rule: a node that comes back with another shape while holds are
-  // parked for it keeps the shape those holds were taken on until they are gone (as a node present
-  // all along does), and says so.
-  TEST(TrackerParkedShapeTest, AReturningNodeKeepsTheShapeItsParkedHoldsWereTakenOn) {
-    tracker::Tracker tracker(topology::Catalog::Embedded(), topology::Policy::kBestFit, nullptr);
-    ASSERT_TRUE(tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 1}).ok());
-    tracker::RecordedPod running{
-        "r-uid",
-        "default/r",
-        {"trn2-a",
-         {{"main", topology::Placement::FromIds(topology::Unit::kCore,
-                                                {8, 9, 10, 11, 12, 13, 14, 15}, 8)}}}};
-    ASSERT_TRUE(tracker.Adopt(running).ok());
-    tracker.RemoveNode("trn2-a");
-
-    const Status back = tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 2});
-    ASSERT_FALSE(back.ok());
-    EXPECT_THAT(back.error(), ::testing::HasSubstr("keeping LNC 1"));
-    auto snapshot = tracker.Snapshot("trn2-a");
+    service.DeleteNode(Trn2(16, 128, 2, "1"));
+    service.UpsertNode(Trn2(c.devices, c.cores, 3));  // re-created: no label yet
+    auto snapshot = service.tracker().Snapshot("trn2-a");
     ASSERT_TRUE(snapshot.has_value());
-    EXPECT_EQ(snapshot->info.lnc, 1);
-    EXPECT_EQ(tracker.Find("r-uid")->allocation.containers.at(0).placement.devices,
-              topology::DeviceMask{1} << 1);
+    EXPECT_EQ(snapshot->info.lnc, 1) << "the LNC last known while r's hold was parked";
+    auto hold = service.tracker().Find("r-uid");
+    ASSERT_TRUE(hold.has_value());
+    EXPECT_FALSE(hold->parked);
+    EXPECT_EQ(hold->allocation.containers.at(0).placement.devices, device1) << "r runs on device 1";
+    EXPECT_TRUE(snapshot->usage.busy_devices() & device1);
 
-    // Once the pod is gone the node takes its new shape.
-    EXPECT_TRUE(tracker.Forget("r-uid"));
-    EXPECT_TRUE(tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 2}).ok());
-    EXPECT_EQ(tracker.Snapshot("trn2-a")->info.lnc, 2);
+    // Pods asking for one device each, through filter and bind as kube-scheduler sends them:
+    // every device but 1 goes, and device 1 never does.
+    std::vector<std::string> given;
+    for (int i = 0; i < 16; ++i) {
+      const std::string uid = fmt::format("{}-d{}", c.devices, i);
+      const auto padded = simdjson::padded_string(testing::NamesArgs(
+          testing::PodJson("d" + std::to_string(i), uid, "aws.amazon.com/neuron", 1), {"trn2-a"}));
+      auto args = DecodeExtenderArgs(padded);
+      ASSERT_TRUE(args.ok()) << args.error();
+      service.Filter(*args);
+      service.Bind({"d" + std::to_string(i), "default", uid, "trn2-a"});
+      const auto bindings = writer_.Bindings();
+      if (auto it = bindings.find(uid); it != bindings.end()) {
+        given.push_back(it->second.annotations.at("AWS_NEURON_IDS"));
+      }
+    }
+    EXPECT_THAT(given, ::testing::Not(::testing::Contains("1")))
+        << "device 1, on which r runs, was given to a new pod";
+    EXPECT_EQ(given.size(), 15u);
   }
+}
+
+// The tracker's side of the same rule: a node that comes back with another shape while holds are
+// parked for it keeps the shape those holds were taken on until they are gone (as a node present
+// all along does), and says so.
+TEST(TrackerParkedShapeTest, AReturningNodeKeepsTheShapeItsParkedHoldsWereTakenOn) {
+  tracker::Tracker tracker(topology::Catalog::Embedded(), topology::Policy::kBestFit, nullptr);
+  ASSERT_TRUE(tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 1}).ok());
+  tracker::RecordedPod running{
+      "r-uid",
+      "default/r",
+      {"trn2-a",
+       {{"main",
+         topology::Placement::FromIds(topology::Unit::kCore, {8, 9, 10, 11, 12, 13, 14, 15}, 8)}}}};
+  ASSERT_TRUE(tracker.Adopt(running).ok());
+  tracker.RemoveNode("trn2-a");
+
+  const Status back = tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 2});
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(back.error(), ::testing::HasSubstr("keeping LNC 1"));
+  auto snapshot = tracker.Snapshot("trn2-a");
+  ASSERT_TRUE(snapshot.has_value());
+  EXPECT_EQ(snapshot->info.lnc, 1);
+  EXPECT_EQ(tracker.Find("r-uid")->allocation.containers.at(0).placement.devices,
+            topology::DeviceMask{1} << 1);
+
+  // Once the pod is gone the node takes its new shape.
+  EXPECT_TRUE(tracker.Forget("r-uid"));
+  EXPECT_TRUE(tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 2}).ok());
+  EXPECT_EQ(tracker.Snapshot("trn2-a")->info.lnc, 2);
+}
 
 }  // namespace
 }  // namespace toposched::extender
