@@ -42,39 +42,41 @@ Status DecodePolicy(ondemand::value& value, const Path& path, int& min_count) {
   bool basic = false;
   bool gang = false;
   bool has_min_count = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::ForEachField(
-      policy, path, [&](std::string_view key, ondemand::value& field, const Path& at) -> Status {
-        ondemand::object object;
-        bool present = false;
-        if (key == "basic") {
-          TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
-          basic = present;
+  // Named, not written inside the macro: its own uses of the macro would shadow the outer one's.
+  const auto read_policy_field = [&](std::string_view key, ondemand::value& field,
+                                     const Path& at) -> Status {
+    ondemand::object object;
+    bool present = false;
+    if (key == "basic") {
+      TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
+      basic = present;
+      return OkStatus();
+    }
+    if (key != "gang") return OkStatus();  // a newer policy's field
+    TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
+    gang = present;
+    if (!present) return OkStatus();
+    return json::ForEachField(
+        object, at,
+        [&](std::string_view k, ondemand::value& count, const Path& count_at) -> Status {
+          if (k != "minCount") return OkStatus();
+          ondemand::json_type type;
+          TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(count, count_at, type));
+          int64_t n = 0;
+          if (type != ondemand::json_type::number ||
+              count.get_int64().get(n) != simdjson::SUCCESS) {
+            return json::ErrorAt(count_at, "expected an integer");
+          }
+          // The API's int32, above 0.
+          if (n < 1 || n > std::numeric_limits<int32_t>::max()) {
+            return json::ErrorAt(count_at, fmt::format("{} is not a count of pods >= 1", n));
+          }
+          has_min_count = true;
+          min_count = static_cast<int>(n);
           return OkStatus();
-        }
-        if (key != "gang") return OkStatus();  // a newer policy's field
-        TOPOSCHED_RETURN_IF_ERROR(json::OpenObject(field, at, object, present));
-        gang = present;
-        if (!present) return OkStatus();
-        return json::ForEachField(
-            object, at,
-            [&](std::string_view k, ondemand::value& count, const Path& count_at) -> Status {
-              if (k != "minCount") return OkStatus();
-              ondemand::json_type type;
-              TOPOSCHED_RETURN_IF_ERROR(json::TypeOf(count, count_at, type));
-              int64_t n = 0;
-              if (type != ondemand::json_type::number ||
-                  count.get_int64().get(n) != simdjson::SUCCESS) {
-                return json::ErrorAt(count_at, "expected an integer");
-              }
-              // The API's int32, above 0.
-              if (n < 1 || n > std::numeric_limits<int32_t>::max()) {
-                return json::ErrorAt(count_at, fmt::format("{} is not a count of pods >= 1", n));
-              }
-              has_min_count = true;
-              min_count = static_cast<int>(n);
-              return OkStatus();
-            });
-      }));
+        });
+  };
+  TOPOSCHED_RETURN_IF_ERROR(json::ForEachField(policy, path, read_policy_field));
   if (basic == gang) {
     return json::ErrorAt(path, basic ? "both basic and gang are set" : "neither basic nor gang");
   }
@@ -92,7 +94,8 @@ template <typename SpecFn>
 Status DecodeObject(std::string_view text, std::string_view kind, SpecFn&& spec_fn) {
   const simdjson::padded_string padded(text);
   bool has_spec = false;
-  TOPOSCHED_RETURN_IF_ERROR(json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
+  // Named, not written inside the macro: its own uses of the macro would shadow the outer one's.
+  const auto read_root = [&](ondemand::value& root) -> Status {
     const Path path;
     ondemand::object object;
     TOPOSCHED_RETURN_IF_ERROR(OpenRequired(root, path, object));
@@ -113,7 +116,8 @@ Status DecodeObject(std::string_view text, std::string_view kind, SpecFn&& spec_
           TOPOSCHED_RETURN_IF_ERROR(OpenRequired(field, at, spec));
           return spec_fn(spec, at);
         });
-  }));
+  };
+  TOPOSCHED_RETURN_IF_ERROR(json::DecodeDocument(padded, read_root));
   if (!has_spec) return Error{"no spec"};
   return OkStatus();
 }
