@@ -197,6 +197,7 @@ void DevicePluginManager::PublishDraClaims() {
   }
   if (value) {
     std::vector<std::string> named;
+    named.reserve(holds.size());
     for (const DraHold& hold : holds) {
       named.push_back(fmt::format("{} ({} container {})", hold.offer.name, hold.claim, hold.pod));
     }
