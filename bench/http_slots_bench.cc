@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 
 #include "extender_fixtures.h"
+#include "process_probe.h"
 #include "support/test_certs.h"
 
 extern char** environ;
@@ -43,26 +44,7 @@ extern char** environ;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int Connect(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
-
-long RssKiB(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
-}
+using toposched::bench::RssKiB;
 
 size_t Discard(char*, size_t size, size_t n, void*) { return size * n; }
 
@@ -251,13 +233,13 @@ int main(int argc, char** argv) {
   std::atomic<int> idle_open{0};
   std::thread idler([&] {
     std::vector<pollfd> fds(idle);
-    for (auto& p : fds) p = {Connect(port), POLLIN, 0};
+    for (auto& p : fds) p = {toposched::bench::ConnectLoopback(port), POLLIN, 0};
     while (!stop_load) {
       if (poll(fds.data(), fds.size(), 100) <= 0) continue;
       for (auto& p : fds) {
         if (p.revents == 0) continue;
         close(p.fd);  // closed by the server (or an error): open another one, unless --no-reopen
-        p.fd = reopen ? Connect(port) : -1;
+        p.fd = reopen ? toposched::bench::ConnectLoopback(port) : -1;
         p.revents = 0;
         idle_closed.fetch_add(1);
       }

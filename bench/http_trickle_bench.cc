@@ -25,23 +25,14 @@
 #include <sys/wait.h>
 
 #include "extender_fixtures.h"
+#include "process_probe.h"
 
 extern char** environ;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int Connect(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
+using toposched::bench::RssKiB;
 
 bool Send(int fd, const std::string& data) {
   return send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
@@ -49,7 +40,7 @@ bool Send(int fd, const std::string& data) {
 
 // One GET /healthz on a new connection: its status code, or 0.
 int Healthz(uint16_t port) {
-  const int fd = Connect(port);
+  const int fd = toposched::bench::ConnectLoopback(port);
   if (fd < 0) return 0;
   int status = 0;
   if (Send(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) {
@@ -59,15 +50,6 @@ int Healthz(uint16_t port) {
   }
   close(fd);
   return status;
-}
-
-long RssKiB(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
 }
 
 }  // namespace
@@ -169,7 +151,7 @@ int main(int argc, char** argv) {
       std::to_string(declared_mib << 20) + "\r\n\r\n";
   std::vector<int> fds;
   for (int i = 0; i < connections; ++i) {
-    const int fd = Connect(port);
+    const int fd = toposched::bench::ConnectLoopback(port);
     if (fd >= 0 && Send(fd, header)) fds.push_back(fd);
   }
   const std::string chunk(bytes_per_tick, ' ');

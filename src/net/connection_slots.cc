@@ -22,19 +22,23 @@ std::optional<ConnectionSlots::Id> ConnectionSlots::Take(std::function<void()> c
   return id;
 }
 
+std::function<void()> ConnectionSlots::LeavePhaseLocked(Id id, Phase phase) {
+  if (phase == Phase::kHeld) {
+    --held_;
+    return {};
+  }
+  auto& from = evictable_[static_cast<int>(phase)];
+  auto entry = from.find(id);
+  std::function<void()> close = std::move(entry->second);
+  from.erase(entry);
+  return close;
+}
+
 void ConnectionSlots::Enter(Id id, Phase phase) {
   MutexLock lock(mu_);
   auto it = phase_.find(id);
   if (it == phase_.end() || it->second == phase) return;
-  std::function<void()> close;
-  if (it->second == Phase::kHeld) {
-    --held_;
-  } else {
-    auto& from = evictable_[static_cast<int>(it->second)];
-    auto entry = from.find(id);
-    close = std::move(entry->second);
-    from.erase(entry);
-  }
+  std::function<void()> close = LeavePhaseLocked(id, it->second);
   it->second = phase;
   if (phase == Phase::kHeld) {
     ++held_;  // never taken back: its close is no longer needed
@@ -48,14 +52,7 @@ void ConnectionSlots::Release(Id id) {
   MutexLock lock(mu_);
   auto it = phase_.find(id);
   if (it == phase_.end()) return;
-  if (it->second == Phase::kHeld) {
-    --held_;
-  } else {
-    auto& from = evictable_[static_cast<int>(it->second)];
-    auto entry = from.find(id);
-    close = std::move(entry->second);
-    from.erase(entry);
-  }
+  close = LeavePhaseLocked(id, it->second);
   phase_.erase(it);
 }
 

@@ -42,6 +42,8 @@ class ConnectionSlots {
   int taken() const TS_EXCLUDES(mu_);  // slots in any phase
 
  private:
+  // Takes `id` out of `phase`'s books; returns its close (empty for a held connection).
+  std::function<void()> LeavePhaseLocked(Id id, Phase phase) TS_REQUIRES(mu_);
   static constexpr int kEvictablePhases = 3;
 
   const int capacity_;
