@@ -17,6 +17,7 @@
 #include "deviceplugin_fixtures.h"
 #include "dra/offers.h"
 #include "draplugin/plugin.h"
+#include "draplugin_fixtures.h"
 #include "support/fake_apiserver.h"
 #include "support/temp_dir.h"
 #include "support/wait.h"
@@ -31,47 +32,9 @@ using ::testing::HasSubstr;
 using testing::ShortTempDir;
 using testing::WaitUntil;
 using namespace std::chrono_literals;
-
-constexpr char kNode[] = "node-a";
-
-// Keeps the devices left out of the last publish.
-class RecordingPublisher : public UsagePublisher {
- public:
-  Status Publish(topology::DeviceMask withheld, const topology::NodeUsage&) override {
-    std::lock_guard lock(mutex_);
-    ++publishes_;
-    withheld_ = withheld;
-    return OkStatus();
-  }
-  void ObserveRequest(const topology::Request&) override {}
-  int publishes() const {
-    std::lock_guard lock(mutex_);
-    return publishes_;
-  }
-  topology::DeviceMask withheld() const {
-    std::lock_guard lock(mutex_);
-    return withheld_;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  int publishes_ = 0;
-  topology::DeviceMask withheld_ = 0;
-};
-
-// A resource.k8s.io/v1 ResourceClaim allocated `device` on this node.
-std::string ClaimJson(const std::string& name, const std::string& uid, const std::string& device) {
-  const nlohmann::json request = {{"name", "neurons"}, {"exactly", {{"deviceClassName", "x"}}}};
-  const nlohmann::json result = {
-      {"request", "neurons"}, {"driver", "neuron.aws.com"}, {"pool", kNode}, {"device", device}};
-  nlohmann::json claim;
-  claim["apiVersion"] = "resource.k8s.io/v1";
-  claim["kind"] = "ResourceClaim";
-  claim["metadata"] = {{"namespace", "default"}, {"name", name}, {"uid", uid}};
-  claim["spec"]["devices"]["requests"] = nlohmann::json::array({request});
-  claim["status"]["allocation"]["devices"]["results"] = nlohmann::json::array({result});
-  return claim.dump();
-}
+using testing::ClaimJson;
+using testing::FakePublisher;
+constexpr const char* kNode = testing::kDraNode;
 
 class DraHoldersTest : public ::testing::Test {
  protected:
@@ -84,14 +47,7 @@ class DraHoldersTest : public ::testing::Test {
   void Start(const std::string& type, int lnc = 0) {
     host_.Install(type, lnc);
     deviceplugin::HostPaths host;
-    host.sysfs_root = host_.sys();
-    host.dev_root = host_.dev();
-    host.opt_aws_root = host_.opt();
-    auto inventory = deviceplugin::Discover(host);
-    ASSERT_TRUE(inventory.ok()) << inventory.error();
-    auto resolved = deviceplugin::ResolveTopology(topology::Catalog::Embedded(), *inventory);
-    ASSERT_TRUE(resolved.ok()) << resolved.error();
-    topology_ = std::make_unique<deviceplugin::NodeTopology>(std::move(resolved).value());
+    ASSERT_NO_FATAL_FAILURE(testing::DiscoverFakeHost(host_, host, topology_));
     DraPluginOptions options;
     options.node_name = kNode;
     options.host = host;
@@ -109,14 +65,14 @@ class DraHoldersTest : public ::testing::Test {
   std::string Prepare(const std::string& name, const std::string& device) {
     const std::string uid = "uid-" + name;
     api_.ServeJson("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name,
-                   ClaimJson(name, uid, device));
+                   ClaimJson(name, uid, {device}));
     auto outcomes = plugin_->Prepare({{"default", uid, name}});
     return outcomes.at(uid).error;
   }
 
   // The offers (partitionable, so sets and core ranges too) the last publish made.
   std::vector<dra::Offer> Offered() const {
-    return dra::LegalOffers(topology_->shape, true, publisher_.withheld());
+    return dra::LegalOffers(topology_->shape, true, publisher_.unhealthy());
   }
 
   ShortTempDir dir_;
@@ -125,7 +81,7 @@ class DraHoldersTest : public ::testing::Test {
   std::string socket_ = dir_.path() + "/pod-resources.sock";
   FakeApiServer api_;
   std::unique_ptr<kube::ApiClient> client_;
-  RecordingPublisher publisher_;
+  FakePublisher publisher_;
   std::unique_ptr<deviceplugin::NodeTopology> topology_;
   std::unique_ptr<FakePodResources> kubelet_;
   std::unique_ptr<DraPlugin> plugin_;
@@ -147,7 +103,7 @@ TEST_F(DraHoldersTest, DevicesADevicePluginPodHoldsAreNeitherOfferedNorPreparedU
                          {"neuron0", "neuron1", "neuron2", "neuron3"});
   Start("inf2.48xlarge");
 
-  EXPECT_EQ(publisher_.withheld() & kDevices0To3, kDevices0To3);
+  EXPECT_EQ(publisher_.unhealthy() & kDevices0To3, kDevices0To3);
   EXPECT_FALSE(Touches(Offered(), kDevices0To3));
   EXPECT_TRUE(Touches(Offered(), topology::DeviceMask{1} << 4));
 
@@ -162,8 +118,8 @@ TEST_F(DraHoldersTest, DevicesADevicePluginPodHoldsAreNeitherOfferedNorPreparedU
   // The pod ends: kubelet lists nothing, and the next publish offers the devices again.
   kubelet_.reset();
   kubelet_ = std::make_unique<FakePodResources>(socket_);
-  EXPECT_TRUE(WaitUntil([&] { return publisher_.withheld() == 0; }, 10s))
-      << "still withheld: " << publisher_.withheld();
+  EXPECT_TRUE(WaitUntil([&] { return publisher_.unhealthy() == 0; }, 10s))
+      << "still withheld: " << publisher_.unhealthy();
   EXPECT_TRUE(Touches(Offered(), kDevices0To3));
   EXPECT_EQ(Prepare("first", "neurondevice0"), "");
 }
@@ -174,7 +130,7 @@ TEST_F(DraHoldersTest, ACoreHolderKeepsItsDeviceOutOfDra) {
   kubelet_ = std::make_unique<FakePodResources>(socket_);
   kubelet_->AddContainer("ml", "core-pod", "infer", "aws.amazon.com/neuroncore", {"neuroncore2"});
   Start("inf2.48xlarge");
-  EXPECT_EQ(publisher_.withheld(), topology::DeviceMask{1} << 1);
+  EXPECT_EQ(publisher_.unhealthy(), topology::DeviceMask{1} << 1);
   EXPECT_THAT(Prepare("pair", "neurondevices-0-1"), HasSubstr("ml/core-pod"));
   EXPECT_EQ(Prepare("zero", "neurondevice0"), "");
 }
@@ -185,7 +141,7 @@ TEST_F(DraHoldersTest, TheNeurondeviceAliasCounts) {
   kubelet_->AddContainer("ml", "old-pod", "app", "aws.amazon.com/neurondevice", {"neuron5"});
   kubelet_->AddContainer("ml", "gpu-pod", "app", "nvidia.com/gpu", {"GPU-1234"});
   Start("inf2.48xlarge");
-  EXPECT_EQ(publisher_.withheld(), topology::DeviceMask{1} << 5);
+  EXPECT_EQ(publisher_.unhealthy(), topology::DeviceMask{1} << 5);
   EXPECT_THAT(Prepare("five", "neurondevice5"), HasSubstr("ml/old-pod"));
 }
 
@@ -195,7 +151,7 @@ TEST_F(DraHoldersTest, CoreIdsMapToDevicesAtTheNodesLnc) {
   kubelet_ = std::make_unique<FakePodResources>(socket_);
   kubelet_->AddContainer("ml", "core-pod", "infer", "aws.amazon.com/neuroncore", {"neuroncore5"});
   Start("trn2.48xlarge", 2);
-  EXPECT_EQ(publisher_.withheld(), topology::DeviceMask{1} << 1);
+  EXPECT_EQ(publisher_.unhealthy(), topology::DeviceMask{1} << 1);
   EXPECT_THAT(Prepare("one", "neurondevice1"), HasSubstr("ml/core-pod"));
   EXPECT_EQ(Prepare("zero", "neurondevice0"), "");
 }
@@ -206,7 +162,7 @@ TEST_F(DraHoldersTest, AnIdOfNoDeviceHereFailsClosed) {
   kubelet_ = std::make_unique<FakePodResources>(socket_);
   kubelet_->AddContainer("ml", "odd-pod", "app", "aws.amazon.com/neuron", {"neuron99"});
   Start("inf2.48xlarge");
-  EXPECT_EQ(publisher_.withheld(), topology_->shape.AllDevices());
+  EXPECT_EQ(publisher_.unhealthy(), topology_->shape.AllDevices());
   EXPECT_THAT(Prepare("first", "neurondevice0"), HasSubstr("neuron99"));
   EXPECT_FALSE(plugin_->readiness().ready());
   EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("ml/odd-pod"));
@@ -216,7 +172,7 @@ TEST_F(DraHoldersTest, AnIdOfNoDeviceHereFailsClosed) {
 // each says why.
 TEST_F(DraHoldersTest, WithoutKubeletsAnswerNothingIsOfferedOrPrepared) {
   Start("inf2.48xlarge");
-  EXPECT_EQ(publisher_.withheld(), topology_->shape.AllDevices());
+  EXPECT_EQ(publisher_.unhealthy(), topology_->shape.AllDevices());
   EXPECT_THAT(Prepare("first", "neurondevice0"), HasSubstr("PodResources"));
   EXPECT_TRUE(plugin_->PreparedClaims().empty());
   EXPECT_FALSE(plugin_->readiness().ready());
@@ -224,7 +180,7 @@ TEST_F(DraHoldersTest, WithoutKubeletsAnswerNothingIsOfferedOrPrepared) {
 
   // kubelet comes: an empty list is a node free of holders.
   kubelet_ = std::make_unique<FakePodResources>(socket_);
-  EXPECT_TRUE(WaitUntil([&] { return publisher_.withheld() == 0; }, 10s));
+  EXPECT_TRUE(WaitUntil([&] { return publisher_.unhealthy() == 0; }, 10s));
   EXPECT_EQ(Prepare("first", "neurondevice0"), "");
   EXPECT_THAT(plugin_->readiness().reason(), ::testing::Not(HasSubstr("PodResources")));
 }

@@ -23,6 +23,7 @@
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
 #include "draplugin/plugin.h"
+#include "draplugin_fixtures.h"
 #include "pluginregistration.grpc.pb.h"
 #include "support/fake_apiserver.h"
 #include "support/temp_dir.h"
@@ -41,80 +42,10 @@ using ::testing::HasSubstr;
 using testing::ShortTempDir;
 using testing::WaitUntil;
 using namespace std::chrono_literals;
-
-constexpr char kNode[] = "node-a";
-
-class FakePublisher : public UsagePublisher {
- public:
-  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override {
-    std::lock_guard lock(mutex_);
-    ++publishes_;
-    unhealthy_ = unhealthy;
-    used_cores_ = usage.used_core_count();
-    if (fail_) return Error{"the API server is away"};
-    return OkStatus();
-  }
-  void ObserveRequest(const topology::Request& request) override {
-    std::lock_guard lock(mutex_);
-    requests_.push_back(request);
-  }
-  int publishes() const {
-    std::lock_guard lock(mutex_);
-    return publishes_;
-  }
-  int used_cores() const {
-    std::lock_guard lock(mutex_);
-    return used_cores_;
-  }
-  topology::DeviceMask unhealthy() const {
-    std::lock_guard lock(mutex_);
-    return unhealthy_;
-  }
-  std::vector<topology::Request> requests() const {
-    std::lock_guard lock(mutex_);
-    return requests_;
-  }
-  void set_fail(bool fail) {
-    std::lock_guard lock(mutex_);
-    fail_ = fail;
-  }
-  void ForgetPublished() override { ++forgets_; }
-  int forgets() const { return forgets_; }
-
- private:
-  mutable std::mutex mutex_;
-  int publishes_ = 0;
-  int used_cores_ = 0;
-  topology::DeviceMask unhealthy_ = 0;
-  bool fail_ = false;
-  std::vector<topology::Request> requests_;
-  std::atomic<int> forgets_{0};
-};
-
-// A resource.k8s.io/v1 ResourceClaim allocated `devices` (request "neurons") on `pool`.
-std::string ClaimJson(const std::string& name, const std::string& uid,
-                      const std::vector<std::string>& devices, const std::string& pool = kNode,
-                      const nlohmann::json& spec_config = nlohmann::json::array()) {
-  nlohmann::json results = nlohmann::json::array();
-  for (const std::string& device : devices) {
-    results.push_back(
-        {{"request", "neurons"}, {"driver", "neuron.aws.com"}, {"pool", pool}, {"device", device}});
-  }
-  nlohmann::json claim = {
-      {"apiVersion", "resource.k8s.io/v1"},
-      {"kind", "ResourceClaim"},
-      {"metadata", {{"namespace", "default"}, {"name", name}, {"uid", uid}}},
-      {"spec",
-       {{"devices",
-         {{"requests", {{{"name", "neurons"}, {"exactly", {{"deviceClassName", "x"}}}}}},
-          {"config", spec_config}}}}},
-      {"status", {{"allocation", {{"devices", {{"results", results}}}}}}}};
-  return claim.dump();
-}
-
-std::string ClaimPath(const std::string& name) {
-  return "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/" + name;
-}
+using testing::ClaimJson;
+using testing::ClaimPath;
+using testing::FakePublisher;
+constexpr const char* kNode = testing::kDraNode;
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -204,14 +135,7 @@ class DraPluginServerTest : public ::testing::Test {
     if (!installed_) host_.Install(type, lnc);
     installed_ = true;
     deviceplugin::HostPaths host;
-    host.sysfs_root = host_.sys();
-    host.dev_root = host_.dev();
-    host.opt_aws_root = host_.opt();
-    auto inventory = deviceplugin::Discover(host);
-    ASSERT_TRUE(inventory.ok()) << inventory.error();
-    auto resolved = deviceplugin::ResolveTopology(topology::Catalog::Embedded(), *inventory);
-    ASSERT_TRUE(resolved.ok()) << resolved.error();
-    topology_ = std::make_unique<deviceplugin::NodeTopology>(std::move(resolved).value());
+    ASSERT_NO_FATAL_FAILURE(testing::DiscoverFakeHost(host_, host, topology_));
     DraPluginOptions options;
     options.node_name = kNode;
     options.host = host;
