@@ -175,19 +175,7 @@ int main(int argc, char** argv) {
   const std::string filter = toposched::testing::NamesArgs(
       toposched::testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), names);
 
-  // A free port: bind 0, read it, close (the extender binds it a moment later).
-  uint16_t port = 0;
-  {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
-    close(fd);
-  }
+  const uint16_t port = toposched::bench::FreeLoopbackPort();
   std::vector<std::string> args = {binary,
                                    "extender",
                                    "--offline-nodes",

@@ -1,5 +1,5 @@
-// What the benches that drive the real binary over loopback share: a plain TCP connection to a
-// port on 127.0.0.1, and a process's resident set from /proc.
+// What the benches that drive the real binary over loopback share: a free port, a plain TCP
+// connection to a port on 127.0.0.1, and a process's resident set from /proc.
 #ifndef TOPOSCHED_BENCH_PROCESS_PROBE_H_
 #define TOPOSCHED_BENCH_PROCESS_PROBE_H_
 
@@ -26,6 +26,20 @@ inline int ConnectLoopback(uint16_t port) {
   if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return fd;
   if (fd >= 0) close(fd);
   return -1;
+}
+
+// A loopback port free now (bound to 0, read, closed: the program under test binds it a moment
+// later).
+inline uint16_t FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 // VmRSS of `pid` in KiB (/proc/PID/status), 0 when it cannot be read.
