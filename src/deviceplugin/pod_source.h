@@ -64,7 +64,7 @@ struct AssignedDevices {
   std::string container;
   std::string resource;
   std::vector<std::string> device_ids;
-  std::vector<DraDevice> dra_devices;
+  std::vector<DraDevice> dra_devices{};  // {}: the many brace-built items that hold none
 };
 
 // kubelet's books: every pod it runs or is admitting, and the ids it assigned to each container.
