@@ -181,7 +181,7 @@ TEST_F(DevicePluginApiTest, RefusalEventsAndTheLncLabelGoToTheApi) {
   EXPECT_EQ(patches[0].content_type, "application/merge-patch+json");
   ASSERT_FALSE(labelled.ok());
   EXPECT_THAT(labelled.error(),
-              HasSubstr("labelling node node-a toposched.io/neuron-lnc: HTTP 404"));
+              HasSubstr("labelling node node-a toposched.io/neuron-lnc: not found (HTTP 404)"));
 }
 
 }  // namespace

@@ -23,6 +23,13 @@ namespace toposched::testing {
 
 inline constexpr char kDraNode[] = "node-a";  // the node, and so the pool, of the tests
 
+// The plugin's Node as the API server has it (labelled for DRA): the plugin labels it
+// toposched.io/dra-claims-held while claims are prepared.
+inline std::string DraNodeJson() {
+  return std::string(R"({"kind":"Node","apiVersion":"v1","metadata":{"name":")") + kDraNode +
+         R"(","uid":"node-a-uid","labels":{"toposched.io/neuron-management":"dra"}}})";
+}
+
 class FakePublisher : public draplugin::UsagePublisher {
  public:
   // `unhealthy` is every device the plugin withheld: unhealthy, or held outside DRA.

@@ -42,6 +42,7 @@ class DraHoldersTest : public ::testing::Test {
     client_ =
         std::move(kube::ApiClient::FromKubeconfig(api_.WriteKubeconfig(files_ / "kubeconfig")))
             .value();
+    api_.UpsertNode(testing::DraNodeJson());
   }
 
   void Start(const std::string& type, int lnc = 0) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -127,6 +128,7 @@ class DraPluginServerTest : public ::testing::Test {
     client_ =
         std::move(kube::ApiClient::FromKubeconfig(api_.WriteKubeconfig(files_ / "kubeconfig")))
             .value();
+    api_.UpsertNode(testing::DraNodeJson());
   }
 
   // Installs `type` in the fake host and starts a plugin on it.
@@ -416,6 +418,56 @@ std::string AdminClaimJson(const std::string& name, const std::string& uid,
 // Prepare is the last line of defence: whatever the scheduler or a hand-edited slice allocated,
 // two claims never get the same physical cores. Names differ (a whole device, a set, a core
 // range); what is compared is what they hold.
+// Issue 29: the node carries toposched.io/dra-claims-held from before the first claim holds a
+// device until the last is unprepared, so a node switched back to the device plugin is not
+// offered before the device plugin has read kubelet's claims. A label that cannot be written
+// refuses the prepare.
+TEST_F(DraPluginServerTest, PreparedClaimsMarkTheNodeFromBeforeTheFirstUntilTheLast) {
+  Start("inf2.48xlarge");
+  const auto label = [&]() -> std::optional<std::string> {
+    const auto node = nlohmann::json::parse(api_.GetNodeJson(kNode).value());
+    const auto& labels = node["metadata"]["labels"];
+    if (!labels.contains("toposched.io/dra-claims-held")) return std::nullopt;
+    return labels["toposched.io/dra-claims-held"].get<std::string>();
+  };
+  EXPECT_EQ(label(), std::nullopt);
+  api_.ServeJson(ClaimPath("one"), ClaimJson("one", "uid-one", {"neurondevice0"}));
+  api_.ServeJson(ClaimPath("pair"), ClaimJson("pair", "uid-pair", {"neurondevices-2-3"}));
+  api_.ServeJson(ClaimPath("monitor"), AdminClaimJson("monitor", "uid-monitor", "neurondevice5"));
+
+  // Admin access holds nothing: no label.
+  ASSERT_EQ(kubelet_->Prepare({{"monitor", "uid-monitor"}}).claims().at("uid-monitor").error(), "");
+  EXPECT_EQ(label(), std::nullopt);
+
+  // The label cannot be written: the claim is not prepared, nothing is written for it.
+  api_.InjectFailure({.method = "PATCH", .path_prefix = "/api/v1/nodes/", .status = 500});
+  const std::string refused =
+      kubelet_->Prepare({{"one", "uid-one"}}).claims().at("uid-one").error();
+  EXPECT_THAT(refused, HasSubstr("not prepared"));
+  EXPECT_THAT(refused, HasSubstr("toposched.io/dra-claims-held"));
+  EXPECT_FALSE(fs::exists(SpecPath("uid-one")));
+  EXPECT_EQ(label(), std::nullopt);
+
+  // kubelet retries: the label is there when the claim is prepared.
+  ASSERT_EQ(kubelet_->Prepare({{"one", "uid-one"}}).claims().at("uid-one").error(), "");
+  EXPECT_EQ(label(), "1");
+  ASSERT_EQ(kubelet_->Prepare({{"pair", "uid-pair"}}).claims().at("uid-pair").error(), "");
+  EXPECT_TRUE(label().has_value());
+  // A restart with claims prepared writes the current count.
+  Restart();
+  EXPECT_EQ(label(), "3");
+  ASSERT_EQ(kubelet_->Unprepare("one", "uid-one").claims().at("uid-one").error(), "");
+  EXPECT_TRUE(label().has_value());  // the pair still holds devices 2 and 3
+  ASSERT_EQ(kubelet_->Unprepare("pair", "uid-pair").claims().at("uid-pair").error(), "");
+  EXPECT_EQ(label(), std::nullopt);
+  // A failed removal is retried by the health loop.
+  ASSERT_EQ(kubelet_->Prepare({{"one", "uid-one"}}).claims().at("uid-one").error(), "");
+  EXPECT_EQ(label(), "1");
+  api_.InjectFailure({.method = "PATCH", .path_prefix = "/api/v1/nodes/", .status = 500});
+  ASSERT_EQ(kubelet_->Unprepare("one", "uid-one").claims().at("uid-one").error(), "");
+  EXPECT_TRUE(WaitUntil([&] { return !label().has_value(); }, 5s));
+}
+
 TEST_F(DraPluginServerTest, PrepareRefusesAClaimOverlappingAPreparedOne) {
   Start("trn2.48xlarge", 2);  // 4 logical cores per device, 8 physical
   api_.ServeJson(ClaimPath("whole"), ClaimJson("whole", "uid-whole", {"neurondevice2"}));

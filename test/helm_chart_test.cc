@@ -625,7 +625,7 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_THAT(Strings(rules[1]["resources"]), ElementsAre("resourceclaims", "deviceclasses"));
   EXPECT_THAT(Strings(rules[1]["verbs"]), ElementsAre("get", "list", "watch"));
   EXPECT_THAT(Strings(rules[2]["resources"]), ElementsAre("nodes"));
-  EXPECT_THAT(Strings(rules[2]["verbs"]), ElementsAre("get", "list", "watch"));
+  EXPECT_THAT(Strings(rules[2]["verbs"]), ElementsAre("get", "list", "watch", "patch"));
   const YAML::Node binding = r.Get("ClusterRoleBinding", "neuron-dra-driver");
   EXPECT_EQ(binding["subjects"][0]["name"].as<std::string>(), "neuron-dra-driver-sa");
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
 #include "kube/decode.h"
 
 namespace toposched::deviceplugin {
@@ -53,17 +52,7 @@ Status ApiPodSource::PostWarning(const kube::Pod& pod, std::string_view reason,
 }
 
 Status ApiPodSource::PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) {
-  const std::string body = fmt::format(R"({{"metadata":{{"labels":{{{}:{}}}}}}})", JsonQuote(key),
-                                       value ? JsonQuote(*value) : std::string("null"));
-  const std::string what = fmt::format("labelling node {} {}", node_name_, key);
-  auto response = client_.Patch("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name_), body,
-                                "application/merge-patch+json");
-  if (!response.ok()) return Error{fmt::format("{}: {}", what, response.error())};
-  if (response->status < 200 || response->status > 299) {
-    return Error{fmt::format("{}: HTTP {}: {}", what, response->status,
-                             kube::StatusMessage(response->body))};
-  }
-  return OkStatus();
+  return kube::PatchNodeLabel(client_, node_name_, key, value);
 }
 
 Result<std::optional<std::string>> ApiPodSource::ReadNodeLabel(std::string_view key) {

@@ -189,12 +189,16 @@ void DevicePluginManager::PublishDraClaims() {
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   std::optional<std::string> value;
   if (!holds.empty()) value = std::to_string(holds.size());
-  if (dra_claims_published_ && *dra_claims_published_ == value) return;
+  const bool same = dra_claims_published_ && *dra_claims_published_ == value;
+  // While claims hold devices the label is written at every pass (a Node object re-created by
+  // kubelet has lost it; an unchanged merge-patch changes nothing); its absence once only.
+  if (same && !value) return;
   if (Status labelled = pods_.PatchNodeLabel(claims::kLabelDraClaimsHeld, value); !labelled.ok()) {
     spdlog::warn("cannot set label {} on node {}: {}; retried with each PodResources pass",
                  claims::kLabelDraClaimsHeld, options_.node_name, labelled.error());
     return;
   }
+  if (same) return;  // said already
   if (value) {
     std::vector<std::string> named;
     named.reserve(holds.size());

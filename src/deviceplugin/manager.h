@@ -113,7 +113,8 @@ class DevicePluginManager {
   // Labels the node with how many DRA devices of toposched's driver kubelet still lists prepared
   // in this node's pool (claims::kLabelDraClaimsHeld), or removes the label once none is left:
   // the extender offers the node only without it. Before registering, then each PodResources
-  // pass; a value already written is not written again.
+  // pass: written again at every pass while claims remain (a re-created Node object lost it);
+  // its removal once.
   void PublishDraClaims();
   void ServeAndRegister(const std::atomic<bool>& stop);
 

@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "claims/keys.h"
 #include "deviceplugin/pod_resources.h"
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
@@ -169,6 +170,7 @@ Status DraPlugin::Start() {
     MutexLock lock(mutex_);
     unhealthy_ = unhealthy;
   }
+  SyncClaimsLabel(/*refresh=*/true);
   PublishNow("start");
 
   for (const std::string& dir : {options_.plugin_dir, options_.registry_dir}) {
@@ -241,7 +243,7 @@ void DraPlugin::Stop() {
   registered_ = false;
 }
 
-Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
+Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref, const HolderView& holders) {
   TOPOSCHED_RETURN_IF_ERROR(CheckClaimUid(ref.uid));
   const std::string path =
       fmt::format("/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}",
@@ -265,13 +267,24 @@ Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
   PrepareContext context{&shape_, options_.node_name, options_.numbering};
   TOPOSCHED_ASSIGN_OR_RETURN(PreparedClaim prepared, PlanClaim(context, *claim, ref.uid));
   // Not on a device a device-plugin pod still holds (a node moved to DRA without a drain).
-  TOPOSCHED_RETURN_IF_ERROR(CheckClaimFree(shape_, holders_.Refresh().first, prepared));
+  TOPOSCHED_RETURN_IF_ERROR(CheckClaimFree(shape_, holders, prepared));
+  MutexLock labelling(label_mutex_);
   MutexLock lock(mutex_);
   // The last line of defence: whatever the slices said, two claims never hold one core. Checked
   // under the lock that records it, so two Prepares cannot both pass.
   if (const std::string overlap = OverlapWithPrepared(*shape_.type, prepared, prepared_);
       !overlap.empty()) {
     return Error{fmt::format("ResourceClaim {}/{}: {}", ref.ns, ref.name, overlap)};
+  }
+  // The node is marked before any claim holds a device (see SyncClaimsLabel).
+  if (!label_written_ || !label_written_->has_value()) {
+    if (Status marked = WriteClaimsLabel(ClaimsHeldValue(prepared_, &prepared)); !marked.ok()) {
+      return Error{fmt::format(
+          "ResourceClaim {}/{}: not prepared: {} (while a claim holds a device the node carries "
+          "it, so that the extender never offers these devices should the node go back to the "
+          "device plugin)",
+          ref.ns, ref.name, marked.error())};
+    }
   }
   // Written even when the claim is prepared already: the same claim gives the same file.
   TOPOSCHED_RETURN_IF_ERROR(WriteCdiSpec(options_.cdi_root, prepared));
@@ -281,9 +294,12 @@ Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref) {
 
 std::map<std::string, PrepareOutcome> DraPlugin::Prepare(const std::vector<ClaimRef>& claims) {
   std::map<std::string, PrepareOutcome> outcomes;
+  // kubelet's PodResources is read once per call: on a node managed by DRA no device plugin
+  // grants devices, so holders outside DRA only go away, and this view withholds enough.
+  const HolderView holders = holders_.Refresh().first;
   for (const ClaimRef& ref : claims) {
     PrepareOutcome& outcome = outcomes[ref.uid];
-    auto prepared = PrepareOne(ref);
+    auto prepared = PrepareOne(ref, holders);
     if (!prepared.ok()) {
       outcome.error = prepared.error();
       spdlog::error("NodePrepareResources: claim {}/{} (uid {}) failed: {}", ref.ns, ref.name,
@@ -296,7 +312,7 @@ std::map<std::string, PrepareOutcome> DraPlugin::Prepare(const std::vector<Claim
                  CdiSpecPath(options_.cdi_root, ref.uid));
     publisher_.ObserveRequest(RequestOf(shape_, outcome.claim));
   }
-  PublishNow("NodePrepareResources");
+  PublishNow("NodePrepareResources", &holders);
   return outcomes;
 }
 
@@ -319,13 +335,49 @@ std::map<std::string, std::string> DraPlugin::Unprepare(const std::vector<ClaimR
     spdlog::info("NodeUnprepareResources: claim {}/{} (uid {}) released, CDI spec removed", ref.ns,
                  ref.name, ref.uid);
   }
+  SyncClaimsLabel(/*refresh=*/false);
   PublishNow("NodeUnprepareResources");
   return errors;
 }
 
-void DraPlugin::PublishNow(std::string_view why) {
+Status DraPlugin::WriteClaimsLabel(const std::optional<std::string>& value) {
+  if (Status written =
+          kube::PatchNodeLabel(api_, options_.node_name, claims::kLabelDraClaimsHeld, value);
+      !written.ok()) {
+    label_pending_ = true;
+    return written;
+  }
+  label_pending_ = false;
+  if (value) {
+    spdlog::info("node {} labelled {}={}: prepared claims hold {} device(s)", options_.node_name,
+                 claims::kLabelDraClaimsHeld, *value, *value);
+  } else {
+    spdlog::info("node {}: no prepared claim holds a device; label {} removed", options_.node_name,
+                 claims::kLabelDraClaimsHeld);
+  }
+  label_written_.emplace(value);
+  return OkStatus();
+}
+
+void DraPlugin::SyncClaimsLabel(bool refresh) {
+  MutexLock labelling(label_mutex_);
+  std::optional<std::string> value;
+  {
+    MutexLock lock(mutex_);
+    value = ClaimsHeldValue(prepared_);
+  }
+  const bool appears_or_goes = !label_written_ || label_written_->has_value() != value.has_value();
+  if (!appears_or_goes && !(refresh && *label_written_ != value)) return;
+  if (Status written = WriteClaimsLabel(value); !written.ok()) {
+    spdlog::warn("{} (retried with each health check)", written.error());
+  }
+}
+
+void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   MutexLock publishing(publish_mutex_);
-  const topology::DeviceMask held = holders_.Refresh().first.withheld;  // not ours to offer
+  // Devices containers outside DRA hold are not ours to offer.
+  const topology::DeviceMask held =
+      holders != nullptr ? holders->withheld : holders_.Refresh().first.withheld;
   topology::DeviceMask unhealthy = 0;
   topology::NodeUsage usage;
   {
@@ -387,7 +439,9 @@ void DraPlugin::HealthLoop() {
       unhealthy_ = unhealthy;
     }
     const bool holders_changed = holders_.Refresh().second;
-    if (++ticks % resync_every == 0) resync_pending_ = true;
+    const bool resync_tick = ++ticks % resync_every == 0;
+    if (resync_tick) resync_pending_ = true;
+    if (resync_tick || label_pending_) SyncClaimsLabel(/*refresh=*/resync_tick);
     if (resync_pending_.exchange(false)) {
       // Read back what the API server holds: kubelet wipes a node's slices when it starts.
       publisher_.ForgetPublished();

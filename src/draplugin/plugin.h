@@ -98,9 +98,18 @@ class DraPlugin {
   class DraService;
   class RegistrationService;
 
-  Result<PreparedClaim> PrepareOne(const ClaimRef& ref);
-  // Publishes the current health and usage; records a failure for the health loop to retry.
-  void PublishNow(std::string_view why);
+  Result<PreparedClaim> PrepareOne(const ClaimRef& ref, const HolderView& holders);
+  // Publishes the current health and usage, less `holders`' devices (read again when null);
+  // records a failure for the health loop to retry.
+  void PublishNow(std::string_view why, const HolderView* holders = nullptr);
+  // The node's claims::kLabelDraClaimsHeld follows the prepared claims (ClaimsHeldValue): it is
+  // set before the first claim's prepare succeeds and removed after the last one is unprepared.
+  // A node switched back to the device plugin keeps it until the device plugin has read kubelet's
+  // claims, so the extender never offers the node in between. Writes only when the label should
+  // appear or go, or (`refresh`) when its count changed; a failed write is retried by the health
+  // loop.
+  void SyncClaimsLabel(bool refresh) TS_EXCLUDES(label_mutex_, mutex_);
+  Status WriteClaimsLabel(const std::optional<std::string>& value) TS_REQUIRES(label_mutex_);
   topology::DeviceMask CheckHealth();
   void HealthLoop();
   void UpdateReadiness() TS_EXCLUDES(mutex_);
@@ -112,6 +121,13 @@ class DraPlugin {
   UsagePublisher& publisher_;
   deviceplugin::Readiness readiness_;
   NodeHolders holders_;  // devices held outside DRA (device-plugin pods)
+
+  // Taken before mutex_: a prepare that sets the label records its claim before an unprepare can
+  // remove it.
+  Mutex label_mutex_;
+  // The label as last written (nullopt inside: removed); unset until the first write.
+  std::optional<std::optional<std::string>> label_written_ TS_GUARDED_BY(label_mutex_);
+  std::atomic<bool> label_pending_{false};
 
   mutable Mutex mutex_;
   std::map<std::string, PreparedClaim> prepared_ TS_GUARDED_BY(mutex_);  // by claim uid

@@ -1,6 +1,7 @@
 #include "draplugin/prepare.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <set>
 
@@ -329,6 +330,14 @@ void AddClaimUnits(const NodeShape& shape, const PreparedClaim& claim, topology:
     if (usage.AllFree(shape, topology::Unit::kCore, {core}))
       usage.Take(shape, topology::Unit::kCore, {core});
   }
+}
+
+std::optional<std::string> ClaimsHeldValue(const std::map<std::string, PreparedClaim>& prepared,
+                                           const PreparedClaim* adding) {
+  topology::DeviceMask devices = adding != nullptr ? adding->held.devices : 0;
+  for (const auto& [uid, claim] : prepared) devices |= claim.held.devices;
+  if (devices == 0) return std::nullopt;
+  return std::to_string(std::popcount(devices));
 }
 
 topology::Request RequestOf(const NodeShape& shape, const PreparedClaim& claim) {

@@ -7,6 +7,7 @@
 #define TOPOSCHED_DRAPLUGIN_PREPARE_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -119,6 +120,11 @@ std::string OverlapWithPrepared(const topology::InstanceType& type, const Prepar
 // claim already holds are left as they are.
 void AddClaimUnits(const topology::NodeShape& shape, const PreparedClaim& claim,
                    topology::NodeUsage& usage);
+
+// The value of the node's claims::kLabelDraClaimsHeld while `prepared` (and `adding`, when not
+// null) hold devices: how many devices they hold; nullopt when none does (the label is removed).
+std::optional<std::string> ClaimsHeldValue(const std::map<std::string, PreparedClaim>& prepared,
+                                           const PreparedClaim* adding = nullptr);
 
 // The claim as one request of the demand model: whole devices by count, or cores by count when
 // every device is a core range.

@@ -154,6 +154,10 @@ Status BindPod(ApiClient& client, std::string_view ns, std::string_view name, st
 Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_view name,
                            const std::map<std::string, std::optional<std::string>>& annotations);
 
+// JSON merge-patch of one label of Node `node`: a value sets it, nullopt deletes it.
+Status PatchNodeLabel(ApiClient& client, std::string_view node, std::string_view key,
+                      const std::optional<std::string>& value);
+
 // Creates a core/v1 Event about `pod` in its namespace. `type` is "Normal" or "Warning".
 Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
                     std::string_view reason, std::string_view message, std::string_view component);

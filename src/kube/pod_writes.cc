@@ -1,4 +1,5 @@
-// The writes toposched makes to pods: Binding, annotation merge-patch, Events (see client.h).
+// The writes toposched makes to pods (Binding, annotation merge-patch, Events) and to its nodes'
+// labels (see client.h).
 #include <simdjson.h>
 
 #include <algorithm>
@@ -180,6 +181,18 @@ Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_v
   const std::string what = fmt::format("patching annotations of pod {}/{}", ns, name);
   Result<HttpResponse> response =
       client.Patch(PodPath(ns, name), patch, "application/merge-patch+json");
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(what, *response);
+}
+
+Status PatchNodeLabel(ApiClient& client, std::string_view node, std::string_view key,
+                      const std::optional<std::string>& value) {
+  const std::string patch = fmt::format(R"({{"metadata":{{"labels":{{{}:{}}}}}}})", JsonQuote(key),
+                                        value ? JsonQuote(*value) : std::string("null"));
+  const std::string what = fmt::format("labelling node {} {}", node, key);
+  Result<HttpResponse> response = client.Patch("/api/v1/nodes/" + EscapeUrlComponent(node), patch,
+                                               "application/merge-patch+json");
   if (!response.ok()) return Error{what + ": " + response.error()};
   if (response->status >= 200 && response->status < 300) return OkStatus();
   return HttpFailure(what, *response);
