@@ -95,6 +95,10 @@ struct Node {
     host.Install(layout.type, layout.lnc);
     client = std::move(kube::ApiClient::FromKubeconfig(api.WriteKubeconfig(dir + "/kubeconfig")))
                  .value();
+    // The plugin's Node: Prepare labels it toposched.io/dra-claims-held.
+    api.UpsertNode(fmt::format(R"({{"kind":"Node","apiVersion":"v1","metadata":{{"name":"{}",)"
+                               R"("labels":{{"toposched.io/neuron-management":"dra"}}}}}})",
+                               kNode));
     DraPluginOptions options;
     options.node_name = kNode;
     options.host.sysfs_root = host.sys();

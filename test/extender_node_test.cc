@@ -196,8 +196,11 @@ TEST_F(NodeTruthTest, FlippingToDraAndBackKeepsTheRunningPodsHold) {
   kube::Node dra = Trn2(16, 128, 2);
   dra.labels["toposched.io/neuron-management"] = "dra";
   service_.UpsertNode(dra);
-  EXPECT_THAT(Filter("all-cores", 128), ::testing::HasSubstr("\"FailedNodes\":{\"trn2-a\""))
+  const std::string refused = Filter("all-cores", 128);
+  EXPECT_THAT(refused, ::testing::HasSubstr("\"FailedNodes\":{\"trn2-a\""))
       << "a DRA node is not offered";
+  EXPECT_THAT(refused, ::testing::HasSubstr("node trn2-a is managed by the DRA driver (label "
+                                            "toposched.io/neuron-management=dra)"));
   service_.ReplacePods({CorePod("c", "0,1,2,3")});  // a relist while the node is DRA's
 
   service_.UpsertNode(Trn2(0, 0, 3));  // back to the device plugin, not registered yet

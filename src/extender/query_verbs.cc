@@ -52,28 +52,34 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
       return FilterGangMember(*resolved, names, result);
     }
   }
-  std::unordered_map<std::string, std::string> dra_held;  // read before the tracker's lock
+  // Nodes not offered (read before the tracker's lock): the DRA claims' count, or empty when the
+  // DRA driver manages the node.
+  std::unordered_map<std::string, std::string> not_offered;
   {
     ReaderLock lock(mu_);
-    for (const auto& [name, entry] : not_offered_) {
-      if (!entry.dra_held.empty()) dra_held.emplace(name, entry.dra_held);
-    }
+    for (const auto& [name, entry] : not_offered_) not_offered.emplace(name, entry.dra_held);
   }
-  tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
-                      [&](size_t i, tracker::FitResult&& fit) {
-                        if (auto held = dra_held.find(names[i]); held != dra_held.end()) {
-                          result.failed[names[i]] = fmt::format(
-                              "node {} still runs DRA claims of neuron.aws.com ({} devices, "
-                              "label {}): its devices are offered once they end",
-                              names[i], held->second, claims::kLabelDraClaimsHeld);
-                        } else if (fit.fits) {
-                          result.passed.push_back(names[i]);
-                        } else if (fit.unresolvable) {
-                          result.failed_unresolvable[names[i]] = std::move(fit.reason);
-                        } else {
-                          result.failed[names[i]] = std::move(fit.reason);
-                        }
-                      });
+  tracker_.ForEachFit(
+      resolved ? resolved->spec : requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+        if (auto held = not_offered.find(names[i]); held != not_offered.end()) {
+          result.failed[names[i]] =
+              held->second.empty()
+                  ? fmt::format(
+                        "node {} is managed by the DRA driver (label {}={}): "
+                        "pods get its devices through ResourceClaims",
+                        names[i], claims::kLabelNeuronManagement, claims::kNeuronManagementDra)
+                  : fmt::format(
+                        "node {} still runs DRA claims of neuron.aws.com ({} "
+                        "devices, label {}): its devices are offered once they end",
+                        names[i], held->second, claims::kLabelDraClaimsHeld);
+        } else if (fit.fits) {
+          result.passed.push_back(names[i]);
+        } else if (fit.unresolvable) {
+          result.failed_unresolvable[names[i]] = std::move(fit.reason);
+        } else {
+          result.failed[names[i]] = std::move(fit.reason);
+        }
+      });
   RememberPod(std::move(requests).value());
   return EncodeFilterResult(result);
 }

@@ -8,8 +8,9 @@
 #   (b) kn is labelled toposched.io/neuron-management=dra and the DRA plugin starts while they run:
 #       no published offer touches a held device; the extender no longer offers kn; 1-device
 #       claims fill what is left, and none is allocated or prepared on a held device
-#   (c) the label is removed while the claims run: the device plugin marks the node
-#       (toposched.io/dra-claims-held) and the extender does not offer it; a pod that bypasses
+#   (c) the label is removed while the claims run: the node still carries
+#       toposched.io/dra-claims-held (the DRA plugin set it before its first claim held a device;
+#       the device plugin keeps it while kubelet lists claims) and the extender does not offer it; a pod that bypasses
 #       the scheduler (spec.nodeName) never gets a claimed device from the device plugin; once the
 #       claims are gone the node is offered again and the waiting pod is served
 #   (d) after (b) and (c): no device or core held twice over every pod's record, kubelet's
@@ -193,6 +194,7 @@ spec:
         claims: [{name: neurons}]
 YAML
 }
+marked() { [ -n "$(k get node kn -o 'jsonpath={.metadata.labels.toposched\.io/dra-claims-held}')" ]; }
 phase_is() { [ "$(pod_field "$1" '{.status.phase}')" = "$2" ]; }
 unschedulable() { [ "$(pod_field "$1" '{.status.conditions[?(@.type=="PodScheduled")].status}')" = False ]; }
 free=$((KUBELET_DEVICES - $(wc -w <<<"$held")))
@@ -217,12 +219,13 @@ wait_for 30 "a CDI spec per running claim" bash -c "[ \$(ls $E2E_CDI_DIR | grep 
 pass "(b) ${#running[@]} claims Running on the $free free devices ($claimed), ${#refused[@]} unschedulable (${refused[*]}): none on $held"
 out=$(check_one_book b) || die "(b) $out"
 pass "(d) after (b): $out"
+marked || die "(b) claims run on kn but it carries no toposched.io/dra-claims-held"
+pass "(b) kn carries toposched.io/dra-claims-held=$(k get node kn -o 'jsonpath={.metadata.labels.toposched\.io/dra-claims-held}') while claims run"
 
 # (c) the label removed while the claims run.
 k label node kn toposched.io/neuron-management- >/dev/null || die "unlabel kn"
 for p in "${refused[@]}"; do k -n default delete pod "$p" --wait=false >/dev/null; done
-marked() { [ -n "$(k get node kn -o 'jsonpath={.metadata.labels.toposched\.io/dra-claims-held}')" ]; }
-wait_for 60 "the device plugin to mark kn toposched.io/dra-claims-held" marked
+marked || die "(c) kn lost toposched.io/dra-claims-held with the switch back while claims run"
 create_pod dp-back aws.amazon.com/neuron 1 kubernetes.io/hostname=kn
 wait_for 60 "dp-back refused while DRA claims hold kn's devices" pod_settled dp-back
 pod_bound dp-back && die "(c) the extender offered kn to dp-back while DRA claims run: $(pod_ids dp-back)"
