@@ -419,9 +419,9 @@ std::string AdminClaimJson(const std::string& name, const std::string& uid,
 // two claims never get the same physical cores. Names differ (a whole device, a set, a core
 // range); what is compared is what they hold.
 // Issue 29: the node carries toposched.io/dra-claims-held from before the first claim holds a
-// device until the last is unprepared, so a node switched back to the device plugin is not
-// offered before the device plugin has read kubelet's claims. A label that cannot be written
-// refuses the prepare.
+// device until the last is unprepared (removed by the health loop), so a node switched back to
+// the device plugin is not offered before the device plugin has read kubelet's claims. A label
+// that cannot be written refuses the prepare.
 TEST_F(DraPluginServerTest, PreparedClaimsMarkTheNodeFromBeforeTheFirstUntilTheLast) {
   Start("inf2.48xlarge");
   const auto label = [&]() -> std::optional<std::string> {
@@ -459,8 +459,9 @@ TEST_F(DraPluginServerTest, PreparedClaimsMarkTheNodeFromBeforeTheFirstUntilTheL
   ASSERT_EQ(kubelet_->Unprepare("one", "uid-one").claims().at("uid-one").error(), "");
   EXPECT_TRUE(label().has_value());  // the pair still holds devices 2 and 3
   ASSERT_EQ(kubelet_->Unprepare("pair", "uid-pair").claims().at("uid-pair").error(), "");
-  EXPECT_EQ(label(), std::nullopt);
-  // A failed removal is retried by the health loop.
+  // The health loop removes it once no claim is prepared.
+  EXPECT_TRUE(WaitUntil([&] { return !label().has_value(); }, 5s));
+  // A failed removal is retried at the next health check.
   ASSERT_EQ(kubelet_->Prepare({{"one", "uid-one"}}).claims().at("uid-one").error(), "");
   EXPECT_EQ(label(), "1");
   api_.InjectFailure({.method = "PATCH", .path_prefix = "/api/v1/nodes/", .status = 500});

@@ -1213,7 +1213,8 @@ class Simulation {
   }
 
   // The DRA plugin on a dra node publishes its offers: every legal choice, less the devices that
-  // containers outside DRA hold (its NodeHolders view of kubelet's PodResources).
+  // containers outside DRA hold (its NodeHolders view of kubelet's PodResources). Its health
+  // loop also removes the dra-claims-held label once no prepared claim holds a device.
   void DraPublish() {
     std::vector<std::string> dra;
     for (const auto& [name, state] : nodes_) {
@@ -1221,6 +1222,7 @@ class Simulation {
     }
     if (dra.empty()) return;
     NodeState& state = nodes_.at(dra[Uniform(dra.size())]);
+    DraSyncLabel(state, /*starting=*/false);  // its health loop: the label goes once none holds
     const draplugin::HolderView view = HoldersNow(state);
     state.published = dra::LegalOffers(state.shape, /*partitionable=*/true, view.withheld);
     Log(fmt::format("DRA plugin on {} publishes {} offers (withholds devices {:#x})",
@@ -1335,7 +1337,6 @@ class Simulation {
     state.kubelet->UnprepareDra(uid);
     state.prepared.erase(uid);
     state.claims.erase(uid);
-    if (state.dra) DraSyncLabel(state, /*starting=*/false);  // Unprepare's SyncClaimsLabel
   }
 
   // The device plugin's PodResources pass on a node it runs on (DevicePluginManager::

@@ -335,7 +335,6 @@ std::map<std::string, std::string> DraPlugin::Unprepare(const std::vector<ClaimR
     spdlog::info("NodeUnprepareResources: claim {}/{} (uid {}) released, CDI spec removed", ref.ns,
                  ref.name, ref.uid);
   }
-  SyncClaimsLabel(/*refresh=*/false);
   PublishNow("NodeUnprepareResources");
   return errors;
 }
@@ -441,7 +440,7 @@ void DraPlugin::HealthLoop() {
     const bool holders_changed = holders_.Refresh().second;
     const bool resync_tick = ++ticks % resync_every == 0;
     if (resync_tick) resync_pending_ = true;
-    if (resync_tick || label_pending_) SyncClaimsLabel(/*refresh=*/resync_tick);
+    SyncClaimsLabel(/*refresh=*/resync_tick);  // writes only when the label should go or changed
     if (resync_pending_.exchange(false)) {
       // Read back what the API server holds: kubelet wipes a node's slices when it starts.
       publisher_.ForgetPublished();

@@ -103,11 +103,11 @@ class DraPlugin {
   // records a failure for the health loop to retry.
   void PublishNow(std::string_view why, const HolderView* holders = nullptr);
   // The node's claims::kLabelDraClaimsHeld follows the prepared claims (ClaimsHeldValue): it is
-  // set before the first claim's prepare succeeds and removed after the last one is unprepared.
-  // A node switched back to the device plugin keeps it until the device plugin has read kubelet's
-  // claims, so the extender never offers the node in between. Writes only when the label should
-  // appear or go, or (`refresh`) when its count changed; a failed write is retried by the health
-  // loop.
+  // set before the first claim's prepare succeeds and removed by the health loop once none is
+  // prepared (not at Unprepare: a node whose pods come and go writes it once). A node switched
+  // back to the device plugin keeps it until the device plugin has read kubelet's claims, so the
+  // extender never offers the node in between. Writes only when the label should appear or go,
+  // or (`refresh`) when its count changed; a failed write is retried at the next health check.
   void SyncClaimsLabel(bool refresh) TS_EXCLUDES(label_mutex_, mutex_);
   Status WriteClaimsLabel(const std::optional<std::string>& value) TS_REQUIRES(label_mutex_);
   topology::DeviceMask CheckHealth();
