@@ -57,7 +57,7 @@ struct FakeHost {
     const topology::InstanceType* type = topology::Catalog::Embedded().Find(instance_type);
     if (type == nullptr) throw std::runtime_error("unknown type " + instance_type);
     const int physical =
-        type->has_lnc ? type->lnc.physical_cores_per_device : type->cores_per_device;
+        type->physical_cores_per_device();
     std::vector<std::vector<int>> adjacency = type->adjacency;
     adjacency.resize(static_cast<size_t>(type->devices));
     InstallDevices(instance_type, type->devices, physical, adjacency);

@@ -9,10 +9,6 @@
 namespace toposched::deviceplugin {
 namespace {
 
-int PhysicalCoresPerDevice(const topology::InstanceType& type) {
-  return type.has_lnc ? type.lnc.physical_cores_per_device : type.cores_per_device;
-}
-
 // The most common non-zero core_count: one unreadable device must not decide the node's shape.
 int CommonCoreCount(const Inventory& inventory) {
   std::map<int, int> votes;
@@ -44,11 +40,11 @@ void CompareWithCatalog(const topology::InstanceType& type, const Inventory& inv
   }
   for (const SysfsDevice& device : inventory.devices) {
     if (device.index >= type.devices) continue;
-    if (device.physical_cores != 0 && device.physical_cores != PhysicalCoresPerDevice(type)) {
+    if (device.physical_cores != 0 && device.physical_cores != type.physical_cores_per_device()) {
       notes.push_back(fmt::format(
           "neuron{}: sysfs core_count is {} but the catalog says {} physical cores per device "
           "for {}; using the catalog",
-          device.index, device.physical_cores, PhysicalCoresPerDevice(type), type.name));
+          device.index, device.physical_cores, type.physical_cores_per_device(), type.name));
     }
     if (static_cast<size_t>(device.index) >= type.adjacency.size()) continue;
     const std::vector<int>& expected = type.adjacency[static_cast<size_t>(device.index)];

@@ -17,10 +17,6 @@ namespace {
 
 using topology::NodeShape;
 
-int PhysicalCoresPerDevice(const topology::InstanceType& type) {
-  return type.has_lnc ? type.lnc.physical_cores_per_device : type.cores_per_device;
-}
-
 // Does a config for `requests` apply to the result of `request` ("req" or "req/sub")? A config
 // for a request covers its firstAvailable subrequests too.
 bool Applies(const std::vector<std::string>& requests, std::string_view request) {
@@ -82,7 +78,7 @@ PhysicalUnits PhysicalUnits::CommonWith(const PhysicalUnits& other) const {
 
 PhysicalUnits WholeDevices(const topology::InstanceType& type, topology::DeviceMask devices) {
   PhysicalUnits units;
-  const int per_device = PhysicalCoresPerDevice(type);
+  const int per_device = type.physical_cores_per_device();
   for (int d : topology::MaskToIds(devices)) {
     if (d >= type.devices) continue;
     units.devices |= topology::DeviceMask{1} << d;
@@ -106,7 +102,7 @@ PhysicalUnits PhysicalUnitsOf(const NodeShape& shape, const dra::Offer& offer) {
 }
 
 std::string DescribeUnits(const topology::InstanceType& type, const PhysicalUnits& units) {
-  const int per_device = PhysicalCoresPerDevice(type);
+  const int per_device = type.physical_cores_per_device();
   std::vector<std::string> parts;
   for (int d : topology::MaskToIds(units.devices)) {
     std::vector<int> cores;

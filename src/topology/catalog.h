@@ -42,6 +42,11 @@ struct InstanceType {
   std::vector<int> sizes;                   // kAligned only, ascending
   std::vector<std::vector<int>> adjacency;  // per device, in driver order (may be empty lists)
   std::string source;
+
+  // NeuronCores a device has in hardware, whatever the LNC.
+  int physical_cores_per_device() const {
+    return has_lnc ? lnc.physical_cores_per_device : cores_per_device;
+  }
 };
 
 // Holds every instance type by name. Immutable after Parse; safe to share between threads.
