@@ -36,6 +36,7 @@ e2e_controller_manager resourceclaim-controller
 # kube-scheduler's own DRA allocator places these pods: no extender in its configuration.
 e2e_scheduler true "" none
 e2e_dra_node kn inf2.48xlarge
+cpd=$(type_shape inf2.48xlarge); cpd=${cpd#* }  # kn's cores per device
 wait_for 30 "the DRA plugin's /readyz" dra_ready
 
 # rct NAME CLASS CEL: a ResourceClaimTemplate asking one device of CLASS matching CEL.
@@ -137,7 +138,7 @@ cdi_spec_of() { echo "$E2E_CDI_DIR/neuron.aws.com-$1.json"; }
 rct two-devices neurondevices.toposched.io 'device.attributes["toposched.io"].deviceCount == 2'
 dra_pod dev-2 kn template two-devices
 wait_for 90 "pod dev-2 Running" phase_is dev-2 Running
-out=$(check_container dev-2 2) || die "dev-2: $out"
+out=$(check_container dev-2 "$cpd") || die "dev-2: $out"
 claim=$(pod_claim dev-2); uid=$(k -n default get resourceclaim "$claim" -o jsonpath='{.metadata.uid}')
 grep -q '^allocated=neurondevices-[0-9]*-[0-9]* ' <<<"$out" || die "dev-2: not a 2-device set: $out"
 python3 - "$out" <<'PY' || die "dev-2: the two devices are not consecutive: $out"
@@ -151,7 +152,7 @@ pass "(a) dev-2 Running from ResourceClaimTemplate two-devices (claim $claim): $
 rct two-cores neuroncores.toposched.io 'device.attributes["toposched.io"].coreCount == 2'
 dra_pod cores-2 kn template two-cores
 wait_for 90 "pod cores-2 Running" phase_is cores-2 Running
-out=$(check_container cores-2 2) || die "cores-2: $out"
+out=$(check_container cores-2 "$cpd") || die "cores-2: $out"
 grep -q '^allocated=neuroncores-' <<<"$out" || die "cores-2: not a core range: $out"
 pass "(c) cores-2 Running with a core range of one device: $out"
 
@@ -184,7 +185,7 @@ wait_for 30 "the restarted plugin to remove the half-written $half" test ! -e "$
 # The kill may land while kubelet still waits for the answer (its call then fails with EOF): kubelet
 # retries the pod at its own sync backoff, about 70 s here.
 wait_for 150 "pod dev-1 Running after the plugin restarted" phase_is dev-1 Running
-out=$(check_container dev-1 2) || die "dev-1: $out"
+out=$(check_container dev-1 "$cpd") || die "dev-1: $out"
 leftover=$(find "$E2E_CDI_DIR" -type f ! -name 'neuron.aws.com-*.json')
 [ -z "$leftover" ] || die "the restarted plugin left non-spec files in the CDI dir: $leftover"
 n_specs=$(find "$E2E_CDI_DIR" -name 'neuron.aws.com-*.json' | wc -l)
@@ -198,36 +199,26 @@ pass "(e) plugin SIGKILLed at dev-1's prepare, $inflight, and restarted: it remo
 
 # (f) a device the driver stops showing leaves the ResourceSlices, and returns when it is back.
 used=$(cat "$W"/claim-*.json | python3 -c '
-import json, re, sys
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from dra_names import devices_of
 text = sys.stdin.read(); dec = json.JSONDecoder(); i = 0; used = set()
 while i < len(text):
     if text[i].isspace(): i += 1; continue
     c, i = dec.raw_decode(text, i)
     for r in c["status"]["allocation"]["devices"]["results"]:
-        n = list(map(int, re.findall(r"\d+", r["device"])))
-        if r["device"].startswith("neuroncores-"): n = [x // 2 for x in n]
-        used |= set(range(min(n), max(n) + 1))
-print(" ".join(map(str, sorted(used))))')
+        used |= devices_of(r["device"], int(sys.argv[2]))
+print(" ".join(map(str, sorted(used))))' "$E2E_DIR" "$cpd")
 victim=""
 for d in 11 10 9 8 7 6 5 4; do grep -qw "$d" <<<"$used" || { victim=$d; break; }; done
 [ -n "$victim" ] || die "no unused device to make unhealthy (used: $used)"
 # No device offer may include the victim: whole device, a set spanning it, a core range in it.
-offers_with() {
-  node_slice_devices kn | python3 -c '
-import re, sys
-v = int(sys.argv[1]); hit = []
-for name in sys.stdin.read().split():
-    n = list(map(int, re.findall(r"\d+", name)))
-    if name.startswith("neuroncores-"): n = [x // 2 for x in n]
-    if n and min(n) <= v <= max(n): hit.append(name)
-print(" ".join(hit))' "$1"
-}
-none_with() { [ -n "$(node_slice_devices kn)" ] && [ -z "$(offers_with "$1")" ]; }
+none_with() { [ -n "$(node_slice_devices kn)" ] && [ -z "$(offers_with kn "$1" "$cpd")" ]; }
 mv "$DRA_HOST/dev/neuron$victim" "$DRA_HOST/dev/neuron$victim.gone"
 wait_for 60 "neurondevice$victim and every offer holding device $victim to leave kn's ResourceSlices" none_with "$victim"
 mv "$DRA_HOST/dev/neuron$victim.gone" "$DRA_HOST/dev/neuron$victim"
 wait_for 60 "neurondevice$victim back in kn's ResourceSlices" node_slices_have kn "neurondevice$victim"
-pass "(f) /dev/neuron$victim removed from the fake tree: every offer holding device $victim left kn's ResourceSlices; back: $(offers_with "$victim" | wc -w) offers hold it again"
+pass "(f) /dev/neuron$victim removed from the fake tree: every offer holding device $victim left kn's ResourceSlices; back: $(offers_with kn "$victim" "$cpd" | wc -w) offers hold it again"
 
 # Deleting the pods unprepares their claims: their CDI specs go.
 k -n default delete pod dev-2 cores-2 dev-1 --wait=false >/dev/null

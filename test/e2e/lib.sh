@@ -1141,6 +1141,9 @@ e2e_dra_node_stop() { stop dra-plugin; stop kubelet; }
 node_slices_json() { k get resourceslices -o json --field-selector "spec.nodeName=$1,spec.driver=neuron.aws.com"; }
 node_slice_names() { node_slices_json "$1" | python3 -c 'import json,sys; [print(s["metadata"]["name"]) for s in json.load(sys.stdin)["items"]]'; }
 node_slice_devices() { node_slices_json "$1" | python3 -c 'import json,sys; [print(d["name"]) for s in json.load(sys.stdin)["items"] for d in (s["spec"].get("devices") or [])]'; }
+# offers_with NODE "D1 D2 …" CORES_PER_DEVICE: NODE's published offers that hold any of the
+# devices (a whole device, a set spanning one, a core range in one; dra_names.py).
+offers_with() { node_slice_devices "$1" | python3 "$E2E_DIR/dra_names.py" "$2" "$3"; }
 # node_slices_have NODE DEVICE / node_slices_lack NODE DEVICE
 # (grep reads a here-string: `cmd | grep -q` under pipefail fails when grep's early exit
 # SIGPIPEs cmd.)

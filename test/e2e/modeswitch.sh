@@ -62,35 +62,19 @@ for p in json.load(sys.stdin)["items"]:
             out.add(i // cpd if c["resource"].endswith("neuroncore") else i)
 print(" ".join(map(str, sorted(out))))' "$cpd"
 }
-# offers_with "D1 D2 …": the published offers of kn that hold any of the devices.
-offers_with() {
-  node_slice_devices kn | python3 -c '
-import re, sys
-held = set(map(int, sys.argv[1].split())); cpd = int(sys.argv[2]); hit = []
-for name in sys.stdin.read().split():
-    n = list(map(int, re.findall(r"\d+", name)))
-    if name.startswith("neuroncores-"): n = [x // cpd for x in n]
-    if n and set(range(min(n), max(n) + 1)) & held: hit.append(name)
-print(" ".join(hit))' "$1" "$cpd"
-}
 # check_one_book WHEN: no unit held by two holders over the three books.
 check_one_book() {
   k get pods -A -o json >"$W/pods-$1.json"
   "$DUMP_BIN" "$PODRES_SOCK" >"$W/podresources-$1.jsonl" || die "($1) PodResources List failed: $(cat "$W/podresources-$1.jsonl")"
-  python3 - "$W/pods-$1.json" "$W/podresources-$1.jsonl" "$E2E_CDI_DIR" "$cpd" "$KUBELET_DEVICES" <<'PY' || die "($1) a unit is held twice (books: $W/pods-$1.json, $W/podresources-$1.jsonl, $E2E_CDI_DIR)"
+  python3 - "$W/pods-$1.json" "$W/podresources-$1.jsonl" "$E2E_CDI_DIR" "$cpd" "$KUBELET_DEVICES" "$E2E_DIR" <<'PY' || die "($1) a unit is held twice (books: $W/pods-$1.json, $W/podresources-$1.jsonl, $E2E_CDI_DIR)"
 import glob, json, re, sys
 pods_file, podres_file, cdi_dir, cpd, ndev = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 # Every holder's physical units: ("core", device, core-in-device); a whole device holds all its cores.
 def whole(d): return {("core", d, c) for c in range(cpd)}
 def core(i): return {("core", i // cpd, i % cpd)}
-def dra_units(name):
-    m = re.fullmatch(r"neurondevice(\d+)", name)
-    if m: return whole(int(m.group(1)))
-    m = re.fullmatch(r"neurondevices-(\d+)-(\d+)", name)
-    if m: return set().union(*(whole(d) for d in range(int(m.group(1)), int(m.group(2)) + 1)))
-    m = re.fullmatch(r"neuroncores-(\d+)-(\d+)", name)
-    if m: return set().union(*(core(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)))
-    sys.exit(f"unknown DRA device name {name}")
+sys.path.insert(0, sys.argv[6])
+from dra_names import units_of
+def dra_units(name): return {("core", d, k) for d, k in units_of(name, cpd)}
 holders = {}   # unit -> {book: holder}
 def hold(units, holder, book):
     for u in units:
@@ -148,7 +132,7 @@ e2e_dra_plugin kn "$W/host"
 wait_for 60 "the kubelet to register the DRA plugin of kn" grep -q "RegisterPlugin started.*neuron.aws.com-reg.sock" "$KUBELET_LOG"
 wait_for 60 "kn's ResourceSlices" bash -c "[ -n \"\$($KUBECTL --kubeconfig $W/admin.kubeconfig get resourceslices --field-selector spec.nodeName=kn -o name)\" ]"
 wait_for 30 "the DRA plugin's /readyz" dra_ready
-touching=$(offers_with "$held")
+touching=$(offers_with kn "$held" "$cpd")
 [ -z "$touching" ] || die "(b) kn publishes offers on devices the running device-plugin pods hold ($held): $touching"
 n_offers=$(node_slice_devices kn | wc -l)
 pass "(b) the DRA plugin publishes $n_offers offers on kn, none on the held devices $held"
@@ -209,10 +193,7 @@ running=() refused=()
 for p in "${claim_pods[@]}"; do if phase_is "$p" Running; then running+=("$p"); else refused+=("$p"); fi; done
 for p in "${refused[@]}"; do wait_for 60 "$p unschedulable" unschedulable "$p"; done
 claimed=$(for p in "${running[@]}"; do k -n default get resourceclaim "$(pod_field "$p" '{.status.resourceClaimStatuses[0].resourceClaimName}')" -o jsonpath='{.status.allocation.devices.results[0].device}{"\n"}'; done | sort -V | tr '\n' ' ')
-bad=$(python3 -c '
-import re, sys
-held = set(map(int, sys.argv[1].split()))
-print(" ".join(n for n in sys.argv[2].split() if int(re.sub(r"\D", "", n)) in held))' "$held" "$claimed")
+bad=$(python3 "$E2E_DIR/dra_names.py" "$held" "$cpd" <<<"$claimed")
 [ -z "$bad" ] || die "(b) claims allocated on devices the device-plugin pods hold ($held): $bad"
 [ "${#running[@]}" = "$free" ] || die "(b) $free devices were free, ${#running[@]} claims run (${running[*]}); refused: ${refused[*]}"
 wait_for 30 "a CDI spec per running claim" bash -c "[ \$(ls $E2E_CDI_DIR | grep -c '^neuron.aws.com-.*\.json$') = ${#running[@]} ]"
