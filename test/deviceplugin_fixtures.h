@@ -56,8 +56,7 @@ struct FakeHost {
   void Install(const std::string& instance_type, int lnc = 0) const {
     const topology::InstanceType* type = topology::Catalog::Embedded().Find(instance_type);
     if (type == nullptr) throw std::runtime_error("unknown type " + instance_type);
-    const int physical =
-        type->physical_cores_per_device();
+    const int physical = type->physical_cores_per_device();
     std::vector<std::vector<int>> adjacency = type->adjacency;
     adjacency.resize(static_cast<size_t>(type->devices));
     InstallDevices(instance_type, type->devices, physical, adjacency);

@@ -614,10 +614,13 @@ TEST_F(DraPluginServerTest, HandEditedSpecHoldsItsDeviceNodes) {
   Start("trn2.48xlarge", 2);
   api_.ServeJson(ClaimPath("edited"), ClaimJson("edited", "uid-edited", {"neuroncores-4-5"}));
   api_.ServeJson(ClaimPath("moved"), ClaimJson("moved", "uid-moved", {"neuroncores-12-13"}));
-  const auto prepared = kubelet_->Prepare({{"edited", "uid-edited"}, {"moved", "uid-moved"}});
+  api_.ServeJson(ClaimPath("old"), ClaimJson("old", "uid-old", {"neurondevice6"}));
+  const auto prepared =
+      kubelet_->Prepare({{"edited", "uid-edited"}, {"moved", "uid-moved"}, {"old", "uid-old"}});
   ASSERT_EQ(prepared.claims().at("uid-edited").error(), "");
   ASSERT_EQ(prepared.claims().at("uid-moved").error(), "");
-  EXPECT_EQ(plugin_->Usage().used_core_count(), 4);
+  ASSERT_EQ(prepared.claims().at("uid-old").error(), "");
+  EXPECT_EQ(plugin_->Usage().used_core_count(), 8);
   kubelet_.reset();
   plugin_.reset();
   nlohmann::json edited = Spec("uid-edited");
@@ -626,15 +629,23 @@ TEST_F(DraPluginServerTest, HandEditedSpecHoldsItsDeviceNodes) {
   nlohmann::json moved = Spec("uid-moved");
   moved["annotations"]["toposched.io/instance-type"] = "trn1.32xlarge";
   std::ofstream(SpecPath("uid-moved"), std::ios::trunc) << moved.dump();
+  // Another type and no LNC: not read by name either (found by cdi_spec_fuzz: it was read as a
+  // spec of an older plugin).
+  nlohmann::json old = Spec("uid-old");
+  old["annotations"]["toposched.io/instance-type"] = "trn1.32xlarge";
+  old["annotations"].erase("toposched.io/lnc");
+  std::ofstream(SpecPath("uid-old"), std::ios::trunc) << old.dump();
   Start("");
 
-  // Devices 1 and 3, whole: 4 logical cores each at LNC 2.
+  // Devices 1, 3 and 6, whole: 4 logical cores each at LNC 2.
   const topology::NodeUsage usage = plugin_->Usage();
-  EXPECT_EQ(usage.busy_devices(), (topology::DeviceMask{1} << 1) | (topology::DeviceMask{1} << 3));
-  EXPECT_EQ(usage.used_core_count(), 8);
+  EXPECT_EQ(usage.busy_devices(), (topology::DeviceMask{1} << 1) | (topology::DeviceMask{1} << 3) |
+                                      (topology::DeviceMask{1} << 6));
+  EXPECT_EQ(usage.used_core_count(), 12);
   for (const PreparedClaim& claim : plugin_->PreparedClaims()) {
     EXPECT_THAT(claim.held_because,
-                HasSubstr(claim.uid == "uid-edited" ? "records physical cores" : "trn1.32xlarge"));
+                HasSubstr(claim.uid == "uid-edited" ? "records physical cores" : "trn1.32xlarge"))
+        << claim.uid;
   }
   api_.ServeJson(ClaimPath("next"), ClaimJson("next", "uid-next", {"neuroncores-6-7"}));
   EXPECT_THAT(kubelet_->Prepare({{"next", "uid-next"}}).claims().at("uid-next").error(),

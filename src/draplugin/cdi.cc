@@ -240,12 +240,14 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
   std::string shape_problem;
   const std::string& recorded_type = annotations[std::string(kInstanceTypeAnnotation)];
   const std::string& recorded_lnc = annotations[std::string(kLncAnnotation)];
-  if (recorded_lnc.empty()) {
-    legacy = true;
-    names_shape = shape;
-  } else if (!recorded_type.empty() && recorded_type != shape.type->name) {
+  if (!recorded_type.empty() && recorded_type != shape.type->name) {
+    // Checked first: a spec of another type is never read by name, whether or not it records an
+    // LNC (found by cdi_spec_fuzz).
     shape_problem =
         fmt::format("it was prepared on a {}, this node is a {}", recorded_type, shape.type->name);
+  } else if (recorded_lnc.empty()) {
+    legacy = true;
+    names_shape = shape;
   } else {
     int lnc = 0;
     const auto [end, parsed] =
