@@ -1348,8 +1348,9 @@ class Simulation {
     auto listed = state.kubelet->List();
     if (!listed.ok()) return;
     const auto holds = deviceplugin::DraHolds(*listed, state.shape, state.node.name, nullptr);
-    std::optional<std::string> value;
-    if (!holds.empty()) value = std::to_string(holds.size());
+    topology::DeviceMask devices = 0;
+    for (const deviceplugin::DraHold& hold : holds) devices |= hold.offer.placement.devices;
+    const std::optional<std::string> value = deviceplugin::DraClaimsHeldValue(devices);
     // Written at every pass while claims remain; the removal once.
     if (state.claims_held && *state.claims_held == value && !value) return;
     state.claims_held.emplace(value);

@@ -187,8 +187,9 @@ void DevicePluginManager::PublishDraClaims() {
   const std::vector<DraHold> holds =
       DraHolds(*listed, topology_->shape, options_.node_name, &warnings);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
-  std::optional<std::string> value;
-  if (!holds.empty()) value = std::to_string(holds.size());
+  topology::DeviceMask devices = 0;
+  for (const DraHold& hold : holds) devices |= hold.offer.placement.devices;
+  const std::optional<std::string> value = DraClaimsHeldValue(devices);
   const bool same = dra_claims_published_ && *dra_claims_published_ == value;
   // While claims hold devices the label is written at every pass (a Node object re-created by
   // kubelet has lost it; an unchanged merge-patch changes nothing); its absence once only.

@@ -1,6 +1,7 @@
 #include "deviceplugin/pod_resources.h"
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -199,6 +200,11 @@ Result<std::optional<AllocatableDevices>> PodResourcesClient::Allocatable(
 void PodResourcesClient::KubeletRestarted() {
   get_refused_ = false;
   allocatable_refused_ = false;
+}
+
+std::optional<std::string> DraClaimsHeldValue(topology::DeviceMask devices) {
+  if (devices == 0) return std::nullopt;
+  return std::to_string(std::popcount(devices));
 }
 
 std::vector<DraHold> DraHolds(const std::vector<AssignedDevices>& assigned,

@@ -78,6 +78,11 @@ std::vector<DraHold> DraHolds(const std::vector<AssignedDevices>& assigned,
                               const topology::NodeShape& shape, std::string_view node_name,
                               std::vector<std::string>* warnings);
 
+// The value of the node's claims::kLabelDraClaimsHeld while DRA claims hold `devices` (bit d:
+// device d): how many Neuron devices; nullopt when none (the label is removed). Both node agents
+// write it this way (the DRA plugin through draplugin::ClaimsHeldValue).
+std::optional<std::string> DraClaimsHeldValue(topology::DeviceMask devices);
+
 struct RecordPatch {
   std::string ns;
   std::string name;

@@ -343,10 +343,8 @@ Status DraPlugin::WriteClaimsLabel(const std::optional<std::string>& value) {
   if (Status written =
           kube::PatchNodeLabel(api_, options_.node_name, claims::kLabelDraClaimsHeld, value);
       !written.ok()) {
-    label_pending_ = true;
-    return written;
+    return written;  // retried by the next health check (SyncClaimsLabel)
   }
-  label_pending_ = false;
   if (value) {
     spdlog::info("node {} labelled {}={}: prepared claims hold {} device(s)", options_.node_name,
                  claims::kLabelDraClaimsHeld, *value, *value);

@@ -127,7 +127,6 @@ class DraPlugin {
   Mutex label_mutex_;
   // The label as last written (nullopt inside: removed); unset until the first write.
   std::optional<std::optional<std::string>> label_written_ TS_GUARDED_BY(label_mutex_);
-  std::atomic<bool> label_pending_{false};
 
   mutable Mutex mutex_;
   std::map<std::string, PreparedClaim> prepared_ TS_GUARDED_BY(mutex_);  // by claim uid

@@ -1,7 +1,6 @@
 #include "draplugin/prepare.h"
 
 #include <algorithm>
-#include <bit>
 #include <optional>
 #include <set>
 
@@ -9,6 +8,7 @@
 
 #include "claims/gang.h"
 #include "claims/keys.h"
+#include "deviceplugin/pod_resources.h"
 #include "draplugin/opaque_config.h"
 #include "topology/id_ranges.h"
 
@@ -332,8 +332,7 @@ std::optional<std::string> ClaimsHeldValue(const std::map<std::string, PreparedC
                                            const PreparedClaim* adding) {
   topology::DeviceMask devices = adding != nullptr ? adding->held.devices : 0;
   for (const auto& [uid, claim] : prepared) devices |= claim.held.devices;
-  if (devices == 0) return std::nullopt;
-  return std::to_string(std::popcount(devices));
+  return deviceplugin::DraClaimsHeldValue(devices);
 }
 
 topology::Request RequestOf(const NodeShape& shape, const PreparedClaim& claim) {
