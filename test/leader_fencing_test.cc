@@ -480,7 +480,8 @@ TEST_F(LeaderFencingBinary, ARestartedLoneExtenderNeverBindsBesideItsPredecessor
   server_.UpsertPod(p1);
   server_.UpsertPod(p2);
   const std::string args = "--kubeconfig " + kubeconfig_ +
-                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s";
+                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s"
+                           " --restart-bind-hold 0s";
   FailureRule hold{"POST", "/api/v1/namespaces/default/pods/p1/binding", 0};
   hold.hold = true;
   server_.InjectFailure(hold);
@@ -545,6 +546,41 @@ TEST_F(LeaderFencingBinary, ARestartedLoneExtenderNeverBindsBesideItsPredecessor
       << ")\n"
       << second.log();
   EXPECT_GT(refused_while_settling, 0) << "the restarted process bound at once";
+}
+
+// A bind that arrives while a lone extender settles is held (--restart-bind-hold) and answered
+// once binds open, not refused: kube-scheduler 1.20 parks a pod whose bind failed for 60 s, so
+// every pod bound in the first seconds after a start would wait a minute. A hold shorter than
+// what is left of the settle still refuses, and says why.
+TEST_F(LeaderFencingBinary, ALoneExtenderHoldsABindThatArrivesWhileItSettlesUntilBindsOpen) {
+  const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 16);
+  const std::string p3 = testing::PodJson("p3", "uid-p3", "aws.amazon.com/neuron", 16);
+  server_.UpsertPod(p2);
+  server_.UpsertPod(p3);
+  const std::string base = "--kubeconfig " + kubeconfig_ +
+                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s";
+  {
+    ExtenderProcess short_hold(base + " --restart-bind-hold 1s", dir_.path() + "/short.log");
+    ASSERT_TRUE(WaitForReady(short_hold)) << short_hold.log();
+    (void)Call(http_, short_hold.port(), "POST", "/filter", testing::NamesArgs(p3, {"trn-0"}));
+    auto bound =
+        Call(http_, short_hold.port(), "POST", "/bind",
+             R"({"PodName":"p3","PodNamespace":"default","PodUID":"uid-p3","Node":"trn-0"})");
+    ASSERT_TRUE(bound.ok()) << bound.error();
+    const std::string answer = json::parse(bound->body)["Error"].get<std::string>();
+    EXPECT_NE(answer.find("--restart-bind-hold"), std::string::npos) << answer;
+  }
+  ExtenderProcess held(base, dir_.path() + "/held.log");
+  ASSERT_TRUE(WaitForReady(held)) << held.log();
+  (void)Call(http_, held.port(), "POST", "/filter", testing::NamesArgs(p2, {"trn-0"}));
+  auto bound =
+      Call(http_, held.port(), "POST", "/bind",
+           R"({"PodName":"p2","PodNamespace":"default","PodUID":"uid-p2","Node":"trn-0"})");
+  ASSERT_TRUE(bound.ok()) << bound.error();
+  EXPECT_EQ(json::parse(bound->body)["Error"].get<std::string>(), "") << held.log();
+  const json two = json::parse(*server_.GetPodJson("default", "p2"));
+  EXPECT_EQ(two["spec"].value("nodeName", ""), "trn-0") << held.log();
+  EXPECT_NE(held.log().find("binds open"), std::string::npos) << held.log();
 }
 
 }  // namespace

@@ -84,6 +84,7 @@ struct ExtenderOptions {
   // Without leader election: every Binding's bound, and the wait at start (LoneWriteFence).
   std::string bind_write_timeout = "5s";
   std::string restart_settle = "10s";
+  std::string restart_bind_hold = "8s";
 };
 
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
@@ -244,10 +245,18 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "too (?timeout=), so it never lands later")
       ->capture_default_str();
   cmd->add_option("--restart-settle", o->restart_settle,
-                  "Without --leader-elect: after start, binds are refused (kube-scheduler retries "
-                  "the pod) until this has passed and pods are listed afresh, so a Binding of the "
+                  "Without --leader-elect: after start, binds wait (--restart-bind-hold) or are "
+                  "refused (kube-scheduler retries the pod) until this has passed and pods are "
+                  "listed afresh, so a Binding of the "
                   "previous process has landed or can no longer land; filter and prioritize are "
                   "answered at once. At least --bind-write-timeout + 1s")
+      ->capture_default_str();
+  cmd->add_option("--restart-bind-hold", o->restart_bind_hold,
+                  "Without --leader-elect: a bind that arrives during --restart-settle waits up "
+                  "to this long for binds to open before it is refused. Keep it under "
+                  "kube-scheduler's httpTimeout for the extender (10s in the chart): a scheduler "
+                  "older than ~1.27 parks a pod whose bind failed for up to 60 s or 5 min. 0s "
+                  "refuses at once")
       ->capture_default_str();
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
@@ -472,7 +481,8 @@ Status ExtenderProcess::ConnectCluster() {
   if (!o.leader_elect) {
     for (auto [flag, text, out] :
          {std::tuple{"--bind-write-timeout", &o.bind_write_timeout, &lone.write_timeout},
-          std::tuple{"--restart-settle", &o.restart_settle, &lone.settle}}) {
+          std::tuple{"--restart-settle", &o.restart_settle, &lone.settle},
+          std::tuple{"--restart-bind-hold", &o.restart_bind_hold, &lone.hold}}) {
       auto parsed = kube::ParseDuration(*text);
       if (!parsed.ok()) return Error{fmt::format("{}: {}", flag, parsed.error())};
       *out = std::chrono::duration_cast<std::chrono::milliseconds>(*parsed);
@@ -496,13 +506,14 @@ Status ExtenderProcess::ConnectCluster() {
     writer = std::make_unique<extender::ApiClusterWriter>(*client, nullptr,
                                                           [fence] { return fence->WriteBudget(); });
     service_options.bind_gate = [fence]() -> Status {
+      fence->AwaitSettled();
       auto budget = fence->WriteBudget();
       return budget.ok() ? OkStatus() : Status(Error{budget.error()});
     };
     spdlog::info(
-        "no leader election: binds wait {} after start (--restart-settle); every Binding "
-        "is cut at {} (--bind-write-timeout)",
-        o.restart_settle, o.bind_write_timeout);
+        "no leader election: binds wait {} after start (--restart-settle), each held up to {} "
+        "(--restart-bind-hold); every Binding is cut at {} (--bind-write-timeout)",
+        o.restart_settle, o.restart_bind_hold, o.bind_write_timeout);
     return OkStatus();
   }
   const kube::LeaderElectionConfig& config = *election;

@@ -91,8 +91,30 @@ bool LoneWriteFence::Settled() {
     spdlog::info(
         "binds open: a Binding of a previous process has landed or can no longer land, "
         "and pods were listed afresh");
+    MutexLock lock(mu_);
+    opened_.NotifyAll();
   }
   return true;
+}
+
+bool LoneWriteFence::AwaitSettled() {
+  if (Settled()) return true;
+  const int64_t until =
+      steady_ns_() + std::chrono::duration_cast<std::chrono::nanoseconds>(options_.hold).count();
+  // Re-checked every 20 ms: the settle's end and the list's delivery are seen by polling
+  // Settled(), which also asks for the list; a flip wakes every waiter at once.
+  for (;;) {
+    const int64_t left = until - steady_ns_();
+    if (left <= 0) return Settled();
+    {
+      MutexLock lock(mu_);
+      opened_.WaitFor(mu_,
+                      std::min<std::chrono::nanoseconds>(std::chrono::nanoseconds(left),
+                                                         std::chrono::milliseconds(20)),
+                      [this]() TS_REQUIRES(mu_) { return settled_.load(); });
+    }
+    if (Settled()) return true;
+  }
 }
 
 Result<std::chrono::milliseconds> LoneWriteFence::WriteBudget() {
@@ -101,8 +123,9 @@ Result<std::chrono::milliseconds> LoneWriteFence::WriteBudget() {
   return Error{fmt::format(
       "this extender started {} ms ago without leader election and binds nothing until a Binding "
       "its previous process may have sent has landed or can no longer land ({} ms, "
-      "--restart-settle) and pods are listed afresh; the pod will be retried",
-      since_ms, options_.settle.count())};
+      "--restart-settle) and pods are listed afresh; the bind waited {} ms (--restart-bind-hold) "
+      "and the pod will be retried",
+      since_ms, options_.settle.count(), options_.hold.count())};
 }
 
 Result<std::optional<kube::Pod>> ApiClusterWriter::ReadPod(const std::string& ns,

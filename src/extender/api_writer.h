@@ -62,6 +62,10 @@ class LoneWriteFence {
   struct Options {
     std::chrono::milliseconds write_timeout{5000};
     std::chrono::milliseconds settle{10000};
+    // How long a bind that arrives before the settle ends waits for it (AwaitSettled) before it
+    // is refused: kube-scheduler before ~1.27 parks a pod whose bind failed for up to 60 s (1.20)
+    // or 5 min, so a bind held under its httpTimeout costs less than one refused.
+    std::chrono::milliseconds hold{8000};
   };
   // write_timeout >= 1 s and settle >= write_timeout + 1 s, else an error naming the rule.
   static Status Validate(const Options& options);
@@ -74,6 +78,8 @@ class LoneWriteFence {
   // True once settled. The first call after the settle time asks for the fresh list; call it
   // from a periodic tick so the list does not wait for a bind.
   bool Settled();
+  // Waits, at most options.hold, until Settled(); true if it is. Blocks the calling bind thread.
+  bool AwaitSettled();
   // The WriteFence: write_timeout once settled, else why nothing may be sent yet.
   Result<std::chrono::milliseconds> WriteBudget();
 
@@ -85,6 +91,7 @@ class LoneWriteFence {
   const int64_t started_ns_;
   Mutex mu_;
   uint64_t ticket_ TS_GUARDED_BY(mu_) = 0;  // the fresh list's; 0: not asked yet
+  CondVar opened_;                          // notified when settled_ turns true
   std::atomic<bool> settled_{false};
 };
 
