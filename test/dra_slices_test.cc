@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -71,13 +72,13 @@ Consumption ConsumptionOf(const NodeShape& shape, const Offer& offer) {
 TEST(DraCounters, OverlapIffTheCountersWouldBeOverdrawn) {
   for (const auto& [label, shape] : Shapes()) {
     SCOPED_TRACE(label);
-    const auto sets = CounterSetsOf(shape);
+    const auto sets = CounterSetsOf(shape, true);
     std::map<std::pair<std::string, std::string>, int64_t> available;
     for (const auto& [set, counters] : sets) {
       EXPECT_LE(counters.size(), size_t{kMaxCountersPerSet}) << set;
       for (const auto& [counter, value] : counters) available[{set, counter}] = value;
     }
-    const std::vector<Offer> offers = LegalOffers(shape, /*partitionable=*/true);
+    const std::vector<Offer> offers = LegalOffers(shape, OfferScope::kDeviceSetsAndCores);
     std::vector<Consumption> consumption;
     std::vector<std::set<int>> cores;
     for (const Offer& offer : offers) {
@@ -123,7 +124,7 @@ TEST(DraOffers, ExactlyTheLegalSetsAreOffered) {
   const NodeUsage empty;
   for (const auto& [label, shape] : Shapes()) {
     SCOPED_TRACE(label);
-    const std::vector<Offer> offers = LegalOffers(shape, /*partitionable=*/true);
+    const std::vector<Offer> offers = LegalOffers(shape, OfferScope::kDeviceSetsAndCores);
     std::set<std::pair<OfferKind, std::vector<int>>> offered;
     std::set<std::string> names;
     for (const Offer& offer : offers) {
@@ -171,35 +172,39 @@ TEST(DraOffers, ExactlyTheLegalSetsAreOffered) {
     return std::any_of(offers.begin(), offers.end(),
                        [&](const Offer& o) { return o.name == name; });
   };
-  EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), true), "neurondevices-0-2"));
-  EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), true), "neurondevices-5-7"));
-  for (const Offer& o : LegalOffers(ShapeOf("trn1.32xlarge"), true)) {
+  EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), OfferScope::kDeviceSetsAndCores),
+                  "neurondevices-0-2"));
+  EXPECT_TRUE(has(LegalOffers(ShapeOf("inf2.48xlarge"), OfferScope::kDeviceSetsAndCores),
+                  "neurondevices-5-7"));
+  for (const Offer& o : LegalOffers(ShapeOf("trn1.32xlarge"), OfferScope::kDeviceSetsAndCores)) {
     const size_t n = o.placement.ids.size();
     if (o.kind != OfferKind::kCores) {
       EXPECT_TRUE(n == 1 || n == 4 || n == 8 || n == 16) << o.name;
       EXPECT_EQ(o.placement.ids.front() % n, 0u) << o.name;
     }
   }
-  EXPECT_TRUE(has(LegalOffers(ShapeOf("trn1.32xlarge"), true), "neurondevices-4-7"));
-  EXPECT_FALSE(has(LegalOffers(ShapeOf("trn1.32xlarge"), true), "neurondevices-2-5"));
+  EXPECT_TRUE(has(LegalOffers(ShapeOf("trn1.32xlarge"), OfferScope::kDeviceSetsAndCores),
+                  "neurondevices-4-7"));
+  EXPECT_FALSE(has(LegalOffers(ShapeOf("trn1.32xlarge"), OfferScope::kDeviceSetsAndCores),
+                   "neurondevices-2-5"));
 }
 
 TEST(DraOffers, WholeDevicesOnlyWithoutPartitionableAndUnhealthyLeftOut) {
   const NodeShape shape = ShapeOf("inf2.48xlarge");
-  const std::vector<Offer> whole = LegalOffers(shape, /*partitionable=*/false);
+  const std::vector<Offer> whole = LegalOffers(shape, OfferScope::kWholeDevices);
   ASSERT_EQ(whole.size(), 12u);
   for (const Offer& o : whole) EXPECT_EQ(o.kind, OfferKind::kDevice);
   const topology::DeviceMask unhealthy = topology::DeviceMask{1} << 5;
-  for (const Offer& o : LegalOffers(shape, true, unhealthy)) {
+  for (const Offer& o : LegalOffers(shape, OfferScope::kDeviceSetsAndCores, unhealthy)) {
     EXPECT_EQ(o.placement.devices & unhealthy, 0u) << o.name;
   }
-  EXPECT_EQ(LegalOffers(shape, false, unhealthy).size(), 11u);
+  EXPECT_EQ(LegalOffers(shape, OfferScope::kWholeDevices, unhealthy).size(), 11u);
 }
 
 TEST(DraOffers, OfferFromNameRoundTripsAndRejectsJunk) {
   for (const auto& [label, shape] : Shapes()) {
     SCOPED_TRACE(label);
-    for (const Offer& offer : LegalOffers(shape, /*partitionable=*/true)) {
+    for (const Offer& offer : LegalOffers(shape, OfferScope::kDeviceSetsAndCores)) {
       auto back = OfferFromName(shape, offer.name);
       ASSERT_TRUE(back.ok()) << back.error();
       EXPECT_EQ(back.value(), offer);
@@ -220,13 +225,38 @@ TEST(DraOffers, OfferFromNameRoundTripsAndRejectsJunk) {
 
 TEST(DraOrder, IndexOrderWithoutCosts) {
   const NodeShape shape = ShapeOf("trn2.48xlarge", 2);
-  const std::vector<Offer> offers = LegalOffers(shape, true);
+  const std::vector<Offer> offers = LegalOffers(shape, OfferScope::kDeviceSetsAndCores);
   std::vector<Offer> shuffled = offers;
   std::mt19937 rng(7);
   std::shuffle(shuffled.begin(), shuffled.end(), rng);
   NodeUsage usage;
   ASSERT_TRUE(usage.Take(shape, Unit::kDevice, {0, 1, 2, 3}));
-  EXPECT_EQ(OrderForFirstFit(shuffled, shape, usage, nullptr), offers);
+  const std::vector<Offer> ordered = OrderForFirstFit(shuffled, shape, usage, nullptr);
+  ASSERT_EQ(ordered.size(), offers.size());
+  // Each row's set right before the row's devices, the larger sets after the last row, then the
+  // core ranges: a claim for one device or for a row meets a free one within a few devices.
+  std::vector<std::string> expected;
+  for (int row = 0; row < 4; ++row) {
+    expected.push_back(fmt::format("neurondevices-{}-{}", 4 * row, 4 * row + 3));
+    for (int d = 4 * row; d < 4 * row + 4; ++d)
+      expected.push_back(fmt::format("neurondevice{}", d));
+  }
+  for (const char* name : {"neurondevices-0-7", "neurondevices-8-15", "neurondevices-0-15"}) {
+    expected.push_back(name);
+  }
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    if (i < expected.size()) {
+      EXPECT_EQ(ordered[i].name, expected[i]) << i;
+    } else {
+      EXPECT_EQ(ordered[i].kind, OfferKind::kCores) << ordered[i].name;
+    }
+  }
+  // A ring has more sets than devices: its whole devices come first, then the sets by size.
+  const NodeShape ring = ShapeOf("inf2.48xlarge");
+  const std::vector<Offer> ring_offers = LegalOffers(ring, OfferScope::kDeviceSets);
+  std::vector<Offer> ring_shuffled = ring_offers;
+  std::shuffle(ring_shuffled.begin(), ring_shuffled.end(), rng);
+  EXPECT_EQ(OrderForFirstFit(ring_shuffled, ring, NodeUsage{}, nullptr), ring_offers);
 }
 
 TEST(DraOrder, CostsPutTheFreeLowCostOffersFirst) {
@@ -243,14 +273,16 @@ TEST(DraOrder, CostsPutTheFreeLowCostOffersFirst) {
     }
     const auto costs = topology::SlotCosts::From(demand, supply, topology::FreeUnits(shape, usage));
     const std::vector<Offer> ordered =
-        OrderForFirstFit(LegalOffers(shape, true), shape, usage, &costs);
-    ASSERT_EQ(ordered.size(), LegalOffers(shape, true).size());
-    // Kinds in blocks; inside each, free offers by ascending cost, then the taken ones.
+        OrderForFirstFit(LegalOffers(shape, OfferScope::kDeviceSetsAndCores), shape, usage, &costs);
+    ASSERT_EQ(ordered.size(), LegalOffers(shape, OfferScope::kDeviceSetsAndCores).size());
+    // Walk positions in blocks; inside each kind of one, free offers by ascending cost, then the
+    // taken ones.
     for (size_t i = 1; i < ordered.size(); ++i) {
       const Offer& a = ordered[i - 1];
       const Offer& b = ordered[i];
-      ASSERT_LE(static_cast<int>(a.kind), static_cast<int>(b.kind)) << a.name << " " << b.name;
-      if (a.kind != b.kind) continue;
+      ASSERT_LE(OfferWalkPosition(shape, a), OfferWalkPosition(shape, b))
+          << a.name << " " << b.name;
+      if (a.kind != b.kind || OfferWalkPosition(shape, a) != OfferWalkPosition(shape, b)) continue;
       const Unit unit = a.kind == OfferKind::kCores ? Unit::kCore : Unit::kDevice;
       const bool free_a = usage.AllFree(shape, unit, a.placement.ids);
       const bool free_b = usage.AllFree(shape, unit, b.placement.ids);
@@ -264,10 +296,13 @@ TEST(DraOrder, CostsPutTheFreeLowCostOffersFirst) {
         EXPECT_LE(cost(a), cost(b)) << a.name << " before " << b.name;
       }
     }
-    // The first whole device is free and no free device costs less.
-    ASSERT_EQ(ordered.front().kind, OfferKind::kDevice);
-    EXPECT_TRUE(usage.AllFree(shape, Unit::kDevice, ordered.front().placement.ids));
-    EXPECT_NE(ordered.front().name, "neurondevice2");
+    // The first whole device is free, and not the one whose neighbour is taken.
+    const auto first_device = std::find_if(ordered.begin(), ordered.end(), [](const Offer& o) {
+      return o.kind == OfferKind::kDevice;
+    });
+    ASSERT_NE(first_device, ordered.end());
+    EXPECT_TRUE(usage.AllFree(shape, Unit::kDevice, first_device->placement.ids));
+    EXPECT_NE(first_device->name, "neurondevice2");
   }
 }
 
@@ -307,7 +342,8 @@ TEST(DraSlices, WithinTheLimitsInPublishOrder) {
   for (const auto& [label, shape] : Shapes()) {
     for (bool partitionable : {true, false}) {
       SCOPED_TRACE(label + (partitionable ? " partitionable" : " whole devices"));
-      const std::vector<Offer> ordered = LegalOffers(shape, partitionable);
+      const std::vector<Offer> ordered = LegalOffers(
+          shape, partitionable ? OfferScope::kDeviceSetsAndCores : OfferScope::kWholeDevices);
       const auto slices = BuildSlices(facts, shape, ordered, {partitionable, 7});
       std::vector<std::string> published;
       std::set<std::string> counter_sets;
@@ -332,7 +368,7 @@ TEST(DraSlices, WithinTheLimitsInPublishOrder) {
       EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
       ASSERT_EQ(published.size(), ordered.size());
       for (size_t i = 0; i < ordered.size(); ++i) EXPECT_EQ(published[i], ordered[i].name);
-      EXPECT_EQ(counter_sets.size(), partitionable ? CounterSetsOf(shape).size() : 0u);
+      EXPECT_EQ(counter_sets.size(), partitionable ? CounterSetsOf(shape, true).size() : 0u);
     }
   }
 }

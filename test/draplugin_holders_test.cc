@@ -73,7 +73,8 @@ class DraHoldersTest : public ::testing::Test {
 
   // The offers (partitionable, so sets and core ranges too) the last publish made.
   std::vector<dra::Offer> Offered() const {
-    return dra::LegalOffers(topology_->shape, true, publisher_.unhealthy());
+    return dra::LegalOffers(topology_->shape, dra::OfferScope::kDeviceSetsAndCores,
+                            publisher_.unhealthy());
   }
 
   ShortTempDir dir_;

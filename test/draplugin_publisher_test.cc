@@ -59,6 +59,7 @@ class PublisherTest : public ::testing::Test {
     config.facts.dra_driver_version = "0.1.0";
     config.shape = ShapeOf(type, lnc);
     config.partitionable = partitionable;
+    config.core_offers = true;
     return config;
   }
 
@@ -100,7 +101,8 @@ TEST_F(PublisherTest, PartitionableInf2WithinLimitsAtOneGeneration) {
   EXPECT_TRUE(publisher.partitionable());
   EXPECT_EQ(publisher.generation(), 1);
   const std::vector<std::string> devices = CheckPool(1);
-  const auto offers = dra::LegalOffers(ShapeOf("inf2.48xlarge"), true);
+  const auto offers =
+      dra::LegalOffers(ShapeOf("inf2.48xlarge"), dra::OfferScope::kDeviceSetsAndCores);
   EXPECT_EQ(std::set<std::string>(devices.begin(), devices.end()).size(), devices.size());
   EXPECT_EQ(devices.size(), offers.size());
   EXPECT_THAT(
@@ -147,8 +149,32 @@ TEST_F(PublisherTest, Trn2AtLnc1NeedsSeveralSlices) {
   SlicePublisher publisher(*client_, Config("trn2.48xlarge", 1));
   ASSERT_TRUE(publisher.Publish(0, {}).ok());
   const std::vector<std::string> devices = CheckPool(1);
-  EXPECT_EQ(devices.size(), dra::LegalOffers(ShapeOf("trn2.48xlarge", 1), true).size());
+  EXPECT_EQ(
+      devices.size(),
+      dra::LegalOffers(ShapeOf("trn2.48xlarge", 1), dra::OfferScope::kDeviceSetsAndCores).size());
   EXPECT_GT(server_.ResourceSliceNames().size(), 3u);
+}
+
+// Core ranges are published only with --core-offers: without it a trn2.48xlarge offers its 16
+// devices and 7 sets (not 183 offers) and only the device counters, which is what kube-scheduler's
+// allocator converts and matches per pod per node.
+TEST_F(PublisherTest, WithoutCoreOffersOnlyDevicesSetsAndDeviceCounters) {
+  PublisherConfig config = Config("trn2.48xlarge", 2);
+  config.core_offers = false;
+  SlicePublisher publisher(*client_, config);
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  const std::vector<std::string> devices = CheckPool(1);
+  EXPECT_EQ(devices.size(), 23u);
+  for (const std::string& name : devices) EXPECT_FALSE(name.starts_with("neuroncores")) << name;
+  size_t counter_sets = 0;
+  for (const json& slice : StoredSlices()) {
+    for (const json& set : slice["spec"].value("sharedCounters", json::array())) {
+      EXPECT_EQ(set["name"], "neurondevices");
+      EXPECT_EQ(set["counters"].size(), 16u);
+      ++counter_sets;
+    }
+  }
+  EXPECT_EQ(counter_sets, 1u);
 }
 
 TEST_F(PublisherTest, UnhealthyDeviceWithdrawsEveryOfferTouchingIt) {
@@ -159,7 +185,8 @@ TEST_F(PublisherTest, UnhealthyDeviceWithdrawsEveryOfferTouchingIt) {
   EXPECT_EQ(publisher.generation(), 2);
   const auto shape = ShapeOf("inf2.48xlarge");
   const std::vector<std::string> devices = CheckPool(2);
-  EXPECT_EQ(devices.size(), dra::LegalOffers(shape, true, unhealthy).size());
+  EXPECT_EQ(devices.size(),
+            dra::LegalOffers(shape, dra::OfferScope::kDeviceSetsAndCores, unhealthy).size());
   for (const std::string& name : devices) {
     auto offer = dra::OfferFromName(shape, name);
     ASSERT_TRUE(offer.ok()) << offer.error();
@@ -167,7 +194,8 @@ TEST_F(PublisherTest, UnhealthyDeviceWithdrawsEveryOfferTouchingIt) {
   }
   // Healthy again: the offers come back, one generation later.
   ASSERT_TRUE(publisher.Publish(0, {}).ok());
-  EXPECT_EQ(CheckPool(3).size(), dra::LegalOffers(shape, true).size());
+  EXPECT_EQ(CheckPool(3).size(),
+            dra::LegalOffers(shape, dra::OfferScope::kDeviceSetsAndCores).size());
 }
 
 TEST_F(PublisherTest, UsageReordersTheOffers) {
@@ -277,8 +305,9 @@ TEST_F(PublisherTest, FailureNamesTheSliceAndTheNextCallReadsAfresh) {
   ASSERT_TRUE(publisher.Publish(topology::DeviceMask{1}, {}).ok());
   EXPECT_EQ(server_.RequestsMatching("GET", kSlices).size(), lists + 1);  // the fresh read
   // The pool is whole again at one generation, above every half-written one.
-  EXPECT_EQ(CheckPool(publisher.generation()).size(),
-            dra::LegalOffers(ShapeOf("inf2.48xlarge"), true, 1).size());
+  EXPECT_EQ(
+      CheckPool(publisher.generation()).size(),
+      dra::LegalOffers(ShapeOf("inf2.48xlarge"), dra::OfferScope::kDeviceSetsAndCores, 1).size());
 }
 
 TEST_F(PublisherTest, ReadsEveryPageAndDeletesWhatIsNotInThePlan) {

@@ -1224,7 +1224,8 @@ class Simulation {
     NodeState& state = nodes_.at(dra[Uniform(dra.size())]);
     DraSyncLabel(state, /*starting=*/false);  // its health loop: the label goes once none holds
     const draplugin::HolderView view = HoldersNow(state);
-    state.published = dra::LegalOffers(state.shape, /*partitionable=*/true, view.withheld);
+    state.published =
+        dra::LegalOffers(state.shape, dra::OfferScope::kDeviceSetsAndCores, view.withheld);
     Log(fmt::format("DRA plugin on {} publishes {} offers (withholds devices {:#x})",
                     state.node.name, state.published.size(), view.withheld));
   }

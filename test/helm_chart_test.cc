@@ -572,8 +572,8 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
                   "ClusterRoleBinding/neuron-device-plugin", "ClusterRoleBinding/neuron-dra-driver",
                   "DaemonSet/neuron-device-plugin-daemonset",
                   "DaemonSet/neuron-dra-driver-kubelet-plugin", "DeviceClass/neuron.aws.com",
-                  "DeviceClass/neuroncores.toposched.io", "DeviceClass/neurondevices.toposched.io",
-                  "ServiceAccount/neuron-device-plugin", "ServiceAccount/neuron-dra-driver-sa"));
+                  "DeviceClass/neurondevices.toposched.io", "ServiceAccount/neuron-device-plugin",
+                  "ServiceAccount/neuron-dra-driver-sa"));
   const YAML::Node ds = r.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin");
   EXPECT_EQ(ds["metadata"]["namespace"].as<std::string>(), "kube-system");
   const YAML::Node spec = ds["spec"]["template"]["spec"];
@@ -640,7 +640,19 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
             "device.attributes[\"neuron.aws.com\"].resourceType == \"neuron_device\"");
   EXPECT_THAT(cel("neurondevices.toposched.io"), HasSubstr("== \"neuron_device_set\" ||"));
   EXPECT_THAT(cel("neurondevices.toposched.io"), HasSubstr("== \"neuron_device\")"));
-  EXPECT_THAT(cel("neuroncores.toposched.io"), HasSubstr("resourceType == \"neuron_cores\""));
+  // Core ranges only with draDriver.coreOffers: the plugin's --core-offers and the cores class.
+  EXPECT_THAT(Strings(Container(ds)["command"]), Not(Contains("--core-offers")));
+  const Rendered cores(std::string(kDra) +
+                       " --set draDriver.coreOffers=true --kube-version 1.37.2");
+  ASSERT_EQ(cores.outcome().exit_code, 0) << cores.outcome().err;
+  EXPECT_THAT(
+      Strings(Container(cores.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin"))["command"]),
+      Contains("--core-offers"));
+  EXPECT_THAT(cores
+                  .Get("DeviceClass",
+                       "neuroncores.toposched.io")["spec"]["selectors"][0]["cel"]["expression"]
+                  .as<std::string>(),
+              HasSubstr("resourceType == \"neuron_cores\""));
 }
 
 // DeviceClasses exist only where the cluster serves resource.k8s.io/v1 (helm install asks the
@@ -658,10 +670,10 @@ TEST(HelmChart, DraDeviceClassesFollowTheCluster) {
   // decides there (helm install asks the live API server, e2e_dra checks that path).
   EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.33.5"), 0) << "no resource.k8s.io/v1";
   EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.20.2"), 0);
-  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.34.0"), 3);
-  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2"), 3);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.34.0"), 2);
+  EXPECT_EQ(classes(std::string(kDra) + " --kube-version 1.37.2"), 2);
   EXPECT_EQ(
-      classes(std::string(kDra) + " --kube-version 1.33.5 --set draDriver.deviceClasses=true"), 3);
+      classes(std::string(kDra) + " --kube-version 1.33.5 --set draDriver.deviceClasses=true"), 2);
   EXPECT_EQ(
       classes(std::string(kDra) + " --kube-version 1.37.2 --set draDriver.deviceClasses=false"), 0);
   EXPECT_EQ(classes("--kube-version 1.37.2"), 0) << "draDriver off";

@@ -49,7 +49,7 @@ std::string_view ResourceTypeOf(OfferKind kind) {
   return "";
 }
 
-std::vector<Offer> LegalOffers(const NodeShape& shape, bool partitionable, DeviceMask unhealthy) {
+std::vector<Offer> LegalOffers(const NodeShape& shape, OfferScope scope, DeviceMask unhealthy) {
   std::vector<Offer> out;
   const NodeUsage empty;
   auto healthy = [&](const Placement& p) { return (p.devices & unhealthy) == 0; };
@@ -57,7 +57,7 @@ std::vector<Offer> LegalOffers(const NodeShape& shape, bool partitionable, Devic
     Placement p = Placement::FromIds(shape, Unit::kDevice, {d});
     if (healthy(p)) out.push_back(MakeOffer(OfferKind::kDevice, std::move(p)));
   }
-  if (!partitionable) return out;
+  if (scope == OfferScope::kWholeDevices) return out;
   // Sets by size, then by first id: a claim for N devices scans only the sets of N.
   for (int n = 2; n <= shape.devices; ++n) {
     const Request request{Unit::kDevice, n};
@@ -69,6 +69,7 @@ std::vector<Offer> LegalOffers(const NodeShape& shape, bool partitionable, Devic
       if (healthy(p)) out.push_back(MakeOffer(OfferKind::kDeviceSet, std::move(p)));
     }
   }
+  if (scope != OfferScope::kDeviceSetsAndCores) return out;
   // Core ranges inside one device; a range over several devices is claimed as a device set.
   for (int n = 1; n <= shape.cores_per_device; ++n) {
     const Request request{Unit::kCore, n};
@@ -92,7 +93,7 @@ Result<Offer> OfferFromName(const NodeShape& shape, std::string_view name) {
                     "neurondevices-A-B, neuroncores-A-B)",
                     name)};
   }
-  for (Offer& offer : LegalOffers(shape, /*partitionable=*/true)) {
+  for (Offer& offer : LegalOffers(shape, OfferScope::kDeviceSetsAndCores)) {
     if (offer.name == name) return std::move(offer);
   }
   return Error{

@@ -46,10 +46,16 @@ struct Offer {
   }
 };
 
-// Every legal choice on a node of `shape`, in index order: each whole device; with
-// `partitionable`, also every legal set of 2..all devices and every legal core range that lies
-// inside one device. Offers touching a device of `unhealthy` are left out.
-std::vector<Offer> LegalOffers(const topology::NodeShape& shape, bool partitionable,
+// Which offers a node makes. Sets and core ranges need shared counters (partitionable devices);
+// core ranges are the costliest for kube-scheduler's allocator (160 of a trn2.48xlarge's 183
+// offers at LNC 2, each converted, validated and matched per pod per node), so a node offers them
+// only when asked (`toposched dra-plugin --core-offers`; docs/dra.md, "What the allocator pays").
+enum class OfferScope { kWholeDevices, kDeviceSets, kDeviceSetsAndCores };
+
+// Every legal choice on a node of `shape` within `scope`, in index order: each whole device; from
+// kDeviceSets, also every legal set of 2..all devices; with kDeviceSetsAndCores, also every legal
+// core range that lies inside one device. Offers touching a device of `unhealthy` are left out.
+std::vector<Offer> LegalOffers(const topology::NodeShape& shape, OfferScope scope,
                                topology::DeviceMask unhealthy = 0);
 
 // The offer a DRA device name stands for on this node (what NodePrepareResources is told was

@@ -117,14 +117,14 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
                    fmt::format("{:016x}-{}-{}", node_hash, size, id / size));
     }
   }
-  // Ours: what the offer is, for our DeviceClasses' selectors.
-  const std::vector<int> cores = CoresOfOffer(shape, offer);
+  // Ours: what the offer is, for our DeviceClasses' selectors, and no more: kube-scheduler copies
+  // every attribute of a device into a fresh map for each CEL evaluation, per pod, per node.
   attrs.Int(fmt::format("{}/deviceCount", kOurDomain), std::popcount(offer.placement.devices));
-  attrs.Int(fmt::format("{}/firstDevice", kOurDomain), std::countr_zero(offer.placement.devices));
-  attrs.Int(fmt::format("{}/coreCount", kOurDomain), static_cast<int64_t>(cores.size()));
-  attrs.Int(fmt::format("{}/firstCore", kOurDomain), cores.front());
-  if (shape.lnc != 0) attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
-  attrs.String(fmt::format("{}/rule", kOurDomain), topology::RuleName(shape.type->rule));
+  attrs.Int(fmt::format("{}/coreCount", kOurDomain),
+            static_cast<int64_t>(CoresOfOffer(shape, offer).size()));
+  if (shape.lnc != 0 && offer.kind == OfferKind::kCores) {
+    attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
+  }
   attrs.Close();
   if (partitionable) {
     out += ",\"consumesCounters\":[";
@@ -182,12 +182,26 @@ topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand, const No
   return topology::SlotCosts::From(demand, supply, topology::FreeUnits(shape, usage));
 }
 
+std::pair<int, int> OfferWalkPosition(const NodeShape& shape, const Offer& offer) {
+  constexpr int kLast = 1 << 20;
+  if (offer.kind == OfferKind::kCores) return {kLast, 0};
+  const int first = offer.placement.ids.front();
+  const int size = static_cast<int>(offer.placement.ids.size());
+  if (const int row = RowWidth(shape); row > 0) {
+    if (offer.kind == OfferKind::kDevice) return {first / row, 1};
+    if (size == row) return {first / row, 0};
+    return {shape.devices / row + 1, 0};
+  }
+  return {0, offer.kind == OfferKind::kDevice ? 0 : 1};
+}
+
 std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const NodeShape& shape,
                                     const NodeUsage& usage, const topology::SlotCosts* costs) {
-  auto kind_rank = [](const Offer& o) { return static_cast<int>(o.kind); };
+  auto position = [&shape](const Offer& o) { return OfferWalkPosition(shape, o); };
   // Index order: by kind, size, first id (LegalOffers' own order, restated so any input sorts).
   auto index_less = [&](const Offer& a, const Offer& b) {
-    if (kind_rank(a) != kind_rank(b)) return kind_rank(a) < kind_rank(b);
+    if (position(a) != position(b)) return position(a) < position(b);
+    if (a.kind != b.kind) return a.kind < b.kind;
     if (a.placement.ids.size() != b.placement.ids.size())
       return a.placement.ids.size() < b.placement.ids.size();
     return a.placement.ids < b.placement.ids;
@@ -216,7 +230,8 @@ std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const NodeShape& 
     keyed.push_back(std::move(k));
   }
   std::stable_sort(keyed.begin(), keyed.end(), [&](const Keyed& a, const Keyed& b) {
-    if (kind_rank(a.offer) != kind_rank(b.offer)) return kind_rank(a.offer) < kind_rank(b.offer);
+    if (position(a.offer) != position(b.offer)) return position(a.offer) < position(b.offer);
+    if (a.offer.kind != b.offer.kind) return a.offer.kind < b.offer.kind;
     if (a.free != b.free) return a.free;
     if (a.free && a.cost != b.cost) return a.cost < b.cost;
     return index_less(a.offer, b.offer);
@@ -227,11 +242,13 @@ std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const NodeShape& 
   return out;
 }
 
-std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(const NodeShape& shape) {
+std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(const NodeShape& shape,
+                                                                    bool core_counters) {
   std::map<std::string, std::map<std::string, int64_t>> sets;
   for (int d = 0; d < shape.devices; ++d) {
     sets[DeviceCounterSet(shape, d)][fmt::format("d{}", d)] = shape.cores_per_device;
   }
+  if (!core_counters) return sets;
   for (int c = 0; c < shape.cores; ++c) sets[CoreCounterSet(c)][fmt::format("c{}", c)] = 1;
   return sets;
 }
@@ -274,8 +291,11 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
       options.partitionable ? kMaxDevicesPerSliceWithCounters : kMaxDevicesPerSlice;
   const int device_slices =
       std::max<int>(1, static_cast<int>((ordered.size() + per_slice - 1) / per_slice));
+  // Core counters only where core ranges are offered: every counter is validated per pod per node.
+  const bool core_ranges = std::any_of(ordered.begin(), ordered.end(),
+                                       [](const Offer& o) { return o.kind == OfferKind::kCores; });
   const auto counter_sets = options.partitionable
-                                ? CounterSetsOf(shape)
+                                ? CounterSetsOf(shape, core_ranges)
                                 : std::map<std::string, std::map<std::string, int64_t>>{};
   const int counter_slices = static_cast<int>((counter_sets.size() + kMaxCounterSetsPerSlice - 1) /
                                               kMaxCounterSetsPerSlice);

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dra/offers.h"
@@ -51,9 +52,18 @@ topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand,
                                    const topology::NodeShape& shape,
                                    const topology::NodeUsage& usage);
 
-// The offers in the order the allocator should meet them. Without `costs`, index order (what a
-// naive driver publishes). With `costs`, within each kind: the offers free in `usage` by
-// ascending scarcity cost (ties by index), then the rest by index.
+// Where the allocator should meet an offer, as a sort key. It walks a pool's devices in order and
+// evaluates the claim's selectors on each it passes (per pod, per candidate node), so a claim of
+// one size pays for every offer of other sizes before its own: on an aligned torus (Trainium) each
+// row's set comes right before the row's devices, so a claim for one device and a claim for a row
+// each meet a free offer within a few steps, and the larger sets follow the last row; elsewhere
+// (an Inferentia ring, with more sets than devices) the whole devices come first, then the sets;
+// core ranges last. docs/dra.md, "What the allocator pays for", has the measurements.
+std::pair<int, int> OfferWalkPosition(const topology::NodeShape& shape, const Offer& offer);
+
+// The offers in the order the allocator should meet them: by OfferWalkPosition, then kind; within
+// that, without `costs` in index order (size, first id); with `costs`, the offers free in `usage`
+// by ascending scarcity cost (ties by index), then the rest by index.
 std::vector<Offer> OrderForFirstFit(std::vector<Offer> offers, const topology::NodeShape& shape,
                                     const topology::NodeUsage& usage,
                                     const topology::SlotCosts* costs);
@@ -62,9 +72,10 @@ struct CounterUse {
   std::string counter_set;
   std::map<std::string, int64_t> counters;
 };
-// The counter sets of a node (name -> counter -> value) and what one offer consumes.
+// The counter sets of a node (name -> counter -> value), the core counters only with
+// `core_counters` (core ranges offered), and what one offer consumes.
 std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(
-    const topology::NodeShape& shape);
+    const topology::NodeShape& shape, bool core_counters);
 std::vector<CounterUse> CountersConsumedBy(const topology::NodeShape& shape, const Offer& offer);
 
 struct SliceOptions {

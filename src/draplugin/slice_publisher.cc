@@ -214,7 +214,10 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   }
   Plan plan;
   plan.partitionable = partitionable;
-  std::vector<dra::Offer> offers = dra::LegalOffers(shape, partitionable, unhealthy);
+  const dra::OfferScope scope = !partitionable        ? dra::OfferScope::kWholeDevices
+                                : config_.core_offers ? dra::OfferScope::kDeviceSetsAndCores
+                                                      : dra::OfferScope::kDeviceSets;
+  std::vector<dra::Offer> offers = dra::LegalOffers(shape, scope, unhealthy);
   if (config_.order == PublishOrder::kIndex) {
     plan.ordered = dra::OrderForFirstFit(std::move(offers), shape, effective, nullptr);
   } else {

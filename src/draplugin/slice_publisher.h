@@ -32,6 +32,7 @@ struct PublisherConfig {
   dra::NodeFacts facts;
   topology::NodeShape shape;
   Partitionable partitionable = Partitionable::kAuto;
+  bool core_offers = false;  // with partitionable devices, also core ranges (dra::OfferScope)
   PublishOrder order = PublishOrder::kScarcity;
 };
 

@@ -141,8 +141,9 @@ Result<std::vector<DraNode>> BuildNodes(const topology::Catalog& catalog,
     for (int k = 0; k < group.count; ++k) {
       DraNode node;
       node.shape = shape;
-      node.offers = dra::OrderForFirstFit(dra::LegalOffers(shape, /*partitionable=*/true), shape,
-                                          node.usage, nullptr);
+      node.offers =
+          dra::OrderForFirstFit(dra::LegalOffers(shape, dra::OfferScope::kDeviceSetsAndCores),
+                                shape, node.usage, nullptr);
       node.total_units = static_cast<int64_t>(shape.devices) * topology::kUnitsPerDevice;
       nodes.push_back(std::move(node));
     }

@@ -25,7 +25,9 @@ e2e_why() {
   [ -n "${KUBELET_LOG:-}" ] && [ -f "$KUBELET_LOG" ] && { echo "kubelet ($(basename "$KUBELET_LOG")):"; grep -iE "dra|resourceclaim|cdi|prepare" "$KUBELET_LOG" | tail -n 6; }
   return 0
 }
-E2E_HELM_SETS=(--set draDriver.enabled=true)
+# Core ranges too (draDriver.coreOffers: the class; --core-offers: the plugin's offers).
+E2E_HELM_SETS=(--set draDriver.enabled=true --set draDriver.coreOffers=true)
+export TOPOSCHED_E2E_DRA_ARGS="--core-offers ${TOPOSCHED_E2E_DRA_ARGS:-}"
 e2e_pause_image
 e2e_control_plane
 classes=$(k get deviceclasses -o name | sort | tr '\n' ' ')

@@ -25,7 +25,9 @@ e2e_why() {
   [ -n "${DRA_LOG:-}" ] && [ -f "$DRA_LOG" ] && { echo "dra plugin ($(basename "$DRA_LOG")):"; grep -iE "prepar|holder|held|refus|error|warn" "$DRA_LOG" | tail -n 6; }
   return 0
 }
-E2E_HELM_SETS=(--set draDriver.enabled=true)
+# Core ranges too (draDriver.coreOffers: the class; --core-offers: the plugin's offers).
+E2E_HELM_SETS=(--set draDriver.enabled=true --set draDriver.coreOffers=true)
+export TOPOSCHED_E2E_DRA_ARGS="--core-offers ${TOPOSCHED_E2E_DRA_ARGS:-}"
 e2e_pause_image
 e2e_control_plane
 e2e_controller_manager resourceclaim-controller
