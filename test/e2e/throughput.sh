@@ -17,19 +17,51 @@
 # the first bind, per configuration and round, summarised by `go tool pprof -top` into
 # $W/profile-<config>-<round>.txt (kept with TOPOSCHED_E2E_KEEP=1): where the scheduler's time goes.
 # A configuration that does not bind every pod in 300 s is reported as such, not measured.
+#
+# --dra (Kubernetes 1.37): the DRA path against the device-plugin path, on trn2.48xlarge and
+# trn1.32xlarge nodes alternating (16 devices each), no extender; each pod brings its own
+# ResourceClaim (created with it), and kube-scheduler's DRA allocator places it. Configurations:
+#   (a) `aws.amazon.com/neuron: 1`, the device-plugin path
+#   (f) AWS's form of slices (16 whole devices, AWS's attributes, no counters), class
+#       neuron.aws.com, 1 device
+#   (g) toposched's slices (what `toposched dra-plugin` publishes, test/e2e/dra_oracle.cc), class
+#       neurondevices.toposched.io, deviceCount == 1
+#   (h) AWS's form, 4 devices with matchAttribute resource.aws.com/devicegroup4_id (half the pods)
+#   (i) toposched's slices, a 4-device set (half the pods)
+# After each DRA run every allocated set is checked with the project's rule (dra_oracle legal).
 source "$(dirname "$0")/lib.sh"
-rounds=2 nodes=500 pods=2000 out="" configs="a b c d" profile=0
+rounds=2 nodes=500 pods=2000 out="" configs="" profile=0 dra=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2;; --nodes) nodes="$2"; shift 2;; --pods) pods="$2"; shift 2;;
-    --out) out="$2"; shift 2;; --configs) configs="$2"; shift 2;; --profile) profile="$2"; shift 2;; *) echo "unknown flag $1" >&2; exit 2;;
+    --out) out="$2"; shift 2;; --configs) configs="$2"; shift 2;; --profile) profile="$2"; shift 2;;
+    --dra) dra=1; shift;; *) echo "unknown flag $1" >&2; exit 2;;
   esac
 done
+[ -n "$configs" ] || configs=$([ $dra = 1 ] && echo "a f g h i" || echo "a b c d")
 export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-1500}"
 e2e_init throughput
+ORACLE="$(dirname "$TOPOSCHED_BIN")/test/e2e/dra_oracle"
+if [ $dra = 1 ]; then
+  [ "$K8S_MINOR" -ge 37 ] || die "--dra needs Kubernetes 1.37 (partitionable devices on by default), not 1.$K8S_MINOR"
+  [ -x "$ORACLE" ] || die "no $ORACLE: build the e2e tree (cmake -DTOPOSCHED_E2E=ON) first"
+  E2E_HELM_SETS=(--set draDriver.enabled=true)  # the chart's DeviceClasses
+fi
 e2e_control_plane
-e2e_nodes n- "$nodes" inf2.48xlarge trn1.32xlarge inf2.8xlarge trn2.48xlarge inf1.24xlarge inf2.24xlarge
+if [ $dra = 1 ]; then
+  e2e_nodes n- "$nodes" trn2.48xlarge trn1.32xlarge
+else
+  e2e_nodes n- "$nodes" inf2.48xlarge trn1.32xlarge inf2.8xlarge trn2.48xlarge inf1.24xlarge inf2.24xlarge
+fi
 export API="https://127.0.0.1:$API_PORT" TOKEN="$ADMIN_TOKEN" CA="$W/pki/ca.crt"
+slice_form=""
+# use_slices FORM: the nodes publish FORM's slices (ours or aws), replacing the others.
+use_slices() {
+  [ "$slice_form" = "$1" ] && return 0
+  python3 "$E2E_DIR/dra_bench.py" slices "$1" "$W/nodes-n-.txt" "$ORACLE" || die "publishing $1 slices"
+  slice_form="$1"
+  log "slices: $1's form published for $nodes nodes"
+}
 start noop-extender "$W/noop.log" python3 "$E2E_DIR/noop_extender.py" "$NOOP_PORT"
 wait_for 20 "noop extender" curl -sf "http://127.0.0.1:$NOOP_PORT/healthz"
 
@@ -42,10 +74,21 @@ run() {
   local cfg="$1"
   python3 "$E2E_DIR/kpods.py" delete
   wait_for 60 "pods deleted" bash -c "[ \"\$(python3 $E2E_DIR/kpods.py count)\" = 0 ]"
-  python3 "$E2E_DIR/kpods.py" create "$pods" aws.amazon.com/neuron 1
+  [ $dra = 1 ] && python3 "$E2E_DIR/dra_bench.py" delete
+  local n=$pods
+  case "$cfg" in
+    f) use_slices aws; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
+    g) use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
+         'device.attributes["toposched.io"].deviceCount == 1' ;;
+    h) n=$((pods / 2)); use_slices aws
+       python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 4 "" resource.aws.com/devicegroup4_id ;;
+    i) n=$((pods / 2)); use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
+         'device.attributes["toposched.io"].deviceCount == 4' ;;
+    *) python3 "$E2E_DIR/kpods.py" create "$pods" aws.amazon.com/neuron 1 ;;
+  esac
   local ext_pid=""
   case "$cfg" in
-    a) e2e_scheduler_config "$W/sched-a.yaml" true 1000 none ;;
+    a|f|g|h|i) e2e_scheduler_config "$W/sched-$cfg.yaml" true 1000 none ;;
     b) e2e_scheduler_config "$W/sched-b.yaml" true 1000 filter+prioritize "http://127.0.0.1:$NOOP_PORT"; ext_pid=$(pid_of noop-extender) ;;
     c|d) e2e_extender; ext_pid=$(pid_of extender)
        e2e_scheduler_config "$W/sched-$cfg.yaml" "$([ "$cfg" = c ] && echo true || echo false)" 1000 filter+prioritize+bind ;;
@@ -66,12 +109,12 @@ run() {
   fi
   local s0 e0; s0=$(cpu_ticks "$spid"); e0=$([ -n "$ext_pid" ] && cpu_ticks "$ext_pid" || echo 0)
   local finished=1
-  until [ "$(bound_lines)" -ge "$pods" ]; do
+  until [ "$(bound_lines)" -ge "$n" ]; do
     [ "$(date +%s)" -lt $deadline ] || { finished=0; break; }
     sleep 0.2
   done
   if [ $finished = 0 ]; then
-    log "($cfg) only $(bound_lines) of $pods bound in 300 s"
+    log "($cfg) only $(bound_lines) of $n bound in 300 s"
     stop my-scheduler; [ -n "$ext_pid" ] && [ "$cfg" != b ] && stop extender
     echo "$cfg 0 0 0 timeout:$(bound_lines)"
     return 0
@@ -89,7 +132,12 @@ run() {
   [ -n "$ext_pid" ] && log "($cfg) connections to the extender closed by kube-scheduler: $(ss -tnH state time-wait "( dport = :$port )" | wc -l)"
   stop my-scheduler
   [ -n "$ext_pid" ] && [ "$cfg" != b ] && stop extender
-  python3 - "$SCHED_LOG" "$pods" "$cfg" "$((s1 - s0))" "$((e1 - e0))" "$hz" <<'PY'
+  if [[ "$cfg" =~ ^[fghi]$ ]]; then
+    local checked; checked=$(python3 "$E2E_DIR/dra_bench.py" check "$W/nodes-n-.txt" "$ORACLE") || die "($cfg) checking the allocations"
+    log "($cfg) allocated sets checked by the project's rule: ${checked% *} claims, ${checked#* } illegal"
+    [ "${checked#* }" = 0 ] || die "($cfg) ${checked#* } illegal sets allocated"
+  fi
+  python3 - "$SCHED_LOG" "$n" "$cfg" "$((s1 - s0))" "$((e1 - e0))" "$hz" <<'PY'
 import re, sys
 log, pods, cfg, sticks, eticks, hz = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 ts = []
@@ -127,11 +175,15 @@ for row in rows:
 names = {"a": "(a) no extender", "b": "(b) do-nothing extender, names only (filter+prioritize)",
          "c": "(c) toposched, filter+prioritize+bind, nodeCacheCapable: true",
          "d": "(d) toposched, filter+prioritize+bind, nodeCacheCapable: false",
-         "e": "(e) toposched, filter+prioritize (the scheduler binds), nodeCacheCapable: true"}
+         "e": "(e) toposched, filter+prioritize (the scheduler binds), nodeCacheCapable: true",
+         "f": "(f) DRA, AWS's form of slices, 1 device",
+         "g": "(g) DRA, toposched's slices, 1 device",
+         "h": "(h) DRA, AWS's form, 4 devices (matchAttribute devicegroup4_id)",
+         "i": "(i) DRA, toposched's slices, a 4-device set"}
 med = {c: statistics.median(r[0] for r in v) for c, v in by.items()}
 print(f"| configuration | pods/s (median of {rounds}; each run) | / (a) | / (b) | scheduler CPU ms/pod | extender CPU ms/pod |")
 print("|---|---|---|---|---|---|")
-for c in "abcde":
+for c in "abcdefghi":
     if c not in by:
         if c in timeouts:
             print(f"| {names[c]} | did not finish: {', '.join(timeouts[c])} of {pods} bound in 300 s | | | | |")
@@ -148,6 +200,10 @@ if "c" in med and "b" in med:
                  f"goal >= 1.0 in every round: {'met' if min(per_round) >= 1.0 else 'not met'})")
 if "c" in med and "a" in med:
     notes.append(f"(c)/(a) = {med['c'] / med['a']:.2f} (goal >= 0.75: {'met' if med['c'] / med['a'] >= 0.75 else 'not met'})")
+for ours, theirs in (("g", "f"), ("i", "h"), ("g", "a")):
+    if ours in med and theirs in med:
+        per_round = [o[0] / t[0] for o, t in zip(by[ours], by[theirs])]
+        notes.append(f"({ours})/({theirs}) = {med[ours] / med[theirs]:.2f} (per round {', '.join(f'{r:.2f}' for r in per_round)})")
 print(f"\n{'; '.join(notes)}{'. ' if notes else ''}{nodes} nodes, {pods} pods, {rounds} rounds.")
 PY
 )
