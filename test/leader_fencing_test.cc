@@ -382,6 +382,17 @@ class LeaderFencingBinary : public ::testing::Test {
     return lease ? json::parse(*lease)["spec"]["holderIdentity"].get<std::string>() : "";
   }
 
+  // A lone extender (no --leader-elect) with a short write timeout and settle, and these pods
+  // (16 devices each) in the fake API server.
+  std::string LoneExtenderArgs(std::initializer_list<const char*> pods) {
+    for (const char* pod : pods) {
+      server_.UpsertPod(
+          testing::PodJson(pod, std::string("uid-") + pod, "aws.amazon.com/neuron", 16));
+    }
+    return "--kubeconfig " + kubeconfig_ +
+           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s";
+  }
+
   FakeApiServer server_;
   testing::TempDir dir_;
   std::string kubeconfig_;
@@ -477,11 +488,7 @@ TEST_F(LeaderFencingBinary, ANewLeaderListsPodsAfreshBeforeItTurnsReady) {
 TEST_F(LeaderFencingBinary, ARestartedLoneExtenderNeverBindsBesideItsPredecessorsLateBinding) {
   const std::string p1 = testing::PodJson("p1", "uid-p1", "aws.amazon.com/neuron", 16);
   const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 16);
-  server_.UpsertPod(p1);
-  server_.UpsertPod(p2);
-  const std::string args = "--kubeconfig " + kubeconfig_ +
-                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s"
-                           " --restart-bind-hold 0s";
+  const std::string args = LoneExtenderArgs({"p1", "p2"}) + " --restart-bind-hold 0s";
   FailureRule hold{"POST", "/api/v1/namespaces/default/pods/p1/binding", 0};
   hold.hold = true;
   server_.InjectFailure(hold);
@@ -555,10 +562,7 @@ TEST_F(LeaderFencingBinary, ARestartedLoneExtenderNeverBindsBesideItsPredecessor
 TEST_F(LeaderFencingBinary, ALoneExtenderHoldsABindThatArrivesWhileItSettlesUntilBindsOpen) {
   const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 16);
   const std::string p3 = testing::PodJson("p3", "uid-p3", "aws.amazon.com/neuron", 16);
-  server_.UpsertPod(p2);
-  server_.UpsertPod(p3);
-  const std::string base = "--kubeconfig " + kubeconfig_ +
-                           " --listen 127.0.0.1:0 --bind-write-timeout 3s --restart-settle 4s";
+  const std::string base = LoneExtenderArgs({"p2", "p3"});
   {
     ExtenderProcess short_hold(base + " --restart-bind-hold 1s", dir_.path() + "/short.log");
     ASSERT_TRUE(WaitForReady(short_hold)) << short_hold.log();
