@@ -563,25 +563,25 @@ TEST_F(LeaderFencingBinary, ALoneExtenderHoldsABindThatArrivesWhileItSettlesUnti
   const std::string p2 = testing::PodJson("p2", "uid-p2", "aws.amazon.com/neuron", 16);
   const std::string p3 = testing::PodJson("p3", "uid-p3", "aws.amazon.com/neuron", 16);
   const std::string base = LoneExtenderArgs({"p2", "p3"});
+  // kube-scheduler's two calls for one pod; the bind's Error ("" once bound).
+  auto filter_then_bind = [&](ExtenderProcess& extender, const std::string& pod,
+                              const std::string& name) -> std::string {
+    (void)Call(http_, extender.port(), "POST", "/filter", testing::NamesArgs(pod, {"trn-0"}));
+    auto bound = Call(http_, extender.port(), "POST", "/bind",
+                      R"({"PodName":")" + name + R"(","PodNamespace":"default","PodUID":"uid-)" +
+                          name + R"(","Node":"trn-0"})");
+    if (!bound.ok()) return "no answer: " + bound.error();
+    return json::parse(bound->body)["Error"].get<std::string>();
+  };
   {
     ExtenderProcess short_hold(base + " --restart-bind-hold 1s", dir_.path() + "/short.log");
     ASSERT_TRUE(WaitForReady(short_hold)) << short_hold.log();
-    (void)Call(http_, short_hold.port(), "POST", "/filter", testing::NamesArgs(p3, {"trn-0"}));
-    auto bound =
-        Call(http_, short_hold.port(), "POST", "/bind",
-             R"({"PodName":"p3","PodNamespace":"default","PodUID":"uid-p3","Node":"trn-0"})");
-    ASSERT_TRUE(bound.ok()) << bound.error();
-    const std::string answer = json::parse(bound->body)["Error"].get<std::string>();
+    const std::string answer = filter_then_bind(short_hold, p3, "p3");
     EXPECT_NE(answer.find("--restart-bind-hold"), std::string::npos) << answer;
   }
   ExtenderProcess held(base, dir_.path() + "/held.log");
   ASSERT_TRUE(WaitForReady(held)) << held.log();
-  (void)Call(http_, held.port(), "POST", "/filter", testing::NamesArgs(p2, {"trn-0"}));
-  auto bound =
-      Call(http_, held.port(), "POST", "/bind",
-           R"({"PodName":"p2","PodNamespace":"default","PodUID":"uid-p2","Node":"trn-0"})");
-  ASSERT_TRUE(bound.ok()) << bound.error();
-  EXPECT_EQ(json::parse(bound->body)["Error"].get<std::string>(), "") << held.log();
+  EXPECT_EQ(filter_then_bind(held, p2, "p2"), "") << held.log();
   const json two = json::parse(*server_.GetPodJson("default", "p2"));
   EXPECT_EQ(two["spec"].value("nodeName", ""), "trn-0") << held.log();
   EXPECT_NE(held.log().find("binds open"), std::string::npos) << held.log();
