@@ -5,6 +5,7 @@
 #define TOPOSCHED_TEST_POOLS_FIXTURES_H_
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -29,12 +30,17 @@ class InProcessService : public provision::PartitionService {
  public:
   explicit InProcessService(provision::FakePartitionService& fake) : fake_(fake) {}
 
+  // Runs after each create the service accepted, in the caller's thread: what happens in the
+  // cluster while the partition is being made.
+  std::function<void()> after_create;
+
   Status Create(const provision::Partition& p) override {
     auto a = fake_.Handle("POST", "/partitions",
                           fmt::format(R"({{"name":"{}","pool":"{}","ipus":[{}]}})", p.name, p.pool,
                                       fmt::join(p.ipus, ",")),
                           "");
     if (a.status != 201) return Error{fmt::format("HTTP {}: {}", a.status, a.body)};
+    if (after_create) after_create();
     return OkStatus();
   }
   Result<std::optional<provision::Partition>> Get(const std::string& name) override {

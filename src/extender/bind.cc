@@ -129,6 +129,11 @@ bool PartitionSteps::PodDeleted(const std::string& uid) {
   return true;
 }
 
+bool PartitionSteps::DeletedWhileBinding(const std::string& uid) const {
+  MutexLock lock(mu_);
+  return deleted_.count(uid) != 0;
+}
+
 void PartitionSteps::RemoveOrphan(const provision::Partition& partition) {
   const std::string hold_id = "partition/" + partition.name;
   if (auto s = tracker_.HoldReleasing(hold_id, "partition " + partition.name, partition.pool,
@@ -446,7 +451,13 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
                         2 * partitions_->options().remove_timeout + options_.reservation_timeout +
                         writer_.MaxWriteTime();
     if (auto extended = ExtendHold(args.pod_uid, SteadyNsAfter(budget)); !extended.ok()) {
-      // Just reserved by this thread: gone only if it expired already (a stalled thread).
+      // Just reserved by this thread: no longer a reservation only if the pod was deleted
+      // meanwhile (PodDeleted began its release) or it expired already (a stalled thread).
+      if (partitions_->DeletedWhileBinding(args.pod_uid)) {
+        return FailBind(attempt, fmt::format("pod {} was deleted while binding; no partition was "
+                                             "made, its ids are released",
+                                             key));
+      }
       metrics_.CountTrackerError("extend");
       return FailBind(attempt, fmt::format("pod {}: its reservation ran out before its partition "
                                            "was made ({}); it will be retried",

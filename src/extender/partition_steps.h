@@ -59,6 +59,8 @@ class PartitionSteps {
   // A pod was deleted. One holding ids in a shared pool keeps them until its partition is gone
   // (a bind in progress cleans up after itself): true. False when it holds none there.
   bool PodDeleted(const std::string& uid) TS_EXCLUDES(mu_);
+  // Whether PodDeleted saw the pod deleted during its bind (between Begin and the bind's end).
+  bool DeletedWhileBinding(const std::string& uid) const TS_EXCLUDES(mu_);
   // A partition no live pod owns (found at a restart): holds its devices until it is removed.
   void RemoveOrphan(const provision::Partition& partition);
   // Removals still in progress in the background.
@@ -72,7 +74,7 @@ class PartitionSteps {
 
   provision::Provisioner& provisioner_;
   tracker::Tracker& tracker_;
-  Mutex mu_;
+  mutable Mutex mu_;
   std::unordered_set<std::string> binding_ TS_GUARDED_BY(mu_);  // uids between Begin and end
   std::unordered_set<std::string> deleted_ TS_GUARDED_BY(mu_);  // of those, deleted meanwhile
   provision::Reaper reaper_;
