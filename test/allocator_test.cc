@@ -1100,4 +1100,34 @@ TEST(PlacementGeometry, CoresOfAndOverlapsCountADeviceAsAllItsCores) {
 }
 
 }  // namespace
+// CheckLegalSet is the membership test for a set chosen elsewhere: exactly one of the legal
+// placements, or every subset on rule `any`.
+TEST(CheckLegalSetTest, AcceptsExactlyTheLegalPlacements) {
+  const NodeShape trn = ShapeOf("trn2.48xlarge", 2);
+  EXPECT_EQ(CheckLegalSet(trn, Unit::kDevice, {3}), "");
+  EXPECT_EQ(CheckLegalSet(trn, Unit::kDevice, {7, 6, 5, 4}), "");  // order does not matter
+  EXPECT_THAT(CheckLegalSet(trn, Unit::kDevice, {1, 2, 3, 4}), HasSubstr("not one legal set"));
+  EXPECT_THAT(CheckLegalSet(trn, Unit::kDevice, {0, 1, 2, 3, 8, 9, 10, 11}),
+              HasSubstr("not one legal set"));
+  EXPECT_NE(CheckLegalSet(trn, Unit::kDevice, {0, 1}), "");  // 2 is no size of trn2
+  EXPECT_THAT(CheckLegalSet(trn, Unit::kDevice, {0, 16}), HasSubstr("device 16"));
+  EXPECT_EQ(CheckLegalSet(trn, Unit::kCore, {4, 5}), "");
+  EXPECT_THAT(CheckLegalSet(trn, Unit::kCore, {0, 5}), HasSubstr("cores 0,5"));
+  EXPECT_THAT(CheckLegalSet(trn, Unit::kCore, {}), HasSubstr("no core"));
+  const NodeShape inf = ShapeOf("inf2.48xlarge");
+  EXPECT_EQ(CheckLegalSet(inf, Unit::kDevice, {1, 2, 3, 4}), "");
+  EXPECT_THAT(CheckLegalSet(inf, Unit::kDevice, {1, 2, 3, 8}), HasSubstr("contiguous"));
+  // Every legal placement passes, for every count, on every shape of the catalog.
+  for (const auto& [name, type] : Catalog::Embedded().types()) {
+    const NodeShape shape = ShapeOf(name);
+    for (Unit unit : {Unit::kDevice, Unit::kCore}) {
+      for (int count = 1; count <= shape.devices; ++count) {
+        for (const Placement& p : LegalPlacements(shape, NodeUsage{}, Request{unit, count})) {
+          EXPECT_EQ(CheckLegalSet(shape, unit, p.ids), "") << name << " " << count;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace toposched::topology

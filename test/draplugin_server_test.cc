@@ -510,6 +510,52 @@ TEST_F(DraPluginServerTest, PrepareRefusesAClaimOverlappingAPreparedOne) {
   EXPECT_EQ(kubelet_->Prepare({{"cores", "uid-cores"}}).claims().at("uid-cores").error(), "");
 }
 
+// kube-scheduler's allocator takes any devices a request allows: a KEP-5004 claim for
+// `aws.amazon.com/neuron: 4`, or 4 whole devices without AWS's matchAttribute, can be devices the
+// Neuron runtime cannot use together (issue 30 saw 1,2,3,8 on inf2 and 1,2,3,4 on trn2). Such a
+// claim is never prepared; one legal set of whole devices is.
+TEST_F(DraPluginServerTest, PrepareRefusesAClaimWhoseDevicesAreNotOneLegalSet) {
+  Start("trn2.48xlarge", 2);
+  const std::vector<std::string> unaligned = {"neurondevice1", "neurondevice2", "neurondevice3",
+                                              "neurondevice4"};
+  const std::vector<std::string> row = {"neurondevice4", "neurondevice5", "neurondevice6",
+                                        "neurondevice7"};
+  api_.ServeJson(ClaimPath("unaligned"), ClaimJson("unaligned", "uid-unaligned", unaligned));
+  api_.ServeJson(ClaimPath("two-sets"),
+                 ClaimJson("two-sets", "uid-two-sets", {"neurondevices-0-3", "neurondevices-8-11"}));
+  api_.ServeJson(ClaimPath("cores"),
+                 ClaimJson("cores", "uid-cores", {"neuroncores-0-0", "neuroncores-5-5"}));
+  api_.ServeJson(ClaimPath("row"), ClaimJson("row", "uid-row", row));
+  const auto response = kubelet_->Prepare(
+      {{"unaligned", "uid-unaligned"}, {"two-sets", "uid-two-sets"}, {"cores", "uid-cores"}});
+  for (const char* uid : {"uid-unaligned", "uid-two-sets", "uid-cores"}) {
+    const std::string& error = response.claims().at(uid).error();
+    EXPECT_THAT(error, HasSubstr("not one legal set")) << uid;
+    EXPECT_EQ(response.claims().at(uid).devices_size(), 0) << uid;
+    EXPECT_FALSE(fs::exists(SpecPath(uid))) << uid;
+  }
+  EXPECT_THAT(response.claims().at("uid-unaligned").error(),
+              HasSubstr("neurondevice1,neurondevice2,neurondevice3,neurondevice4"));
+  EXPECT_THAT(response.claims().at("uid-unaligned").error(), HasSubstr("devices 1,2,3,4"));
+  EXPECT_TRUE(plugin_->PreparedClaims().empty());
+  EXPECT_EQ(plugin_->Usage().used_core_count(), 0);
+  // An aligned row of four whole devices is AWS's own legal form: prepared.
+  EXPECT_EQ(kubelet_->Prepare({{"row", "uid-row"}}).claims().at("uid-row").error(), "");
+}
+
+TEST_F(DraPluginServerTest, PrepareRefusesWholeDevicesThatAreNoContiguousRunOfTheRing) {
+  Start("inf2.48xlarge", 0);
+  api_.ServeJson(ClaimPath("gap"),
+                 ClaimJson("gap", "uid-gap",
+                           {"neurondevice1", "neurondevice2", "neurondevice3", "neurondevice8"}));
+  api_.ServeJson(ClaimPath("run"),
+                 ClaimJson("run", "uid-run",
+                           {"neurondevice1", "neurondevice2", "neurondevice3", "neurondevice4"}));
+  EXPECT_THAT(kubelet_->Prepare({{"gap", "uid-gap"}}).claims().at("uid-gap").error(),
+              HasSubstr("devices 1,2,3,8 are not one legal set of 4"));
+  EXPECT_EQ(kubelet_->Prepare({{"run", "uid-run"}}).claims().at("uid-run").error(), "");
+}
+
 // Core range names mean other cores at another LNC: neuroncores-4-5 is device 1 at LNC 2 and
 // device 0 at LNC 1. A claim prepared at LNC 2 keeps its physical cores after a restart at LNC 1.
 TEST_F(DraPluginServerTest, CheckpointKeepsTheLncItWasPreparedAt) {

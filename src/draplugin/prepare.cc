@@ -150,6 +150,37 @@ std::string OverlapWithPrepared(const topology::InstanceType& type, const Prepar
   return {};
 }
 
+namespace {
+
+std::string DeviceNames(const std::vector<PreparedDevice>& devices) {
+  std::vector<std::string_view> names;
+  for (const PreparedDevice& d : devices) names.push_back(d.device);
+  return fmt::format("{}", fmt::join(names, ","));
+}
+
+// Why the claim's devices, which its containers all see together (ClaimEnv), are not one legal
+// set; empty when they are. Core ranges are checked as cores, whole devices and sets as devices.
+// A claim only of admin-access devices (monitoring beside other claims) is not checked.
+std::string IllegalUnion(const NodeShape& shape, const std::vector<PreparedDevice>& devices) {
+  if (std::all_of(devices.begin(), devices.end(),
+                  [](const PreparedDevice& d) { return d.admin_access; })) {
+    return "";
+  }
+  const bool any_cores =
+      std::any_of(devices.begin(), devices.end(),
+                  [](const PreparedDevice& d) { return d.offer.kind == dra::OfferKind::kCores; });
+  std::vector<int> ids;
+  for (const PreparedDevice& d : devices) {
+    const std::vector<int> units =
+        any_cores ? dra::CoresOfOffer(shape, d.offer) : d.offer.placement.ids;
+    ids.insert(ids.end(), units.begin(), units.end());
+  }
+  return topology::CheckLegalSet(shape, any_cores ? topology::Unit::kCore : topology::Unit::kDevice,
+                                 std::move(ids));
+}
+
+}  // namespace
+
 Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& context,
                                                     const std::vector<PreparedDevice>& devices,
                                                     int lnc, int ultraserver_mode) {
@@ -296,6 +327,14 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
         "and node ids), which toposched dra-plugin does not publish; run multi-node UltraServer "
         "jobs as gangs through the toposched extender (docs/ultraserver.md)",
         who, *mode, mode_from)};
+  }
+  if (std::string illegal = IllegalUnion(*context.shape, prepared.devices); !illegal.empty()) {
+    // The allocator picks any devices a request's class and selectors allow (a KEP-5004 claim
+    // for `aws.amazon.com/neuron: N`, or N whole devices without AWS's matchAttribute): the
+    // Neuron runtime cannot use a set that is not connected, so it is never prepared.
+    return Error{fmt::format("{}: its devices {} together: {}; ask for one set of the size "
+                             "(class neurondevices.toposched.io, docs/dra.md)",
+                             who, DeviceNames(prepared.devices), illegal)};
   }
   auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
   if (!env.ok()) return Error{fmt::format("{}: {}", who, env.error())};

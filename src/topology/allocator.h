@@ -181,6 +181,11 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
 std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& usage,
                                        const Request& request);
 
+// Whether exactly `ids` (devices or cores, by `unit`) form one legal set on the node: the test a
+// set chosen elsewhere (kube-scheduler's DRA allocator) passes before a container gets it. Empty
+// when legal, else why not, in words an operator can act on.
+std::string CheckLegalSet(const NodeShape& shape, Unit unit, std::vector<int> ids);
+
 }  // namespace toposched::topology
 
 #endif  // TOPOSCHED_TOPOLOGY_ALLOCATOR_H_

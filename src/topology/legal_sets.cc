@@ -3,6 +3,7 @@
 #include "topology/legal_sets.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace toposched::topology {
 
@@ -99,6 +100,32 @@ std::vector<Placement> LegalPlacements(const NodeShape& shape, const NodeUsage& 
       break;
   }
   return out;
+}
+
+std::string CheckLegalSet(const NodeShape& shape, Unit unit, std::vector<int> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  const int limit = unit == Unit::kCore ? shape.cores : shape.devices;
+  const char* what = unit == Unit::kCore ? "core" : "device";
+  if (ids.empty()) return fmt::format("no {} is named", what);
+  if (ids.front() < 0 || ids.back() >= limit) {
+    return fmt::format("{} {} is not one of this {} node's {} {}s", what,
+                       ids.front() < 0 ? ids.front() : ids.back(), shape.type->name, limit, what);
+  }
+  const Request request{unit, static_cast<int>(ids.size())};
+  if (std::string shape_error = CheckRequestShape(shape, request); !shape_error.empty()) {
+    return shape_error;
+  }
+  if (unit == Unit::kDevice && shape.type->rule == LegalSetRule::kAny) return "";
+  for (const Placement& p : LegalPlacements(shape, NodeUsage{}, request)) {
+    if (p.ids == ids) return "";
+  }
+  return fmt::format("{}s {} are not one legal set of {} on a {} node (rule {}: {})", what,
+                     fmt::join(ids, ","), ids.size(), shape.type->name, RuleName(shape.type->rule),
+                     unit == Unit::kCore ? "a run of cores inside one allowed segment"
+                     : shape.type->rule == LegalSetRule::kAligned
+                         ? "whole aligned blocks of an allowed size"
+                         : "a contiguous run of devices");
 }
 
 }  // namespace toposched::topology
