@@ -154,6 +154,7 @@ namespace {
 
 std::string DeviceNames(const std::vector<PreparedDevice>& devices) {
   std::vector<std::string_view> names;
+  names.reserve(devices.size());
   for (const PreparedDevice& d : devices) names.push_back(d.device);
   return fmt::format("{}", fmt::join(names, ","));
 }
@@ -166,9 +167,9 @@ std::string IllegalUnion(const NodeShape& shape, const std::vector<PreparedDevic
                   [](const PreparedDevice& d) { return d.admin_access; })) {
     return "";
   }
-  const bool any_cores =
-      std::any_of(devices.begin(), devices.end(),
-                  [](const PreparedDevice& d) { return d.offer.kind == dra::OfferKind::kCores; });
+  const bool any_cores = std::any_of(devices.begin(), devices.end(), [](const PreparedDevice& d) {
+    return d.offer.kind == dra::OfferKind::kCores;
+  });
   std::vector<int> ids;
   for (const PreparedDevice& d : devices) {
     const std::vector<int> units =
@@ -332,9 +333,10 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
     // The allocator picks any devices a request's class and selectors allow (a KEP-5004 claim
     // for `aws.amazon.com/neuron: N`, or N whole devices without AWS's matchAttribute): the
     // Neuron runtime cannot use a set that is not connected, so it is never prepared.
-    return Error{fmt::format("{}: its devices {} together: {}; ask for one set of the size "
-                             "(class neurondevices.toposched.io, docs/dra.md)",
-                             who, DeviceNames(prepared.devices), illegal)};
+    return Error{
+        fmt::format("{}: its devices {} together: {}; ask for one set of the size "
+                    "(class neurondevices.toposched.io, docs/dra.md)",
+                    who, DeviceNames(prepared.devices), illegal)};
   }
   auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
   if (!env.ok()) return Error{fmt::format("{}: {}", who, env.error())};
