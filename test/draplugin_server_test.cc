@@ -521,8 +521,8 @@ TEST_F(DraPluginServerTest, PrepareRefusesAClaimWhoseDevicesAreNotOneLegalSet) {
   const std::vector<std::string> row = {"neurondevice4", "neurondevice5", "neurondevice6",
                                         "neurondevice7"};
   api_.ServeJson(ClaimPath("unaligned"), ClaimJson("unaligned", "uid-unaligned", unaligned));
-  api_.ServeJson(ClaimPath("two-sets"),
-                 ClaimJson("two-sets", "uid-two-sets", {"neurondevices-0-3", "neurondevices-8-11"}));
+  api_.ServeJson(ClaimPath("two-sets"), ClaimJson("two-sets", "uid-two-sets",
+                                                  {"neurondevices-0-3", "neurondevices-8-11"}));
   api_.ServeJson(ClaimPath("cores"),
                  ClaimJson("cores", "uid-cores", {"neuroncores-0-0", "neuroncores-5-5"}));
   api_.ServeJson(ClaimPath("row"), ClaimJson("row", "uid-row", row));
