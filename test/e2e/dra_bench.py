@@ -9,6 +9,9 @@
   dra_bench.py create N CLASS COUNT [CEL] [MATCH_ATTRIBUTE]
       create ResourceClaims bench-0..N-1 (one request of CLASS: COUNT devices, the CEL selector
       and the matchAttribute constraint when given) and pods bench-0..N-1 using them
+  dra_bench.py class NAME CEL
+      create (or replace) DeviceClass NAME with the one CEL selector: a class per size, measured
+      against a request selector over a shared class
   dra_bench.py delete
       delete every pod, then release and delete every ResourceClaim in default (no kubelet and
       no resourceclaim controller here: the allocation and reservation are cleared by hand)
@@ -173,6 +176,15 @@ def check(nodes_file, oracle):
     print(f"{len(asked)} {len(illegal)}")
 
 
+def device_class(name, cel):
+    path = "/apis/resource.k8s.io/v1/deviceclasses"
+    body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": cel}}]}}
+    c = conn()
+    call(c, "DELETE", f"{path}/{name}", ok_missing=True)
+    call(c, "POST", path, json.dumps(body))
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "slices":
@@ -180,6 +192,8 @@ def main():
     elif cmd == "create":
         create(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
                sys.argv[5] if len(sys.argv) > 5 else "", sys.argv[6] if len(sys.argv) > 6 else "")
+    elif cmd == "class":
+        device_class(sys.argv[2], sys.argv[3])
     elif cmd == "delete":
         delete()
     elif cmd == "check":
