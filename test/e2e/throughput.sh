@@ -42,7 +42,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$configs" ] || configs=$([ $dra = 1 ] && echo "a f g h i" || echo "a b c d")
-export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-1500}"
+# The whole run's budget: a DRA run takes up to ~3 minutes per configuration and round at 500 nodes.
+budget=1500; [ $dra = 1 ] && budget=$((600 + 180 * rounds * $(wc -w <<<"$configs")))
+export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-$budget}"
 e2e_init throughput
 ORACLE="$(dirname "$TOPOSCHED_BIN")/test/e2e/dra_oracle"
 if [ $dra = 1 ]; then
