@@ -334,8 +334,8 @@ Result<PreparedClaim> PlanClaim(const PrepareContext& context, const ResourceCla
     // for `aws.amazon.com/neuron: N`, or N whole devices without AWS's matchAttribute): the
     // Neuron runtime cannot use a set that is not connected, so it is never prepared.
     return Error{
-        fmt::format("{}: its devices {} together: {}; ask for one set of the size "
-                    "(class neurondevices.toposched.io, docs/dra.md)",
+        fmt::format("{}: its devices {} together: {}; ask for one set (class "
+                    "neurondevices.toposched.io, or AWS's matchAttribute on Trainium; docs/dra.md)",
                     who, DeviceNames(prepared.devices), illegal)};
   }
   auto env = ClaimEnv(context, prepared.devices, lnc.value_or(0), mode.value_or(0));
