@@ -201,6 +201,47 @@ TEST(DraOffers, WholeDevicesOnlyWithoutPartitionableAndUnhealthyLeftOut) {
   EXPECT_EQ(LegalOffers(shape, OfferScope::kWholeDevices, unhealthy).size(), 11u);
 }
 
+// --set-offers auto leaves the sets out exactly where the whole devices' group attributes name
+// every legal set: on each such type of the catalog, the devices of every legal set of N (and no
+// other device) share one resource.aws.com/devicegroupN_id, so a claim's matchAttribute on it gets
+// a legal set and nothing else; every other type keeps its set offers.
+TEST(DraOffers, AutoSetOffersLeaveOutOnlySetsTheGroupAttributesName) {
+  NodeFacts facts;
+  facts.node_name = "node-a";
+  for (const auto& [name, type] : topology::Catalog::Embedded().types()) {
+    const NodeShape shape = ShapeOf(name);
+    SCOPED_TRACE(name);
+    EXPECT_EQ(ScopeFor(shape, SetOffers::kOn, false), OfferScope::kDeviceSets);
+    EXPECT_EQ(ScopeFor(shape, SetOffers::kOff, false), OfferScope::kWholeDevices);
+    EXPECT_EQ(ScopeFor(shape, SetOffers::kAuto, true), OfferScope::kDeviceSetsAndCores);
+    if (ScopeFor(shape, SetOffers::kAuto, false) != OfferScope::kWholeDevices) {
+      EXPECT_NE(type.rule, topology::LegalSetRule::kAligned);
+      continue;
+    }
+    const auto slices =
+        BuildSlices(facts, shape, LegalOffers(shape, OfferScope::kWholeDevices), {false, 1});
+    ASSERT_EQ(slices.size(), 1u);
+    const nlohmann::json devices = nlohmann::json::parse(slices[0].json)["spec"]["devices"];
+    for (int n = 2; n <= shape.devices; ++n) {
+      const topology::Request request{Unit::kDevice, n};
+      const auto legal = topology::LegalPlacements(shape, NodeUsage{}, request);
+      const std::string key = fmt::format("resource.aws.com/devicegroup{}_id", n);
+      if (legal.empty()) continue;
+      for (const topology::Placement& set : legal) {
+        std::set<int> named;
+        const auto& first = devices[set.ids.front()]["attributes"];
+        ASSERT_TRUE(first.contains(key)) << key;
+        for (const auto& device : devices) {
+          if (device["attributes"].value(key, nlohmann::json()) == first[key]) {
+            named.insert(device["attributes"]["deviceId"]["int"].get<int>());
+          }
+        }
+        EXPECT_EQ(named, std::set<int>(set.ids.begin(), set.ids.end())) << key;
+      }
+    }
+  }
+}
+
 TEST(DraOffers, OfferFromNameRoundTripsAndRejectsJunk) {
   for (const auto& [label, shape] : Shapes()) {
     SCOPED_TRACE(label);

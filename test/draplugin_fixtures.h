@@ -66,6 +66,14 @@ class FakePublisher : public draplugin::UsagePublisher {
     fail_ = fail;
   }
   void ForgetPublished() override { ++forgets_; }
+  bool Offers(dra::OfferKind kind) const override {
+    std::lock_guard lock(mutex_);
+    return kind != dra::OfferKind::kDeviceSet || sets_offered_;
+  }
+  void set_sets_offered(bool offered) {
+    std::lock_guard lock(mutex_);
+    sets_offered_ = offered;
+  }
   int forgets() const { return forgets_; }
 
  private:
@@ -73,6 +81,7 @@ class FakePublisher : public draplugin::UsagePublisher {
   int publishes_ = 0;
   int used_cores_ = 0;
   topology::DeviceMask unhealthy_ = 0;
+  bool sets_offered_ = true;
   bool fail_ = false;
   std::vector<topology::Request> requests_;
   std::atomic<int> forgets_{0};

@@ -170,6 +170,22 @@ TEST_F(DraHoldersTest, AnIdOfNoDeviceHereFailsClosed) {
   EXPECT_THAT(plugin_->readiness().reason(), HasSubstr("ml/odd-pod"));
 }
 
+// A Trainium node restarted from --set-offers on to the default (whole devices only, no counters)
+// while a claim prepared on a set still runs: the scheduler counts that claim against a device
+// name the slices no longer carry, so the set's devices are withheld from the slices until the
+// claim goes; a claim on a whole device (a name still published) withholds nothing.
+TEST_F(DraHoldersTest, DevicesOfAClaimOnAnOfferNoLongerPublishedAreWithheld) {
+  kubelet_ = std::make_unique<FakePodResources>(socket_);
+  Start("trn2.48xlarge");
+  ASSERT_EQ(Prepare("row", "neurondevices-4-7"), "");
+  EXPECT_EQ(publisher_.unhealthy(), 0u);  // sets published: their counters keep 4-7 busy
+  publisher_.set_sets_offered(false);
+  ASSERT_EQ(Prepare("one", "neurondevice0"), "");
+  EXPECT_EQ(publisher_.unhealthy(), topology::DeviceMask{0xf0});
+  EXPECT_EQ(plugin_->Unprepare({{"default", "uid-row", "row"}}).at("uid-row"), "");
+  EXPECT_EQ(publisher_.unhealthy(), 0u);
+}
+
 // No kubelet on the PodResources socket: nothing is offered, nothing prepared, not ready, and
 // each says why.
 TEST_F(DraHoldersTest, WithoutKubeletsAnswerNothingIsOfferedOrPrepared) {

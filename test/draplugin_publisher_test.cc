@@ -155,12 +155,13 @@ TEST_F(PublisherTest, Trn2AtLnc1NeedsSeveralSlices) {
   EXPECT_GT(server_.ResourceSliceNames().size(), 3u);
 }
 
-// Core ranges are published only with --core-offers: without it a trn2.48xlarge offers its 16
-// devices and 7 sets (not 183 offers) and only the device counters, which is what kube-scheduler's
-// allocator converts and matches per pod per node.
+// Core ranges are published only with --core-offers: without it (and with --set-offers on) a
+// trn2.48xlarge offers its 16 devices and 7 sets (not 183 offers) and only the device counters,
+// which is what kube-scheduler's allocator converts and matches per pod per node.
 TEST_F(PublisherTest, WithoutCoreOffersOnlyDevicesSetsAndDeviceCounters) {
   PublisherConfig config = Config("trn2.48xlarge", 2);
   config.core_offers = false;
+  config.set_offers = dra::SetOffers::kOn;
   SlicePublisher publisher(*client_, config);
   ASSERT_TRUE(publisher.Publish(0, {}).ok());
   const std::vector<std::string> devices = CheckPool(1);
@@ -175,6 +176,69 @@ TEST_F(PublisherTest, WithoutCoreOffersOnlyDevicesSetsAndDeviceCounters) {
     }
   }
   EXPECT_EQ(counter_sets, 1u);
+}
+
+// --set-offers auto on Trainium: AWS's form (16 whole devices, one slice, no counter slice, no
+// question to the API server about counters), each device naming its aligned groups; an
+// Inferentia ring keeps its sets, which no attribute could say.
+TEST_F(PublisherTest, AutoSetOffersPublishWholeDevicesOnTrainiumSetsOnInferentia) {
+  PublisherConfig config = Config("trn2.48xlarge", 2);
+  config.core_offers = false;
+  SlicePublisher publisher(*client_, config);
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  EXPECT_FALSE(publisher.partitionable());
+  EXPECT_TRUE(publisher.Offers(dra::OfferKind::kDevice));
+  EXPECT_FALSE(publisher.Offers(dra::OfferKind::kDeviceSet));
+  EXPECT_FALSE(publisher.Offers(dra::OfferKind::kCores));
+  const std::vector<std::string> devices = CheckPool(1);
+  ASSERT_EQ(devices.size(), 16u);
+  const std::vector<json> slices = StoredSlices();
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_FALSE(slices[0]["spec"].contains("sharedCounters"));
+  for (const json& device : slices[0]["spec"]["devices"]) {
+    EXPECT_FALSE(device.contains("consumesCounters")) << device["name"];
+    const int id = device["attributes"]["deviceId"]["int"];
+    for (int size : {4, 8, 16}) {
+      const std::string group = "resource.aws.com/devicegroup" + std::to_string(size) + "_id";
+      ASSERT_TRUE(device["attributes"].contains(group)) << device["name"] << " " << group;
+      // Same value exactly on the devices of one aligned group.
+      for (const json& other : slices[0]["spec"]["devices"]) {
+        const int other_id = other["attributes"]["deviceId"]["int"];
+        EXPECT_EQ(other["attributes"][group] == device["attributes"][group],
+                  other_id / size == id / size)
+            << device["name"] << " " << other["name"] << " " << group;
+      }
+    }
+  }
+  PublisherConfig ring = Config("inf2.48xlarge");
+  ring.core_offers = false;
+  ring.facts.node_name = "node-b";
+  SlicePublisher ring_publisher(*client_, ring);
+  ASSERT_TRUE(ring_publisher.Publish(0, {}).ok());
+  EXPECT_TRUE(ring_publisher.partitionable());
+  EXPECT_TRUE(ring_publisher.Offers(dra::OfferKind::kDeviceSet));
+  EXPECT_FALSE(ring_publisher.Offers(dra::OfferKind::kCores));
+  EXPECT_EQ(server_.ResourceSliceNames().size(), 1u + 3u);  // trn2's one; inf2's 2 + 1 counters
+}
+
+// A node restarted from sets to AWS's form (the flag's default changed, or set by hand): the set
+// offers and the counter slice are gone after the first publish, the devices stay.
+TEST_F(PublisherTest, FromSetOffersToWholeDevicesRemovesTheSetsAndCounters) {
+  PublisherConfig config = Config("trn2.48xlarge", 2);
+  config.core_offers = false;
+  config.set_offers = dra::SetOffers::kOn;
+  {
+    SlicePublisher publisher(*client_, config);
+    ASSERT_TRUE(publisher.Publish(0, {}).ok());
+    EXPECT_EQ(CheckPool(1).size(), 23u);
+  }
+  config.set_offers = dra::SetOffers::kAuto;
+  SlicePublisher publisher(*client_, config);
+  ASSERT_TRUE(publisher.Publish(0, {}).ok());
+  const std::vector<std::string> devices = CheckPool(2);
+  EXPECT_EQ(devices.size(), 16u);
+  for (const std::string& name : devices) EXPECT_TRUE(name.starts_with("neurondevice")) << name;
+  for (const json& slice : StoredSlices()) EXPECT_FALSE(slice["spec"].contains("sharedCounters"));
 }
 
 TEST_F(PublisherTest, UnhealthyDeviceWithdrawsEveryOfferTouchingIt) {
@@ -374,6 +438,10 @@ TEST(PublisherFlags, Parse) {
   EXPECT_EQ(*ParsePublishOrder("scarcity"), PublishOrder::kScarcity);
   EXPECT_EQ(*ParsePublishOrder("index"), PublishOrder::kIndex);
   EXPECT_FALSE(ParsePublishOrder("random").ok());
+  EXPECT_EQ(*dra::ParseSetOffers("auto"), dra::SetOffers::kAuto);
+  EXPECT_EQ(*dra::ParseSetOffers("on"), dra::SetOffers::kOn);
+  EXPECT_EQ(*dra::ParseSetOffers("off"), dra::SetOffers::kOff);
+  EXPECT_FALSE(dra::ParseSetOffers("sets").ok());
 }
 
 }  // namespace

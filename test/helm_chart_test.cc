@@ -590,8 +590,8 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_THAT(Strings(c["command"]),
               ElementsAre("/usr/local/bin/toposched", "dra-plugin", "--dev-root", "/host/dev",
                           "--plugin-dir", "$(KUBELET_PLUGINS_DIRECTORY_PATH)/neuron.aws.com",
-                          "--registry-dir", "$(KUBELET_REGISTRAR_DIRECTORY_PATH)", "--probe-listen",
-                          "0.0.0.0:8081"));
+                          "--registry-dir", "$(KUBELET_REGISTRAR_DIRECTORY_PATH)", "--set-offers",
+                          "auto", "--probe-listen", "0.0.0.0:8081"));
   std::vector<std::string> env;
   for (const YAML::Node& e : c["env"]) {
     env.push_back(e["name"].as<std::string>() + "=" +
@@ -653,6 +653,25 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
                        "neuroncores.toposched.io")["spec"]["selectors"][0]["cel"]["expression"]
                   .as<std::string>(),
               HasSubstr("resourceType == \"neuron_cores\""));
+  // Set offers: auto unless asked; a value the plugin would refuse fails the render instead.
+  const auto set_offers = [](const Rendered& rendered) {
+    const std::vector<std::string> args = Strings(
+        Container(rendered.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin"))["command"]);
+    const auto flag = std::find(args.begin(), args.end(), "--set-offers");
+    return flag == args.end() || flag + 1 == args.end() ? std::string("(none)") : *(flag + 1);
+  };
+  EXPECT_EQ(set_offers(r), "auto");
+  const Rendered on(std::string(kDra) + " --set draDriver.setOffers=on --kube-version 1.37.2");
+  ASSERT_EQ(on.outcome().exit_code, 0) << on.outcome().err;
+  EXPECT_EQ(set_offers(on), "on");
+  const Rendered bad(std::string(kDra) + " --set draDriver.setOffers=sets --kube-version 1.37.2");
+  EXPECT_NE(bad.outcome().exit_code, 0);
+  EXPECT_THAT(bad.outcome().err,
+              HasSubstr("draDriver.setOffers: \"sets\" is none of auto, on, off"));
+  const Rendered both(std::string(kDra) +
+                      " --set draDriver.setOffers=off --set draDriver.coreOffers=true");
+  EXPECT_NE(both.outcome().exit_code, 0);
+  EXPECT_THAT(both.outcome().err, HasSubstr("core ranges need the shared counters"));
 }
 
 // DeviceClasses exist only where the cluster serves resource.k8s.io/v1 (helm install asks the

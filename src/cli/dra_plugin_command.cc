@@ -36,6 +36,7 @@ struct DraPluginOptions {
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   std::string partitionable = "auto";
   bool core_offers = false;
+  std::string set_offers = "auto";
   std::string order = "scarcity";
   std::string visible_cores = "container";
   int health_interval_ms = 1000;
@@ -99,6 +100,17 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
                 "(neuroncores-A-B, class neuroncores.toposched.io). Off by default: they are most "
                 "of a node's offers (160 of 183 on a trn2.48xlarge at LNC 2), and kube-scheduler's "
                 "allocator pays for every offer of every candidate node for every pod");
+  cmd->add_option("--set-offers", opts->set_offers,
+                  "With --partitionable: publish each legal multi-device set as a device of its "
+                  "own (neurondevices-A-B, class neurondevices.toposched.io, deviceCount == N). "
+                  "auto: not on Trainium, whose whole devices carry AWS's group attributes "
+                  "(claims ask N devices with matchAttribute resource.aws.com/devicegroupN_id, "
+                  "at the cost of AWS's own slices), yes on Inferentia, where no attribute says "
+                  "'consecutive'. on: everywhere (the allocator itself then never picks an "
+                  "illegal set, at 1.4-1.6x its cost per pod); off: nowhere. --core-offers brings "
+                  "the sets with it")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--order", opts->order,
                   "Publish order, which is the order the allocator tries devices in: scarcity "
                   "(first the offer that takes least from the requests still expected) or index")
@@ -163,6 +175,13 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   if (!partitionable.ok()) return fail(partitionable.error());
   auto order = draplugin::ParsePublishOrder(opts.order);
   if (!order.ok()) return fail(order.error());
+  auto set_offers = dra::ParseSetOffers(opts.set_offers);
+  if (!set_offers.ok()) return fail(set_offers.error());
+  if (*set_offers == dra::SetOffers::kOff && opts.core_offers) {
+    return fail(
+        "--set-offers off and --core-offers together: core ranges need the shared counters "
+        "that come with the set offers; drop one of them");
+  }
 
   std::string node_name = opts.node_name;
   if (node_name.empty()) {
@@ -223,12 +242,23 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   config.shape = shape;
   config.partitionable = *partitionable;
   config.core_offers = opts.core_offers;
+  config.set_offers = *set_offers;
   config.order = *order;
   spdlog::info(
       "node {} (uid {}): {} with {} devices, {} cores each{}; Neuron driver {}", node_name,
       node->uid, shape.type->name, shape.devices, shape.cores_per_device,
       shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : std::string(),
       config.facts.neuron_driver_version.empty() ? "unknown" : config.facts.neuron_driver_version);
+  if (dra::ScopeFor(shape, *set_offers, opts.core_offers) == dra::OfferScope::kWholeDevices) {
+    spdlog::info(
+        "offers: whole devices only, no shared counters ({}); --set-offers on publishes each "
+        "legal set as a device",
+        *set_offers == dra::SetOffers::kOff
+            ? std::string("--set-offers off")
+            : fmt::format("every legal set of {} is one aligned group, named by its devices' "
+                          "resource.aws.com/devicegroupN_id: claims match on it, as AWS's do",
+                          shape.type->name));
+  }
   draplugin::SlicePublisher publisher(**client, config);
 
   draplugin::DraPluginOptions options;

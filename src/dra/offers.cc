@@ -49,6 +49,27 @@ std::string_view ResourceTypeOf(OfferKind kind) {
   return "";
 }
 
+Result<SetOffers> ParseSetOffers(std::string_view text) {
+  if (text == "auto") return SetOffers::kAuto;
+  if (text == "on") return SetOffers::kOn;
+  if (text == "off") return SetOffers::kOff;
+  return Error{fmt::format("--set-offers '{}': expected auto, on or off", text)};
+}
+
+OfferScope ScopeFor(const NodeShape& shape, SetOffers sets, bool core_offers) {
+  if (core_offers) return OfferScope::kDeviceSetsAndCores;
+  switch (sets) {
+    case SetOffers::kOn:
+      return OfferScope::kDeviceSets;
+    case SetOffers::kOff:
+      return OfferScope::kWholeDevices;
+    case SetOffers::kAuto:
+      break;
+  }
+  return shape.type->rule == topology::LegalSetRule::kAligned ? OfferScope::kWholeDevices
+                                                              : OfferScope::kDeviceSets;
+}
+
 std::vector<Offer> LegalOffers(const NodeShape& shape, OfferScope scope, DeviceMask unhealthy) {
   std::vector<Offer> out;
   const NodeUsage empty;

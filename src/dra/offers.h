@@ -52,6 +52,19 @@ struct Offer {
 // only when asked (`toposched dra-plugin --core-offers`; docs/dra.md, "What the allocator pays").
 enum class OfferScope { kWholeDevices, kDeviceSets, kDeviceSetsAndCores };
 
+// Whether a node offers its legal multi-device sets as devices of their own, which needs shared
+// counters. kAuto: not on an aligned type (Trainium), whose whole devices carry AWS's group
+// attributes (`resource.aws.com/devicegroupN_id`, one value per aligned group of N): a claim's
+// `matchAttribute` on them gets exactly one legal set, so set offers would add nothing a claim
+// cannot say and cost kube-scheduler's allocator 1.4-1.6x per pod (docs/dra.md, "What the allocator
+// pays for"); on the other types (an Inferentia ring) no attribute says "consecutive", so yes.
+enum class SetOffers { kAuto, kOn, kOff };
+Result<SetOffers> ParseSetOffers(std::string_view text);  // auto|on|off
+
+// The offers of a node of `shape` where the cluster has partitionable devices. Core ranges need
+// the counters that sets use, so `core_offers` brings the sets with it.
+OfferScope ScopeFor(const topology::NodeShape& shape, SetOffers sets, bool core_offers);
+
 // Every legal choice on a node of `shape` within `scope`, in index order: each whole device; from
 // kDeviceSets, also every legal set of 2..all devices; with kDeviceSetsAndCores, also every legal
 // core range that lies inside one device. Offers touching a device of `unhealthy` are left out.

@@ -118,12 +118,14 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
     }
   }
   // Ours: what the offer is, for our DeviceClasses' selectors, and no more: kube-scheduler copies
-  // every attribute of a device into a fresh map for each CEL evaluation, per pod, per node.
+  // every attribute of a device into a fresh map for each CEL evaluation, per pod, per node (a
+  // whole device carries as many as AWS's: our deviceCount, which neurondevices.toposched.io
+  // claims read on whole devices and sets alike, where AWS's driver has its EFA devicegroup1_id).
   attrs.Int(fmt::format("{}/deviceCount", kOurDomain), std::popcount(offer.placement.devices));
-  attrs.Int(fmt::format("{}/coreCount", kOurDomain),
-            static_cast<int64_t>(CoresOfOffer(shape, offer).size()));
-  if (shape.lnc != 0 && offer.kind == OfferKind::kCores) {
-    attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
+  if (offer.kind == OfferKind::kCores) {
+    attrs.Int(fmt::format("{}/coreCount", kOurDomain),
+              static_cast<int64_t>(offer.placement.ids.size()));
+    if (shape.lnc != 0) attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
   }
   attrs.Close();
   if (partitionable) {

@@ -16,6 +16,7 @@
 #include "draplugin/cdi.h"
 #include "draplugin/resource_claim.h"
 #include "pluginregistration.grpc.pb.h"
+#include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
 namespace {
@@ -376,13 +377,34 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   const topology::DeviceMask held =
       holders != nullptr ? holders->withheld : holders_.Refresh().first.withheld;
   topology::DeviceMask unhealthy = 0;
+  topology::DeviceMask unpublished = 0;
+  std::string unpublished_why;
   topology::NodeUsage usage;
   {
     MutexLock lock(mutex_);
     unhealthy = unhealthy_;
-    for (const auto& [uid, claim] : prepared_) AddClaimUnits(shape_, claim, usage);
+    for (const auto& [uid, claim] : prepared_) {
+      AddClaimUnits(shape_, claim, usage);
+      for (const PreparedDevice& device : claim.devices) {
+        if (device.admin_access || publisher_.Offers(device.offer.kind)) continue;
+        unpublished |= device.units.devices;
+        if (unpublished_why.empty()) {
+          unpublished_why = fmt::format("claim {} holds {}", claim.Who(), device.device);
+        }
+      }
+    }
   }
-  const Status status = publisher_.Publish(unhealthy | held, usage);
+  if (unpublished != withheld_unpublished_) {
+    withheld_unpublished_ = unpublished;
+    if (unpublished != 0) {
+      spdlog::info(
+          "devices {} withheld from the ResourceSlices: prepared claims hold them under names "
+          "the slices no longer carry (e.g. {}), which kube-scheduler would not count against "
+          "the devices published now; they come back when those claims go",
+          topology::FormatIdRanges(topology::MaskToIds(unpublished)), unpublished_why);
+    }
+  }
+  const Status status = publisher_.Publish(unhealthy | held | unpublished, usage);
   if (!status.ok()) {
     publish_pending_ = true;
     spdlog::warn("publishing ResourceSlices after {} failed (retried every health check): {}", why,

@@ -136,6 +136,9 @@ class DraPlugin {
 
   // Held across one Publish, so that publishes go out in the order their snapshots were taken.
   Mutex publish_mutex_;
+  // Devices withheld because prepared claims hold them under names no longer published (logged
+  // when it changes).
+  topology::DeviceMask withheld_unpublished_ TS_GUARDED_BY(publish_mutex_) = 0;
   std::atomic<bool> publish_pending_{false};
   std::atomic<bool> published_{false};
   std::atomic<bool> registered_{false};

@@ -33,6 +33,7 @@ struct PublisherConfig {
   topology::NodeShape shape;
   Partitionable partitionable = Partitionable::kAuto;
   bool core_offers = false;  // with partitionable devices, also core ranges (dra::OfferScope)
+  dra::SetOffers set_offers = dra::SetOffers::kAuto;  // with partitionable devices, sets too
   PublishOrder order = PublishOrder::kScarcity;
 };
 
@@ -51,10 +52,12 @@ class SlicePublisher : public UsagePublisher {
   // The next Publish reads the slices afresh instead of trusting what it last wrote, so a slice
   // someone else edited or deleted is repaired (the plugin calls it now and then).
   void ForgetPublished() override;
+  bool Offers(dra::OfferKind kind) const override;
   // Removes every slice of this driver for this node (on shutdown with --cleanup, and in tests).
   Status DeleteAll();
 
-  // After the first successful Publish: whether the cluster keeps shared counters.
+  // After the first successful Publish: whether the node's slices carry shared counters (the
+  // cluster keeps them, and the node offers sets or core ranges).
   bool partitionable() const;
   int64_t generation() const;
 

@@ -3,6 +3,7 @@
 #define TOPOSCHED_DRAPLUGIN_USAGE_PUBLISHER_H_
 
 #include "base/result.h"
+#include "dra/offers.h"
 #include "topology/allocator.h"
 
 namespace toposched::draplugin {
@@ -19,6 +20,11 @@ class UsagePublisher {
   // The next Publish reads what the API server holds instead of trusting what it last wrote
   // (kubelet wipes a node's ResourceSlices when it starts).
   virtual void ForgetPublished() {}
+  // Whether the node's slices carry offers of `kind` now. A claim prepared on an offer they no
+  // longer carry (a set after a switch to whole devices, a core range after --core-offers went)
+  // is invisible to the scheduler's accounting of what is published: its devices must be
+  // withheld until it goes.
+  virtual bool Offers(dra::OfferKind /*kind*/) const { return true; }
 };
 
 }  // namespace toposched::draplugin
