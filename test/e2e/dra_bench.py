@@ -3,9 +3,10 @@
 
   dra_bench.py slices FORM NODES_FILE ORACLE
       replace every neuron.aws.com ResourceSlice with FORM's for each node of NODES_FILE (lines
-      "name type ..."): `ours` is what `toposched dra-plugin` publishes (`ORACLE slices`, the
-      production builder), `aws` is AWS's form (the whole devices only, AWS's attributes, one slice, no
-      counters)
+      "name type ..."): `ours` is what `toposched dra-plugin` publishes by default (`ORACLE slices`,
+      the production builder; on Trainium whole devices with AWS's group attributes), `ours-sets`
+      what it publishes with --set-offers on (every legal set a device, shared counters), `aws` is
+      AWS's form (the whole devices only, AWS's attributes, one slice, no counters)
   dra_bench.py create N CLASS COUNT [CEL] [MATCH_ATTRIBUTE]
       create ResourceClaims bench-0..N-1 (one request of CLASS: COUNT devices, the CEL selector
       and the matchAttribute constraint when given) and pods bench-0..N-1 using them
@@ -88,6 +89,8 @@ def aws_form(slices):
 
 
 def slices(form, nodes_file, dump):
+    if form not in ("ours", "ours-sets", "aws"):
+        raise SystemExit(f"slices: FORM {form!r} is none of ours, ours-sets, aws")
     c = conn()
     call(c, "DELETE", SLICES + "?fieldSelector=spec.driver%3Dneuron.aws.com")
     by_type = {}
@@ -95,7 +98,8 @@ def slices(form, nodes_file, dump):
     for line in open(nodes_file):
         name, typ = line.split()[:2]
         if typ not in by_type:
-            out = subprocess.run([dump, "slices", typ, "NODE-PLACEHOLDER"], check=True, capture_output=True,
+            oracle_form = "sets" if form == "ours-sets" else "auto"
+            out = subprocess.run([dump, "slices", typ, "NODE-PLACEHOLDER", "0", oracle_form], check=True, capture_output=True,
                                  text=True).stdout
             by_type[typ] = out
         text = by_type[typ].replace("NODE-PLACEHOLDER", name)

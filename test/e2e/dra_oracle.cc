@@ -1,10 +1,11 @@
 // The e2e scenarios' view of the DRA driver through the production code (dra/, topology/):
-//   dra_oracle slices TYPE NODE_NAME [LNC] [cores]
+//   dra_oracle slices TYPE NODE_NAME [LNC [FORM]]
 //       the ResourceSlices `toposched dra-plugin` publishes for a node of TYPE, one JSON object
-//       per line (dra::LegalOffers, dra::BuildSlices; index order, no unhealthy device,
-//       partitionable; core ranges with `cores`, as --core-offers): throughput.sh --dra publishes
-//       them for fake nodes that have no kubelet, so kube-scheduler's allocator searches exactly
-//       what a real node offers
+//       per line (dra::ScopeFor, dra::LegalOffers, dra::BuildSlices; index order, no unhealthy
+//       device, partitionable). FORM: auto (the default, --set-offers auto), sets
+//       (--set-offers on) or cores (--core-offers): throughput.sh --dra publishes them for fake
+//       nodes that have no kubelet, so kube-scheduler's allocator searches exactly what a real
+//       node offers
 //   dra_oracle legal
 //       reads lines "TYPE DEVICE_IDS" (ids comma-separated) and answers each with "legal" or
 //       "illegal": whether the devices are one legal set of TYPE (topology::LegalPlacements), the
@@ -29,7 +30,7 @@ Result<topology::NodeShape> ShapeOf(const std::string& type_name, int lnc) {
   return topology::NodeShape::Make(*type, lnc);
 }
 
-int Slices(const std::string& type, const std::string& node, int lnc, bool cores) {
+int Slices(const std::string& type, const std::string& node, int lnc, const std::string& form) {
   auto shape = ShapeOf(type, lnc);
   if (!shape.ok()) {
     std::fprintf(stderr, "%s\n", shape.error().c_str());
@@ -43,11 +44,16 @@ int Slices(const std::string& type, const std::string& node, int lnc, bool cores
   facts.neuron_driver_version = "2.25.4.0";
   facts.network_node_layers = {"nn-1111111111111111a", "nn-2222222222222222b",
                                "nn-3333333333333333c"};
-  const auto ordered =
-      dra::OrderForFirstFit(dra::LegalOffers(*shape, cores ? dra::OfferScope::kDeviceSetsAndCores
-                                                           : dra::OfferScope::kDeviceSets),
-                            *shape, topology::NodeUsage{}, nullptr);
-  for (const auto& slice : dra::BuildSlices(facts, *shape, ordered, dra::SliceOptions{true, 1})) {
+  if (form != "auto" && form != "sets" && form != "cores") {
+    std::fprintf(stderr, "FORM '%s': expected auto, sets or cores\n", form.c_str());
+    return 2;
+  }
+  const dra::OfferScope scope = dra::ScopeFor(
+      *shape, form == "sets" ? dra::SetOffers::kOn : dra::SetOffers::kAuto, form == "cores");
+  const auto ordered = dra::OrderForFirstFit(dra::LegalOffers(*shape, scope), *shape,
+                                             topology::NodeUsage{}, nullptr);
+  const dra::SliceOptions options{scope != dra::OfferScope::kWholeDevices, 1};
+  for (const auto& slice : dra::BuildSlices(facts, *shape, ordered, options)) {
     std::printf("%s\n", slice.json.c_str());
   }
   return 0;
@@ -67,11 +73,7 @@ int Legal() {
     std::vector<int> ids;
     std::istringstream items(list);
     for (std::string id; std::getline(items, id, ',');) ids.push_back(std::atoi(id.c_str()));
-    bool legal = false;
-    const topology::Request request{topology::Unit::kDevice, static_cast<int>(ids.size())};
-    for (const auto& p : topology::LegalPlacements(*shape, topology::NodeUsage{}, request)) {
-      legal = legal || p.ids == ids;
-    }
+    const bool legal = topology::CheckLegalSet(*shape, topology::Unit::kDevice, ids).empty();
     std::printf("%s\n", legal ? "legal" : "illegal");
   }
   return 0;
@@ -83,11 +85,12 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "slices" && argc >= 4 && argc <= 6) {
     return Slices(argv[2], argv[3], argc >= 5 ? std::atoi(argv[4]) : 0,
-                  argc == 6 && std::string(argv[5]) == "cores");
+                  argc == 6 ? argv[5] : "auto");
   }
   if (mode == "legal" && argc == 2) return Legal();
-  std::fprintf(stderr,
-               "usage: %s slices TYPE NODE_NAME [LNC [cores]] | %s legal < 'TYPE IDS' lines\n",
-               argv[0], argv[0]);
+  std::fprintf(
+      stderr,
+      "usage: %s slices TYPE NODE_NAME [LNC [auto|sets|cores]] | %s legal < 'TYPE IDS' lines\n",
+      argv[0], argv[0]);
   return 2;
 }

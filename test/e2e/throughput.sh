@@ -24,13 +24,19 @@
 #   (a) `aws.amazon.com/neuron: 1`, the device-plugin path
 #   (f) AWS's form of slices (16 whole devices, AWS's attributes, no counters), class
 #       neuron.aws.com, 1 device
-#   (g) toposched's slices (what `toposched dra-plugin` publishes, test/e2e/dra_oracle.cc), class
+#   (g) toposched's slices with --set-offers on (every legal set a device of its own, shared
+#       counters; test/e2e/dra_oracle.cc builds them as the plugin does), class
 #       neurondevices.toposched.io, deviceCount == 1
 #   (h) AWS's form, 4 devices with matchAttribute resource.aws.com/devicegroup4_id (half the pods)
-#   (i) toposched's slices, a 4-device set (half the pods)
-#   (j) toposched's slices, class neuron.aws.com (whole devices only), 1 device: AWS's claim form
-#   (k) toposched's slices, a 4-device set through a class of its own (its selector reads
-#       deviceCount == 4; no request selector): one class per size (half the pods)
+#   (i) toposched's slices with --set-offers on, a 4-device set (half the pods)
+#   (j) toposched's slices with --set-offers on, class neuron.aws.com (whole devices only),
+#       1 device: AWS's claim form
+#   (k) toposched's slices with --set-offers on, a 4-device set through a class of its own (its
+#       selector reads deviceCount == 4; no request selector): one class per size (half the pods)
+#   (l) toposched's default slices (--set-offers auto: on Trainium whole devices naming their
+#       aligned groups, no counters), class neuron.aws.com, 1 device
+#   (m) toposched's default slices, 4 devices with matchAttribute resource.aws.com/devicegroup4_id
+#       (half the pods): AWS's claim on our slices
 # After each DRA run every allocated set is checked with the project's rule (dra_oracle legal).
 source "$(dirname "$0")/lib.sh"
 rounds=2 nodes=500 pods=2000 out="" configs="" profile=0 dra=0
@@ -83,22 +89,25 @@ run() {
   local n=$pods
   case "$cfg" in
     f) use_slices aws; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
-    g) use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
+    g) use_slices ours-sets; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
          'device.attributes["toposched.io"].deviceCount == 1' ;;
     h) n=$((pods / 2)); use_slices aws
        python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 4 "" resource.aws.com/devicegroup4_id ;;
-    i) n=$((pods / 2)); use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
+    i) n=$((pods / 2)); use_slices ours-sets; python3 "$E2E_DIR/dra_bench.py" create "$n" neurondevices.toposched.io 1 \
          'device.attributes["toposched.io"].deviceCount == 4' ;;
-    j) use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
-    k) n=$((pods / 2)); use_slices ours
+    j) use_slices ours-sets; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
+    k) n=$((pods / 2)); use_slices ours-sets
        python3 "$E2E_DIR/dra_bench.py" class bench-devices-4 \
          'device.driver == "neuron.aws.com" && device.attributes["toposched.io"].deviceCount == 4'
        python3 "$E2E_DIR/dra_bench.py" create "$n" bench-devices-4 1 ;;
+    l) use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
+    m) n=$((pods / 2)); use_slices ours
+       python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 4 "" resource.aws.com/devicegroup4_id ;;
     *) python3 "$E2E_DIR/kpods.py" create "$pods" aws.amazon.com/neuron 1 ;;
   esac
   local ext_pid=""
   case "$cfg" in
-    a|f|g|h|i|j|k) e2e_scheduler_config "$W/sched-$cfg.yaml" true 1000 none ;;
+    a|f|g|h|i|j|k|l|m) e2e_scheduler_config "$W/sched-$cfg.yaml" true 1000 none ;;
     b) e2e_scheduler_config "$W/sched-b.yaml" true 1000 filter+prioritize "http://127.0.0.1:$NOOP_PORT"; ext_pid=$(pid_of noop-extender) ;;
     c|d) e2e_extender; ext_pid=$(pid_of extender)
        e2e_scheduler_config "$W/sched-$cfg.yaml" "$([ "$cfg" = c ] && echo true || echo false)" 1000 filter+prioritize+bind ;;
@@ -142,7 +151,7 @@ run() {
   [ -n "$ext_pid" ] && log "($cfg) connections to the extender closed by kube-scheduler: $(ss -tnH state time-wait "( dport = :$port )" | wc -l)"
   stop my-scheduler
   [ -n "$ext_pid" ] && [ "$cfg" != b ] && stop extender
-  if [[ "$cfg" =~ ^[fghijk]$ ]]; then
+  if [[ "$cfg" =~ ^[fghijklm]$ ]]; then
     local checked; checked=$(python3 "$E2E_DIR/dra_bench.py" check "$W/nodes-n-.txt" "$ORACLE") || die "($cfg) checking the allocations"
     log "($cfg) allocated sets checked by the project's rule: ${checked% *} claims, ${checked#* } illegal"
     [ "${checked#* }" = 0 ] || die "($cfg) ${checked#* } illegal sets allocated"
@@ -187,15 +196,17 @@ names = {"a": "(a) no extender", "b": "(b) do-nothing extender, names only (filt
          "d": "(d) toposched, filter+prioritize+bind, nodeCacheCapable: false",
          "e": "(e) toposched, filter+prioritize (the scheduler binds), nodeCacheCapable: true",
          "f": "(f) DRA, AWS's form of slices, 1 device",
-         "g": "(g) DRA, toposched's slices, 1 device",
+         "g": "(g) DRA, toposched's slices with set offers, 1 device",
          "h": "(h) DRA, AWS's form, 4 devices (matchAttribute devicegroup4_id)",
-         "i": "(i) DRA, toposched's slices, a 4-device set",
-         "j": "(j) DRA, toposched's slices, class neuron.aws.com, 1 device",
-         "k": "(k) DRA, toposched's slices, a 4-device set through a class per size"}
+         "i": "(i) DRA, toposched's slices with set offers, a 4-device set",
+         "j": "(j) DRA, toposched's slices with set offers, class neuron.aws.com, 1 device",
+         "k": "(k) DRA, toposched's slices with set offers, a 4-device set through a class per size",
+         "l": "(l) DRA, toposched's default slices, class neuron.aws.com, 1 device",
+         "m": "(m) DRA, toposched's default slices, 4 devices (matchAttribute devicegroup4_id)"}
 med = {c: statistics.median(r[0] for r in v) for c, v in by.items()}
 print(f"| configuration | pods/s (median of {rounds}; each run) | / (a) | / (b) | scheduler CPU ms/pod | extender CPU ms/pod |")
 print("|---|---|---|---|---|---|")
-for c in "abcdefghijk":
+for c in "abcdefghijklm":
     if c not in by:
         if c in timeouts:
             print(f"| {names[c]} | did not finish: {', '.join(timeouts[c])} of {pods} bound in 300 s | | | | |")
@@ -212,7 +223,8 @@ if "c" in med and "b" in med:
                  f"goal >= 1.0 in every round: {'met' if min(per_round) >= 1.0 else 'not met'})")
 if "c" in med and "a" in med:
     notes.append(f"(c)/(a) = {med['c'] / med['a']:.2f} (goal >= 0.75: {'met' if med['c'] / med['a'] >= 0.75 else 'not met'})")
-for ours, theirs in (("g", "f"), ("i", "h"), ("g", "a"), ("j", "f"), ("k", "h"), ("j", "a")):
+for ours, theirs in (("g", "f"), ("i", "h"), ("g", "a"), ("j", "f"), ("k", "h"), ("j", "a"),
+                     ("l", "f"), ("m", "h"), ("l", "a")):
     if ours in med and theirs in med:
         per_round = [o[0] / t[0] for o, t in zip(by[ours], by[theirs])]
         notes.append(f"({ours})/({theirs}) = {med[ours] / med[theirs]:.2f} (per round {', '.join(f'{r:.2f}' for r in per_round)})")
