@@ -70,6 +70,18 @@ OfferScope ScopeFor(const NodeShape& shape, SetOffers sets, bool core_offers) {
                                                               : OfferScope::kDeviceSets;
 }
 
+bool ScopeHas(OfferScope scope, OfferKind kind) {
+  switch (kind) {
+    case OfferKind::kDevice:
+      return true;
+    case OfferKind::kDeviceSet:
+      return scope != OfferScope::kWholeDevices;
+    case OfferKind::kCores:
+      return scope == OfferScope::kDeviceSetsAndCores;
+  }
+  return true;
+}
+
 std::vector<Offer> LegalOffers(const NodeShape& shape, OfferScope scope, DeviceMask unhealthy) {
   std::vector<Offer> out;
   const NodeUsage empty;

@@ -64,6 +64,8 @@ Result<SetOffers> ParseSetOffers(std::string_view text);  // auto|on|off
 // The offers of a node of `shape` where the cluster has partitionable devices. Core ranges need
 // the counters that sets use, so `core_offers` brings the sets with it.
 OfferScope ScopeFor(const topology::NodeShape& shape, SetOffers sets, bool core_offers);
+// Whether offers of `kind` are among those of `scope`.
+bool ScopeHas(OfferScope scope, OfferKind kind);
 
 // Every legal choice on a node of `shape` within `scope`, in index order: each whole device; from
 // kDeviceSets, also every legal set of 2..all devices; with kDeviceSetsAndCores, also every legal

@@ -380,13 +380,19 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   topology::DeviceMask unpublished = 0;
   std::string unpublished_why;
   topology::NodeUsage usage;
+  // Asked before mutex_ is taken: the publisher's lock is never held inside the plugin's.
+  std::map<dra::OfferKind, bool> published;
+  for (dra::OfferKind kind :
+       {dra::OfferKind::kDevice, dra::OfferKind::kDeviceSet, dra::OfferKind::kCores}) {
+    published[kind] = publisher_.Offers(kind);
+  }
   {
     MutexLock lock(mutex_);
     unhealthy = unhealthy_;
     for (const auto& [uid, claim] : prepared_) {
       AddClaimUnits(shape_, claim, usage);
       for (const PreparedDevice& device : claim.devices) {
-        if (device.admin_access || publisher_.Offers(device.offer.kind)) continue;
+        if (device.admin_access || published.at(device.offer.kind)) continue;
         unpublished |= device.units.devices;
         if (unpublished_why.empty()) {
           unpublished_why = fmt::format("claim {} holds {}", claim.Who(), device.device);

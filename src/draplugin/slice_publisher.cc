@@ -182,11 +182,15 @@ SlicePublisher::SlicePublisher(kube::ApiClient& api, PublisherConfig config)
     partitionable_ = config_.partitionable == Partitionable::kOn;
   }
   // Whole devices only need no counters, so there is nothing to find out about the cluster.
-  if (dra::ScopeFor(config_.shape, config_.set_offers, config_.core_offers) ==
-      dra::OfferScope::kWholeDevices) {
+  if (ScopeWith(true) == dra::OfferScope::kWholeDevices) {
     decided_ = true;
     partitionable_ = false;
   }
+}
+
+dra::OfferScope SlicePublisher::ScopeWith(bool counters) const {
+  return counters ? dra::ScopeFor(config_.shape, config_.set_offers, config_.core_offers)
+                  : dra::OfferScope::kWholeDevices;
 }
 
 bool SlicePublisher::Offers(dra::OfferKind kind) const {
@@ -195,18 +199,7 @@ bool SlicePublisher::Offers(dra::OfferKind kind) const {
     MutexLock lock(mu_);
     counters = !decided_ || partitionable_;  // undecided: the plan tries counters first
   }
-  const dra::OfferScope scope =
-      counters ? dra::ScopeFor(config_.shape, config_.set_offers, config_.core_offers)
-               : dra::OfferScope::kWholeDevices;
-  switch (kind) {
-    case dra::OfferKind::kDevice:
-      return true;
-    case dra::OfferKind::kDeviceSet:
-      return scope != dra::OfferScope::kWholeDevices;
-    case dra::OfferKind::kCores:
-      return scope == dra::OfferScope::kDeviceSetsAndCores;
-  }
-  return true;
+  return dra::ScopeHas(ScopeWith(counters), kind);
 }
 
 bool SlicePublisher::partitionable() const {
@@ -240,10 +233,7 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   }
   Plan plan;
   plan.partitionable = partitionable;
-  const dra::OfferScope scope = partitionable
-                                    ? dra::ScopeFor(shape, config_.set_offers, config_.core_offers)
-                                    : dra::OfferScope::kWholeDevices;
-  std::vector<dra::Offer> offers = dra::LegalOffers(shape, scope, unhealthy);
+  std::vector<dra::Offer> offers = dra::LegalOffers(shape, ScopeWith(partitionable), unhealthy);
   if (config_.order == PublishOrder::kIndex) {
     plan.ordered = dra::OrderForFirstFit(std::move(offers), shape, effective, nullptr);
   } else {

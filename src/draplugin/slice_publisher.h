@@ -75,6 +75,8 @@ class SlicePublisher : public UsagePublisher {
 
   Status PublishLocked(topology::DeviceMask unhealthy, const topology::NodeUsage& usage)
       TS_REQUIRES(mu_);
+  // What the node offers with and without shared counters (the one place that decides it).
+  dra::OfferScope ScopeWith(bool counters) const;
   Plan MakePlan(bool partitionable, topology::DeviceMask unhealthy,
                 const topology::NodeUsage& usage) TS_EXCLUDES(demand_mu_);
   Status ReadSlicesLocked() TS_REQUIRES(mu_);

@@ -20,7 +20,8 @@
 #
 # --dra (Kubernetes 1.37): the DRA path against the device-plugin path, on trn2.48xlarge and
 # trn1.32xlarge nodes alternating (16 devices each), no extender; each pod brings its own
-# ResourceClaim (created with it), and kube-scheduler's DRA allocator places it. Configurations:
+# ResourceClaim (created with it), and kube-scheduler's DRA allocator places it. Configurations
+# (default "a f l h m"):
 #   (a) `aws.amazon.com/neuron: 1`, the device-plugin path
 #   (f) AWS's form of slices (16 whole devices, AWS's attributes, no counters), class
 #       neuron.aws.com, 1 device
@@ -47,7 +48,7 @@ while [ $# -gt 0 ]; do
     --dra) dra=1; shift;; *) echo "unknown flag $1" >&2; exit 2;;
   esac
 done
-[ -n "$configs" ] || configs=$([ $dra = 1 ] && echo "a f g h i" || echo "a b c d")
+[ -n "$configs" ] || configs=$([ $dra = 1 ] && echo "a f l h m" || echo "a b c d")
 # The whole run's budget: a DRA run takes up to ~3 minutes per configuration and round at 500 nodes.
 budget=1500; [ $dra = 1 ] && budget=$((600 + 180 * rounds * $(wc -w <<<"$configs")))
 export TOPOSCHED_E2E_TIMEOUT="${TOPOSCHED_E2E_TIMEOUT:-$budget}"
