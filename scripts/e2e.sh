@@ -31,7 +31,7 @@ if [ "$(id -u)" != 0 ]; then echo "e2e: skipped: needs root (apt-get, kubelet, c
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 nice -n 19 cmake -S . -B build-e2e -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTOPOSCHED_BUILD_TESTS=ON \
   -DTOPOSCHED_BUILD_BENCH=OFF -DTOPOSCHED_E2E=ON "-DTOPOSCHED_E2E_K8S=${versions//,/;}" >/dev/null
-nice -n 19 cmake --build build-e2e --target toposched podresources_dump
+nice -n 19 cmake --build build-e2e --target toposched podresources_dump dra_oracle
 status=0
 export TOPOSCHED_E2E_FAILURES="$PWD/build-e2e/e2e-failures.txt"
 rm -f "$TOPOSCHED_E2E_FAILURES"

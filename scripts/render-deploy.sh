@@ -5,7 +5,9 @@
 #   deploy/default-scheduler/*    the default-scheduler mode (AWS's second install command); the
 #                                 KubeSchedulerConfiguration is taken out of its ConfigMap
 #   deploy/dra-*.yaml             helm template --set draDriver.enabled=true --set
-#                                 draDriver.deviceClasses=true (the DRA plugin, its RBAC, DeviceClasses)
+#                                 draDriver.deviceClasses=true (the DRA plugin, its RBAC, DeviceClasses;
+#                                 dra-admission-webhook.yaml: its TLS Secret named, caBundle a
+#                                 placeholder to replace, which kubectl apply refuses as it stands)
 # With --check it renders into a temporary directory and fails, showing the diff, when deploy/
 # differs (the test tier runs this). helm: $HELM, else /opt/toposched-tools/bin/helm
 # (scripts/install-tools.sh), else the PATH.
@@ -32,6 +34,10 @@ default=(--set scheduler.enabled=true --set scheduler.customScheduler.enabled=fa
 # the chart picks v1beta1 by itself on 1.19-1.22 when installed with helm; my-scheduler's image is
 # registry.k8s.io/kube-scheduler:v1.35.0, where helm would take the live cluster's version).
 dra=(--set draDriver.enabled=true --set draDriver.deviceClasses=true)
+# The webhook's certificate as the extender's: named, not generated; its CA is the webhooks'
+# caBundle, which only the operator can know: a placeholder that is not base64.
+webhook=("${dra[@]}" --set draDriver.countRequests.tls.secretName=toposched-admission-webhook-tls
+         --set draDriver.countRequests.tls.caBundle=REPLACE_WITH_BASE64_PEM_CA_OF_toposched-admission-webhook-tls)
 kube=(--kube-version 1.35.0)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -46,6 +52,7 @@ emit() {  # emit TEMPLATE_FILE VALUES_TEXT > OUT
 "$helm" template toposched "$chart" "${kube[@]}" "${second[@]}" --output-dir "$work/second" >/dev/null
 "$helm" template toposched "$chart" "${kube[@]}" "${default[@]}" --output-dir "$work/default" >/dev/null
 "$helm" template toposched "$chart" "${kube[@]}" "${dra[@]}" --output-dir "$work/dra" >/dev/null
+"$helm" template toposched "$chart" "${kube[@]}" "${webhook[@]}" --output-dir "$work/webhook" >/dev/null
 out="$work/deploy"
 mkdir -p "$out/default-scheduler"
 for f in extender-rbac extender my-scheduler device-plugin-rbac device-plugin; do
@@ -54,6 +61,8 @@ done
 for f in dra-driver-rbac dra-driver dra-deviceclasses; do
   emit "$work/dra/toposched/templates/$f.yaml" "${dra[*]}" >"$out/$f.yaml"
 done
+emit "$work/webhook/toposched/templates/dra-admission-webhook.yaml" "${webhook[*]}" \
+  >"$out/dra-admission-webhook.yaml"
 emit "$work/default/toposched/templates/default-scheduler/extender-hostnetwork.yaml" "${default[*]}" \
   >"$out/default-scheduler/extender-hostnetwork.yaml"
 # The configuration itself, as kube-scheduler's --config reads it: the ConfigMap's one value.
@@ -66,7 +75,7 @@ emit "$work/default/toposched/templates/default-scheduler/extender-hostnetwork.y
 } >"$out/default-scheduler/kube-scheduler-config.yaml"
 
 files=(extender-rbac.yaml extender.yaml my-scheduler.yaml device-plugin-rbac.yaml device-plugin.yaml
-       dra-driver-rbac.yaml dra-driver.yaml dra-deviceclasses.yaml
+       dra-driver-rbac.yaml dra-driver.yaml dra-deviceclasses.yaml dra-admission-webhook.yaml
        default-scheduler/extender-hostnetwork.yaml default-scheduler/kube-scheduler-config.yaml)
 if [ $check = 1 ]; then
   status=0

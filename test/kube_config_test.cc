@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -145,6 +146,13 @@ TEST(KubeConfigTest, Base64) {
   EXPECT_FALSE(DecodeBase64("a").ok());
   EXPECT_FALSE(DecodeBase64("aGVsbG8=x").ok());
   EXPECT_FALSE(DecodeBase64("a*b=").ok());
+  for (const std::string& text : std::vector<std::string>{"", "h", "he", "hel", "hello", "hello!",
+                                                          std::string("\0\xff\x10", 3)}) {
+    EXPECT_EQ(*DecodeBase64(EncodeBase64(text)), text);
+  }
+  EXPECT_EQ(EncodeBase64("hello"), "aGVsbG8=");
+  EXPECT_EQ(EncodeBase64("hello!"), "aGVsbG8h");
+  EXPECT_EQ(EncodeBase64("hell"), "aGVsbA==");
 }
 
 // A fake service-account mount: token, ca.crt, namespace.

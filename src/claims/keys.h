@@ -135,6 +135,14 @@ inline std::string_view DraClaimsHeld(
   return it == node_labels.end() ? std::string_view() : std::string_view(it->second);
 }
 
+// On a namespace or a pod: "true" sends the pod's count requests (aws.amazon.com/neuron: N, ...)
+// through DRA: `toposched admission-webhook` rewrites them into ResourceClaims at creation
+// (docs/dra.md, "Count requests"). The chart's MutatingWebhookConfiguration selects on it.
+inline constexpr std::string_view kLabelNeuronDra = "toposched.io/neuron-dra";
+// Set by that webhook on each pod it rewrote: what the containers asked for, e.g.
+// "main=aws.amazon.com/neuron:4", so the original request stays visible.
+inline constexpr std::string_view kAnnotationCountRequests = "toposched.io/count-requests";
+
 // --- Extended resources (the defaults of claims::ResourceSet and claims::DefaultResources). ---
 
 inline constexpr std::string_view kResourceNeuron = "aws.amazon.com/neuron";

@@ -54,6 +54,10 @@ struct DraPluginOptions;
 std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app);
 int RunDraPlugin(const DraPluginOptions& options, const std::string& catalog_path);
 
+struct AdmissionWebhookOptions;
+std::shared_ptr<AdmissionWebhookOptions> AddAdmissionWebhookCommand(CLI::App& app);
+int RunAdmissionWebhook(const AdmissionWebhookOptions& options);
+
 struct PartitionServiceOptions;
 std::shared_ptr<PartitionServiceOptions> AddPartitionServiceCommand(CLI::App& app);
 int RunPartitionService(const PartitionServiceOptions& options);

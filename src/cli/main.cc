@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   auto extender = AddExtenderCommand(app);
   auto device_plugin = AddDevicePluginCommand(app);
   auto dra_plugin = AddDraPluginCommand(app);
+  auto admission_webhook = AddAdmissionWebhookCommand(app);
   auto partition_service = AddPartitionServiceCommand(app);
 
   // CLI11 answers an unknown word with "A subcommand is required" (or, with --help after it, the
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("extender")) return RunExtender(*extender, catalog_path);
   if (app.got_subcommand("device-plugin")) return RunDevicePlugin(*device_plugin, catalog_path);
   if (app.got_subcommand("dra-plugin")) return RunDraPlugin(*dra_plugin, catalog_path);
+  if (app.got_subcommand("admission-webhook")) return RunAdmissionWebhook(*admission_webhook);
   if (app.got_subcommand("partition-service")) return RunPartitionService(*partition_service);
   return kExitUsage;
 }

@@ -37,6 +37,10 @@ Offer MakeOffer(OfferKind kind, Placement placement) {
 
 }  // namespace
 
+std::string GroupAttribute(int size) {
+  return fmt::format("{}/devicegroup{}_id", kAwsGroupDomain, size);
+}
+
 std::string_view ResourceTypeOf(OfferKind kind) {
   switch (kind) {
     case OfferKind::kDevice:

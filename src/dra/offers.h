@@ -28,6 +28,17 @@ namespace toposched::dra {
 
 // AWS's driver name: claims, DeviceClasses and CEL selectors written for AWS's driver name it.
 inline constexpr std::string_view kDriverName = "neuron.aws.com";
+// The DeviceClasses a claim names (the chart installs them; docs/dra.md): AWS's whole devices
+// (the driver's name), our sets of devices, our core ranges.
+inline constexpr std::string_view kWholeDeviceClass = kDriverName;
+inline constexpr std::string_view kDeviceSetClass = "neurondevices.toposched.io";
+inline constexpr std::string_view kCoreRangeClass = "neuroncores.toposched.io";
+// The attribute domains: ours (deviceCount, coreCount, lnc) and AWS's group ids.
+inline constexpr std::string_view kOurAttributeDomain = "toposched.io";
+inline constexpr std::string_view kAwsGroupDomain = "resource.aws.com";
+// `resource.aws.com/devicegroupN_id`: the same value on every whole device of one aligned group
+// of N (Trainium), which a claim for N devices matches on.
+std::string GroupAttribute(int size);
 
 enum class OfferKind { kDevice, kDeviceSet, kCores };
 

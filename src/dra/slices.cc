@@ -15,8 +15,7 @@ namespace {
 using topology::NodeShape;
 using topology::NodeUsage;
 
-constexpr std::string_view kOurDomain = "toposched.io";
-constexpr std::string_view kAwsGroupDomain = "resource.aws.com";
+constexpr std::string_view kOurDomain = kOurAttributeDomain;
 
 std::string DeviceCounterSet(const NodeShape& shape, int device) {
   return shape.devices <= kMaxCountersPerSet
@@ -113,7 +112,7 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
     const uint64_t node_hash = Fnv1a(facts.node_name);
     for (int size : shape.type->sizes) {
       if (size <= 1 || size > shape.devices) continue;
-      attrs.String(fmt::format("{}/devicegroup{}_id", kAwsGroupDomain, size),
+      attrs.String(GroupAttribute(size),
                    fmt::format("{:016x}-{}-{}", node_hash, size, id / size));
     }
   }

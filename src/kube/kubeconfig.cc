@@ -253,6 +253,31 @@ Result<std::string> DecodeBase64(const std::string& text) {
   return out;
 }
 
+std::string EncodeBase64(std::string_view data) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < data.size(); i += 3) {
+    const uint32_t v = (static_cast<uint8_t>(data[i]) << 16) |
+                       (static_cast<uint8_t>(data[i + 1]) << 8) | static_cast<uint8_t>(data[i + 2]);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (const size_t rest = data.size() - i; rest > 0) {
+    uint32_t v = static_cast<uint8_t>(data[i]) << 16;
+    if (rest == 2) v |= static_cast<uint8_t>(data[i + 1]) << 8;
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 Result<ClientConfig> LoadKubeconfig(const std::string& paths) {
   std::vector<std::string> candidates;
   size_t start = 0;

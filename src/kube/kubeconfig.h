@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "base/result.h"
 
@@ -72,6 +73,8 @@ Result<ClientConfig> ConfigFromEnvironment(const std::string& kubeconfig_flag,
 
 // Decodes standard base64 (the kubeconfig *-data fields); whitespace is ignored.
 Result<std::string> DecodeBase64(const std::string& text);
+// Standard base64 with padding (an admission webhook's JSON Patch). The one home of base64.
+std::string EncodeBase64(std::string_view data);
 
 }  // namespace toposched::kube
 

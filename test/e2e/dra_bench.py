@@ -16,6 +16,8 @@
   dra_bench.py delete
       delete every pod, then release and delete every ResourceClaim in default (no kubelet and
       no resourceclaim controller here: the allocation and reservation are cleared by hand)
+  dra_bench.py claims
+      print how many ResourceClaims default holds
   dra_bench.py check NODES_FILE ORACLE
       print "allocated illegal": whether each allocated claim's devices are one legal set of its
       node's type (`ORACLE legal`, the project's rule); each illegal one is named on stderr
@@ -200,6 +202,8 @@ def main():
         device_class(sys.argv[2], sys.argv[3])
     elif cmd == "delete":
         delete()
+    elif cmd == "claims":
+        print(len(json.loads(call(conn(), "GET", CLAIMS))["items"]))
     elif cmd == "check":
         check(sys.argv[2], sys.argv[3])
     else:

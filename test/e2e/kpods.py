@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Fast pod bookkeeping for the throughput run, over keep-alive HTTPS connections.
 
-  kpods.py create N RESOURCE COUNT   create pods bench-0..N-1 in default for my-scheduler
+  kpods.py create N RESOURCE COUNT [KEY=VALUE]
+                                     create pods bench-0..N-1 in default for my-scheduler (with
+                                     the label KEY=VALUE too, when given)
   kpods.py delete                    delete every pod in default at once (grace period 0)
   kpods.py unbound                   print how many pods in default have no node yet
 Environment: API (https://127.0.0.1:PORT), TOKEN, CA (CA file).
@@ -32,12 +34,16 @@ def call(c, method, path, body=None):
     return data
 
 
-def create(n, res, count):
+def create(n, res, count, label=""):
+    labels = {"app": "bench"}
+    if label:
+        key, _, value = label.partition("=")
+        labels[key] = value
     def worker(k, step):
         c = conn()
         for i in range(k, n, step):
             pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": f"bench-{i}", "labels": {"app": "bench"}},
+                   "metadata": {"name": f"bench-{i}", "labels": labels},
                    "spec": {"schedulerName": "my-scheduler", "terminationGracePeriodSeconds": 0,
                             "containers": [{"name": "main", "image": "registry.invalid/neuron-app:1",
                                             "resources": {"limits": {res: str(count)},
@@ -51,7 +57,7 @@ def create(n, res, count):
 def main():
     cmd = sys.argv[1]
     if cmd == "create":
-        create(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        create(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "")
     elif cmd == "delete":
         call(conn(), "DELETE", "/api/v1/namespaces/default/pods?gracePeriodSeconds=0",
              json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}))

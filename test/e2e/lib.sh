@@ -101,7 +101,7 @@ e2e_init() {
   ETCD_PORT=$((E2E_PORT_BASE + 79)); ETCD_PEER_PORT=$((E2E_PORT_BASE + 80))
   API_PORT=$((E2E_PORT_BASE + 443)); EXT_PORT=$((E2E_PORT_BASE + 345))
   NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250)); SCHED_HEALTH_PORT=$((E2E_PORT_BASE + 251))
-  DP_PROBE_PORT=$((E2E_PORT_BASE + 252))
+  DP_PROBE_PORT=$((E2E_PORT_BASE + 252)); WEBHOOK_PORT=$((E2E_PORT_BASE + 253))
   trap 'e2e_teardown' EXIT
   trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
   trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
@@ -1032,8 +1032,39 @@ e2e_controller_manager() {
   KCM_LOG="$W/controller-manager.log"
   start kube-controller-manager "$KCM_LOG" "$K8S_BIN/kube-controller-manager" \
     --kubeconfig "$W/admin.kubeconfig" --controllers "$1" --leader-elect=false --secure-port 0 \
+    --kube-api-qps 500 --kube-api-burst 1000 \
     $(log_flags) --v=2
   wait_for 60 "kube-controller-manager's controllers ($1)" grep -q "Starting resource claim controller" "$KCM_LOG"
+}
+
+# e2e_admission_webhook: `toposched admission-webhook` on 127.0.0.1:$WEBHOOK_PORT, serving a
+# certificate of the e2e CA, with the token of the chart's ServiceAccount (its RBAC is what is
+# tested), and the chart's MutatingWebhookConfiguration (its selectors and matchConditions, as the
+# API server validates and runs them) pointed at it instead of its Service.
+e2e_admission_webhook() {
+  (
+    cd "$W/pki"
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=toposched-admission-webhook" -keyout webhook.key -out webhook.csr
+    printf 'subjectAltName=IP:127.0.0.1\n' >webhook.ext
+    openssl x509 -req -in webhook.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile webhook.ext -out webhook.crt
+  ) >>"$W/openssl.log" 2>&1 || die "openssl failed for the webhook's certificate (see $W/openssl.log)"
+  sa_kubeconfig toposched-admission-webhook "$W/webhook.kubeconfig"
+  WEBHOOK_LOG="$W/admission-webhook.log"
+  start admission-webhook "$WEBHOOK_LOG" "$TOPOSCHED_BIN" admission-webhook --listen "127.0.0.1:$WEBHOOK_PORT" \
+    --tls-cert-file "$W/pki/webhook.crt" --tls-key-file "$W/pki/webhook.key" --kubeconfig "$W/webhook.kubeconfig"
+  wait_for 30 "admission webhook /healthz" curl -sf --cacert "$W/pki/ca.crt" "https://127.0.0.1:$WEBHOOK_PORT/healthz"
+  k get mutatingwebhookconfiguration toposched-neuron-count-requests -o json >"$W/mwc.json" ||
+    die "the chart installed no MutatingWebhookConfiguration toposched-neuron-count-requests"
+  python3 - "$W/mwc.json" "https://127.0.0.1:$WEBHOOK_PORT/mutate-pods" "$W/pki/ca.crt" <<'PY' >"$W/mwc-local.json" || die "rewriting the webhook configuration"
+import base64, json, sys
+mwc = json.load(open(sys.argv[1]))
+ca = base64.b64encode(open(sys.argv[3], "rb").read()).decode()
+for hook in mwc["webhooks"]:
+    hook["clientConfig"] = {"url": sys.argv[2], "caBundle": ca}
+print(json.dumps(mwc))
+PY
+  k replace -f "$W/mwc-local.json" >>"$W/apply.log" 2>&1 || die "kubectl replace of the webhook configuration failed (see $W/apply.log)"
+  log "admission webhook on 127.0.0.1:$WEBHOOK_PORT; the chart's webhooks $(python3 -c 'import json,sys; print(", ".join(h["name"] for h in json.load(open(sys.argv[1]))["webhooks"]))' "$W/mwc.json") call it"
 }
 
 # e2e_pause_image: only the pause image of e2e_images (test/e2e/pause.c packed by scripts/image.sh,

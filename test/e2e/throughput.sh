@@ -38,6 +38,11 @@
 #       aligned groups, no counters), class neuron.aws.com, 1 device
 #   (m) toposched's default slices, 4 devices with matchAttribute resource.aws.com/devicegroup4_id
 #       (half the pods): AWS's claim on our slices
+#   (n) count requests: pods asking `aws.amazon.com/neuron: 4` (half the pods), labelled
+#       toposched.io/neuron-dra=true, rewritten at creation by `toposched admission-webhook` (the
+#       chart's MutatingWebhookConfiguration) into claims from its 4-device template; the
+#       resourceclaim controller makes the claims (all made before the scheduler starts, as the
+#       other configurations' are); toposched's default slices
 # After each DRA run every allocated set is checked with the project's rule (dra_oracle legal).
 source "$(dirname "$0")/lib.sh"
 rounds=2 nodes=500 pods=2000 out="" configs="" profile=0 dra=0
@@ -74,6 +79,11 @@ use_slices() {
   slice_form="$1"
   log "slices: $1's form published for $nodes nodes"
 }
+# (n): the claims are made from the pods' templates, and the pods rewritten at creation.
+if [[ " $configs " == *" n "* ]]; then
+  e2e_controller_manager resourceclaim-controller
+  e2e_admission_webhook
+fi
 start noop-extender "$W/noop.log" python3 "$E2E_DIR/noop_extender.py" "$NOOP_PORT"
 wait_for 20 "noop extender" curl -sf "http://127.0.0.1:$NOOP_PORT/healthz"
 
@@ -104,11 +114,14 @@ run() {
     l) use_slices ours; python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 1 ;;
     m) n=$((pods / 2)); use_slices ours
        python3 "$E2E_DIR/dra_bench.py" create "$n" neuron.aws.com 4 "" resource.aws.com/devicegroup4_id ;;
+    n) n=$((pods / 2)); use_slices ours
+       python3 "$E2E_DIR/kpods.py" create "$n" aws.amazon.com/neuron 4 toposched.io/neuron-dra=true
+       wait_for 300 "the resourceclaim controller's $n claims" bash -c "[ \"\$(python3 $E2E_DIR/dra_bench.py claims)\" -ge $n ]" ;;
     *) python3 "$E2E_DIR/kpods.py" create "$pods" aws.amazon.com/neuron 1 ;;
   esac
   local ext_pid=""
   case "$cfg" in
-    a|f|g|h|i|j|k|l|m) e2e_scheduler_config "$W/sched-$cfg.yaml" true 1000 none ;;
+    a|f|g|h|i|j|k|l|m|n) e2e_scheduler_config "$W/sched-$cfg.yaml" true 1000 none ;;
     b) e2e_scheduler_config "$W/sched-b.yaml" true 1000 filter+prioritize "http://127.0.0.1:$NOOP_PORT"; ext_pid=$(pid_of noop-extender) ;;
     c|d) e2e_extender; ext_pid=$(pid_of extender)
        e2e_scheduler_config "$W/sched-$cfg.yaml" "$([ "$cfg" = c ] && echo true || echo false)" 1000 filter+prioritize+bind ;;
@@ -152,7 +165,7 @@ run() {
   [ -n "$ext_pid" ] && log "($cfg) connections to the extender closed by kube-scheduler: $(ss -tnH state time-wait "( dport = :$port )" | wc -l)"
   stop my-scheduler
   [ -n "$ext_pid" ] && [ "$cfg" != b ] && stop extender
-  if [[ "$cfg" =~ ^[fghijklm]$ ]]; then
+  if [[ "$cfg" =~ ^[fghijklmn]$ ]]; then
     local checked; checked=$(python3 "$E2E_DIR/dra_bench.py" check "$W/nodes-n-.txt" "$ORACLE") || die "($cfg) checking the allocations"
     log "($cfg) allocated sets checked by the project's rule: ${checked% *} claims, ${checked#* } illegal"
     [ "${checked#* }" = 0 ] || die "($cfg) ${checked#* } illegal sets allocated"
@@ -203,11 +216,12 @@ names = {"a": "(a) no extender", "b": "(b) do-nothing extender, names only (filt
          "j": "(j) DRA, toposched's slices with set offers, class neuron.aws.com, 1 device",
          "k": "(k) DRA, toposched's slices with set offers, a 4-device set through a class per size",
          "l": "(l) DRA, toposched's default slices, class neuron.aws.com, 1 device",
-         "m": "(m) DRA, toposched's default slices, 4 devices (matchAttribute devicegroup4_id)"}
+         "m": "(m) DRA, toposched's default slices, 4 devices (matchAttribute devicegroup4_id)",
+         "n": "(n) DRA, count requests (aws.amazon.com/neuron: 4) rewritten by the admission webhook, default slices"}
 med = {c: statistics.median(r[0] for r in v) for c, v in by.items()}
 print(f"| configuration | pods/s (median of {rounds}; each run) | / (a) | / (b) | scheduler CPU ms/pod | extender CPU ms/pod |")
 print("|---|---|---|---|---|---|")
-for c in "abcdefghijklm":
+for c in "abcdefghijklmn":
     if c not in by:
         if c in timeouts:
             print(f"| {names[c]} | did not finish: {', '.join(timeouts[c])} of {pods} bound in 300 s | | | | |")
@@ -225,7 +239,7 @@ if "c" in med and "b" in med:
 if "c" in med and "a" in med:
     notes.append(f"(c)/(a) = {med['c'] / med['a']:.2f} (goal >= 0.75: {'met' if med['c'] / med['a'] >= 0.75 else 'not met'})")
 for ours, theirs in (("g", "f"), ("i", "h"), ("g", "a"), ("j", "f"), ("k", "h"), ("j", "a"),
-                     ("l", "f"), ("m", "h"), ("l", "a")):
+                     ("l", "f"), ("m", "h"), ("l", "a"), ("n", "m"), ("n", "h")):
     if ours in med and theirs in med:
         per_round = [o[0] / t[0] for o, t in zip(by[ours], by[theirs])]
         notes.append(f"({ours})/({theirs}) = {med[ours] / med[theirs]:.2f} (per round {', '.join(f'{r:.2f}' for r in per_round)})")

@@ -28,6 +28,28 @@
 {{- if and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.34.0-0" .Capabilities.KubeVersion.Version) -}}true{{- end -}}
 {{- end }}
 
+{{/* "true" when the admission webhook of draDriver.countRequests is rendered: with the DRA plugin,
+     where the cluster serves resource.k8s.io/v1 (the API of the templates it creates; 1.34+, so
+     the webhooks' matchConditions, 1.30+, are served too), or when draDriver.deviceClasses=true
+     says to render DRA objects anyway. */}}
+{{- define "toposched.countRequests" -}}
+{{- $d := .Values.draDriver -}}
+{{- if and $d.enabled $d.countRequests.enabled (or (include "toposched.servesResourceV1" .) (eq (toString $d.deviceClasses) "true")) -}}true{{- end -}}
+{{- end }}
+
+{{/* The webhooks' matchCondition asks-neuron: true when a container or init container asks an
+     extended resource the webhook rewrites, so no other pod waits on, or is refused by, the
+     webhook. Every field below containers is optional, and a missing one read without has() is an
+     evaluation error, which the API server treats as the webhook's failurePolicy (Fail: refused).
+     Init containers too: the webhook refuses them with the reason. */}}
+{{- define "toposched.countRequests.asksNeuron" -}}
+{{- $names := `["aws.amazon.com/neuron", "aws.amazon.com/neurondevice", "aws.amazon.com/neuroncore"]` -}}
+(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])).exists(c,
+has(c.resources) && (
+(has(c.resources.limits) && c.resources.limits.exists(r, r in {{ $names }})) ||
+(has(c.resources.requests) && c.resources.requests.exists(r, r in {{ $names }}))))
+{{- end }}
+
 {{- define "toposched.customScheduler.namespace" -}}
 {{ .Values.scheduler.customScheduler.namespaceOverride | default "kube-system" }}
 {{- end }}
@@ -78,6 +100,19 @@ app.kubernetes.io/name: toposched, app.kubernetes.io/component: {{ . }}
 {{- end -}}
 {{- if and (gt (int .Values.extender.replicas) 1) (not .Values.extender.leaderElection.enabled) -}}
 {{- fail "extender.replicas > 1 needs extender.leaderElection.enabled=true: replicas without a leader would each give out the same devices" -}}
+{{- end -}}
+{{- $cr := .Values.draDriver.countRequests -}}
+{{- if and .Values.draDriver.enabled $cr.enabled -}}
+{{- if not (has (toString $cr.failurePolicy) (list "Fail" "Ignore")) -}}
+{{- fail (printf "draDriver.countRequests.failurePolicy=%v: expected Fail (an opted-in pod is refused while the webhook is down) or Ignore (it is let through unrewritten)" $cr.failurePolicy) -}}
+{{- end -}}
+{{- $timeout := toString $cr.timeoutSeconds -}}
+{{- if or (not (regexMatch "^[0-9]+$" $timeout)) (lt (int $timeout) 1) (gt (int $timeout) 30) -}}
+{{- fail (printf "draDriver.countRequests.timeoutSeconds=%v: expected 1 to 30 (the API server allows no more)" $cr.timeoutSeconds) -}}
+{{- end -}}
+{{- if ne (empty $cr.tls.secretName) (empty $cr.tls.caBundle) -}}
+{{- fail "draDriver.countRequests.tls.secretName and draDriver.countRequests.tls.caBundle go together: your own Secret (tls.crt, tls.key) needs the base64 PEM CA that signed it for the webhooks' caBundle; or leave both empty and the chart generates them" -}}
+{{- end -}}
 {{- end -}}
 {{- $t := .Values.extender.tls -}}
 {{- if and $s.enabled (not $s.defaultScheduler.enabled) $t.enabled $t.secretName $t.clientAuth (not $t.clientSecretName) -}}
