@@ -112,8 +112,7 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
     const uint64_t node_hash = Fnv1a(facts.node_name);
     for (int size : shape.type->sizes) {
       if (size <= 1 || size > shape.devices) continue;
-      attrs.String(GroupAttribute(size),
-                   fmt::format("{:016x}-{}-{}", node_hash, size, id / size));
+      attrs.String(GroupAttribute(size), fmt::format("{:016x}-{}-{}", node_hash, size, id / size));
     }
   }
   // Ours: what the offer is, for our DeviceClasses' selectors, and no more: kube-scheduler copies
