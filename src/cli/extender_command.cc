@@ -59,6 +59,7 @@ struct ExtenderOptions {
   int bind_threads = 8;
   // The HTTP surface's bounds (net::HttpServerOptions) and who may call it.
   int max_connections = 256;
+  int max_waiting_connections = 4096;
   int max_bodies_in_flight = 16;
   size_t body_memory_limit_mib = 512;
   double header_timeout_s = 30;
@@ -109,11 +110,18 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                 "Serve plain HTTP on a non-loopback --listen address: anything that reaches the "
                 "port could filter and bind. Without it, plain HTTP is refused there");
   cmd->add_option("--max-connections", o->max_connections,
-                  "Open connections at most. When all are taken, one that has not authenticated "
-                  "(no byte yet, TLS handshake under way, or no client certificate and no request "
-                  "yet) is closed to make room, least progress and oldest first; a new connection "
-                  "is closed at once only when every one is held by a client with a certificate or "
-                  "a request being answered")
+                  "Connections that have sent a byte, at most. When all are taken, one that has "
+                  "not authenticated (TLS handshake under way, or no client certificate and no "
+                  "request being answered) is closed to make room for the new one, least progress "
+                  "and oldest first; the new one is closed only when every one is held by a client "
+                  "with a certificate or a request being answered")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--max-waiting-connections", o->max_waiting_connections,
+                  "Accepted connections that have not sent a byte yet, at most (a descriptor each, "
+                  "no TLS state); when the room is full its oldest is closed. Idle connections "
+                  "thus never hold the scheduler in the kernel's accept queue. The open-file limit "
+                  "is raised to fit, up to the hard limit, or the room shrinks with a warning")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--max-bodies-in-flight", o->max_bodies_in_flight,
@@ -132,8 +140,8 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--handshake-timeout", o->handshake_timeout_s,
                   "Seconds from accepting a connection to the end of its TLS handshake (its first "
-                  "byte included); a connection without a client certificate gets as long again "
-                  "for its one request (its answer closes it: no keep-alive without a certificate)")
+                  "byte included); a connection without a client certificate waits at most as "
+                  "long for each request")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--body-timeout", o->body_timeout_s,
@@ -365,6 +373,7 @@ net::HttpServerOptions HttpOptionsFromFlags(const ExtenderOptions& o,
   http.tls_client_ca_file = o.tls_client_ca_file;
   http.anonymous_paths = {"/healthz", "/readyz", "/metrics"};
   http.max_connections = o.max_connections;
+  http.max_waiting_connections = o.max_waiting_connections;
   http.max_bodies_in_flight = o.max_bodies_in_flight;
   http.body_memory_limit = o.body_memory_limit_mib << 20;
   http.header_timeout = Seconds(o.header_timeout_s);

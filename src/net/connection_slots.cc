@@ -1,59 +1,89 @@
 #include "net/connection_slots.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace toposched::net {
+namespace {
 
-std::optional<ConnectionSlots::Id> ConnectionSlots::Take(std::function<void()> close,
-                                                         std::function<void()>* evicted) {
+constexpr int kSilent = static_cast<int>(ConnectionSlots::Phase::kSilent);
+constexpr int kAnonymous = static_cast<int>(ConnectionSlots::Phase::kAnonymous);
+constexpr int kHandshaking = static_cast<int>(ConnectionSlots::Phase::kHandshaking);
+
+}  // namespace
+
+ConnectionSlots::ConnectionSlots(int capacity, int waiting_capacity)
+    : capacity_(std::max(1, capacity)), waiting_capacity_(std::max(1, waiting_capacity)) {}
+
+ConnectionSlots::Close ConnectionSlots::ForgetLocked(std::map<Id, Entry>::iterator it) {
+  if (it->second.phase == Phase::kHeld) {
+    --held_;
+  } else {
+    by_phase_[static_cast<int>(it->second.phase)].erase(it->first);
+  }
+  Close close = std::move(it->second.close);
+  entries_.erase(it);
+  return close;
+}
+
+ConnectionSlots::Id ConnectionSlots::Wait(Close close, Close* evicted) {
   MutexLock lock(mu_);
-  if (static_cast<int>(phase_.size()) >= capacity_) {
-    auto from = evictable_.begin();
-    while (from != evictable_.end() && from->empty()) ++from;
-    if (from == evictable_.end()) return std::nullopt;  // every slot is held
-    auto oldest = from->begin();
-    *evicted = std::move(oldest->second);
-    phase_.erase(oldest->first);
-    from->erase(oldest);
+  auto& room = by_phase_[kSilent];
+  if (static_cast<int>(room.size()) >= waiting_capacity_) {
+    *evicted = ForgetLocked(entries_.find(*room.begin()));
   }
   const Id id = next_id_++;
-  phase_.emplace(id, Phase::kSilent);
-  evictable_[static_cast<int>(Phase::kSilent)].emplace(id, std::move(close));
+  entries_.emplace(id, Entry{Phase::kSilent, std::move(close)});
+  room.insert(id);
   return id;
 }
 
-std::function<void()> ConnectionSlots::LeavePhaseLocked(Id id, Phase phase) {
-  if (phase == Phase::kHeld) {
-    --held_;
-    return {};
+bool ConnectionSlots::Speak(Id id, Close close, Close* evicted) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.phase != Phase::kSilent) return false;
+  const int taken = static_cast<int>(entries_.size() - by_phase_[kSilent].size());
+  if (taken >= capacity_) {
+    int from = kAnonymous;
+    while (from <= kHandshaking && by_phase_[from].empty()) ++from;
+    if (from > kHandshaking) {  // every slot is held
+      ForgetLocked(it);
+      return false;
+    }
+    *evicted = ForgetLocked(entries_.find(*by_phase_[from].begin()));
   }
-  auto& from = evictable_[static_cast<int>(phase)];
-  auto entry = from.find(id);
-  std::function<void()> close = std::move(entry->second);
-  from.erase(entry);
-  return close;
+  by_phase_[kSilent].erase(id);
+  it->second = Entry{Phase::kHandshaking, std::move(close)};
+  by_phase_[kHandshaking].insert(id);
+  return true;
 }
 
 void ConnectionSlots::Enter(Id id, Phase phase) {
   MutexLock lock(mu_);
-  auto it = phase_.find(id);
-  if (it == phase_.end() || it->second == phase) return;
-  std::function<void()> close = LeavePhaseLocked(id, it->second);
-  it->second = phase;
-  if (phase == Phase::kHeld) {
-    ++held_;  // never taken back: its close is no longer needed
+  auto it = entries_.find(id);
+  if (it == entries_.end() || it->second.phase == phase || phase == Phase::kSilent ||
+      it->second.phase == Phase::kSilent) {
+    return;
+  }
+  if (it->second.phase == Phase::kHeld) {
+    --held_;
   } else {
-    evictable_[static_cast<int>(phase)].emplace(id, std::move(close));
+    by_phase_[static_cast<int>(it->second.phase)].erase(id);
+  }
+  it->second.phase = phase;
+  if (phase == Phase::kHeld) {
+    ++held_;
+  } else {
+    by_phase_[static_cast<int>(phase)].insert(id);
   }
 }
 
 void ConnectionSlots::Release(Id id) {
-  std::function<void()> close;  // destroyed after the lock is released
+  Close close;  // destroyed after the lock is released
   MutexLock lock(mu_);
-  auto it = phase_.find(id);
-  if (it == phase_.end()) return;
-  close = LeavePhaseLocked(id, it->second);
-  phase_.erase(it);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  close = ForgetLocked(it);
 }
 
 int ConnectionSlots::held() const {
@@ -63,7 +93,12 @@ int ConnectionSlots::held() const {
 
 int ConnectionSlots::taken() const {
   MutexLock lock(mu_);
-  return static_cast<int>(phase_.size());
+  return static_cast<int>(entries_.size() - by_phase_[kSilent].size());
+}
+
+int ConnectionSlots::waiting() const {
+  MutexLock lock(mu_);
+  return static_cast<int>(by_phase_[kSilent].size());
 }
 
 }  // namespace toposched::net

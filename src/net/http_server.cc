@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -21,6 +22,7 @@
 #include "base/json_escape.h"
 #include "base/mutex.h"
 #include "net/connection_slots.h"
+#include "net/open_file_limit.h"
 
 namespace toposched::net {
 namespace {
@@ -62,7 +64,7 @@ struct Core {
       : options(o),
         handler(std::move(h)),
         ssl(ssl::context::tls_server),
-        slots(std::max(1, o.max_connections)),
+        slots(o.max_connections, o.max_waiting_connections),
         ioc(std::max(1, o.threads)),
         accept_strand(asio::make_strand(ioc)),
         acceptor(accept_strand),
@@ -112,6 +114,12 @@ struct Core {
   asio::executor_work_guard<asio::io_context::executor_type> work{ioc.get_executor()};
 };
 
+// A connection closed, failed or timed out before its first request.
+void EndedBeforeRequest(Core& core, const beast::error_code& e, const char* when) {
+  if (e == beast::error::timeout) core.Count(core.read_timeouts);
+  spdlog::debug("connection ended {}: {}", when, e.message());
+}
+
 // Counts one thing in flight for as long as it lives.
 class InFlight {
  public:
@@ -132,6 +140,31 @@ class SessionBase {
   virtual asio::any_io_executor executor() = 0;
   // On the session's executor: its slot was given to a newer connection; close.
   virtual void Evict() = 0;
+};
+
+// A connection in the waiting room: accepted, nothing read yet. Only its socket, a timer and
+// room for its first bytes: a thousand idle connections cost their descriptors, not a TLS
+// session each (net/connection_slots.h).
+struct Waiting {
+  Waiting(Core& c, tcp::socket socket)
+      : core(c),
+        stream(std::move(socket)),
+        deadline(std::chrono::steady_clock::now() + c.options.handshake_timeout) {
+    core.connections.fetch_add(1);
+  }
+  ~Waiting() {
+    if (slot != 0) core.slots.Release(slot);
+    core.ConnectionClosed();
+  }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+  Core& core;
+  beast::tcp_stream stream;
+  // From accept to the end of the TLS handshake, the first byte included.
+  const std::chrono::steady_clock::time_point deadline;
+  ConnectionSlots::Id slot = 0;  // 0 once handed to the session
+  std::array<char, kFirstRead> first{};
 };
 
 // One request's way back, shared by the copies of its Responder. The session is released before
@@ -168,54 +201,42 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   Session& operator=(const Session&) = delete;
 
   // For the Responder: the core's owner, so that the core outlives a late answer. `slot` is the
-  // connection's slot in core_.slots, in phase kSilent.
-  void Run(std::weak_ptr<Core> owner, ConnectionSlots::Id slot) {
+  // connection's slot in core_.slots, in phase kHandshaking; `first` the bytes it sent first, read
+  // in the waiting room; `deadline` the end of its handshake (accept + handshake_timeout).
+  void Run(std::weak_ptr<Core> owner, ConnectionSlots::Id slot, std::string_view first,
+           std::chrono::steady_clock::time_point deadline) {
     owner_ = std::move(owner);
     slot_ = slot;
     beast::error_code ec;
     Socket(stream_).set_option(tcp::no_delay(true), ec);
-    // One deadline from accept to the end of the handshake, the first byte included.
-    Tcp(stream_).expires_after(core_.options.handshake_timeout);
+    Tcp(stream_).expires_at(deadline);
     if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
-      Tcp(stream_).async_read_some(asio::buffer(first_bytes_), [self = this->shared_from_this()](
-                                                                   beast::error_code e, size_t n) {
-        if (e) {
-          self->EndedBeforeRequest(e, "before TLS");
-          return;
-        }
-        self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kHandshaking);
-        self->stream_.async_handshake(
-            ssl::stream_base::server, asio::buffer(self->first_bytes_.data(), n),
-            // The default argument: Boost's check of this overload asks for a handler of
-            // (error_code) alone, though it calls it with (error_code, bytes used).
-            [self](beast::error_code e2, size_t /*used*/ = 0) {
-              if (e2) {
-                self->EndedBeforeRequest(e2, "TLS handshake");
-                return;
-              }
-              self->peer_certified_ = self->PeerCertified();
-              self->anonymous_ =
-                  !self->core_.options.tls_client_ca_file.empty() && !self->peer_certified_;
-              if (self->anonymous_) {
-                self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kAnonymous);
-              } else {
-                self->Hold();
-              }
-              self->ReadHeader();
-            });
-      });
+      std::copy(first.begin(), first.end(), first_bytes_.begin());
+      stream_.async_handshake(
+          ssl::stream_base::server, asio::buffer(first_bytes_.data(), first.size()),
+          // The default argument: Boost's check of this overload asks for a handler of
+          // (error_code) alone, though it calls it with (error_code, bytes used).
+          [self = this->shared_from_this()](beast::error_code e, size_t /*used*/ = 0) {
+            if (e) {
+              EndedBeforeRequest(self->core_, e, "in its TLS handshake");
+              return;
+            }
+            self->peer_certified_ = self->PeerCertified();
+            self->anonymous_ =
+                !self->core_.options.tls_client_ca_file.empty() && !self->peer_certified_;
+            if (self->anonymous_) {
+              self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kAnonymous);
+            } else {
+              self->Hold();
+            }
+            self->ReadHeader();
+          });
     } else {
       // Plain HTTP authenticates no one: a connection holds its slot from its first header.
-      Tcp(stream_).async_read_some(buffer_.prepare(kFirstRead), [self = this->shared_from_this()](
-                                                                    beast::error_code e, size_t n) {
-        if (e) {
-          self->EndedBeforeRequest(e, "before a request");
-          return;
-        }
-        self->buffer_.commit(n);
-        self->core_.slots.Enter(self->slot_, ConnectionSlots::Phase::kHandshaking);
-        self->ReadHeader();
-      });
+      auto into = buffer_.prepare(first.size());
+      std::copy(first.begin(), first.end(), static_cast<char*>(into.data()));
+      buffer_.commit(first.size());
+      ReadHeader();
     }
   }
 
@@ -249,16 +270,16 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   }
 
  private:
-  // The connection closed, failed or timed out before its first request.
-  void EndedBeforeRequest(const beast::error_code& e, const char* when) {
-    if (e == beast::error::timeout) core_.Count(core_.read_timeouts);
-    spdlog::debug("connection ended {}: {}", when, e.message());
-  }
-
   // The slot is the connection's until it closes.
   void Hold() {
     held_ = true;
     core_.slots.Enter(slot_, ConnectionSlots::Phase::kHeld);
+  }
+
+  // An anonymous caller's answer is written: until its next request its slot may be taken back.
+  void Unhold() {
+    held_ = false;
+    core_.slots.Enter(slot_, ConnectionSlots::Phase::kAnonymous);
   }
 
   void ReadHeader() {
@@ -266,7 +287,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     parser_->header_limit(kHeaderLimit);
     // The body is read by hand below, which enforces the limit with a 413.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    // A connection without a client certificate gets one short wait for its one request.
+    // A connection without a client certificate gets a short wait for each request.
     Tcp(stream_).expires_after(anonymous_ ? core_.options.handshake_timeout
                                           : core_.options.header_timeout);
     http::async_read_header(
@@ -288,9 +309,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     // From here the request is answered: its slot is not taken back.
     if (!held_) Hold();
     const auto& header = parser_->get();
-    // Anonymous callers (probes, scrapers) get one request per connection: kept alive, they
-    // would hold slots the authenticated callers need.
-    keep_alive_ = header.keep_alive() && !anonymous_;
+    // Anonymous callers (probes, scrapers) are kept alive too: between requests their slot may
+    // be taken back (kAnonymous), and a new TLS handshake per probe costs more than a kept one.
+    keep_alive_ = header.keep_alive();
     request_.method = std::string(header.method_string());
     request_.target = std::string(header.target());
     request_.authorization = std::string(header[http::field::authorization]);
@@ -463,6 +484,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
                        request = std::move(request)](beast::error_code ec, size_t) {
                         if (ec) return;
                         if (keep_alive) {
+                          if (self->anonymous_) self->Unhold();
                           self->ReadHeader();
                         } else {
                           self->Close();
@@ -497,7 +519,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
 class BeastServer final : public HttpServer {
  public:
   BeastServer(const HttpServerOptions& options, HttpHandler handler)
-      : core_(std::make_shared<Core>(options, std::move(handler))) {}
+      : core_(std::make_shared<Core>(FitOpenFileLimit(options), std::move(handler))) {}
 
   ~BeastServer() override { Stop(); }
   BeastServer(const BeastServer&) = delete;
@@ -641,27 +663,64 @@ class BeastServer final : public HttpServer {
                          core.accept_pauses.load());
           }
           if (core.tls) {
-            Admit(core, weak,
-                  beast::ssl_stream<beast::tcp_stream>(beast::tcp_stream(std::move(s)), core.ssl));
+            Admit<beast::ssl_stream<beast::tcp_stream>>(core, weak, std::move(s));
           } else {
-            Admit(core, weak, beast::tcp_stream(std::move(s)));
+            Admit<beast::tcp_stream>(core, weak, std::move(s));
           }
           Accept(core, weak, core.options.accept_backoff);
         });
   }
 
-  // On the accept strand: a slot for the new connection, taken back from one that has not
-  // authenticated if need be; closed at once when every slot is held.
+  // On the accept strand: a place in the waiting room for the new connection (the oldest waiting
+  // one is closed when the room is full). Its first bytes move it into a slot and a session.
   template <typename Stream>
-  static void Admit(Core& core, const std::weak_ptr<Core>& weak, Stream stream) {
-    auto session = std::make_shared<Session<Stream>>(std::move(stream), core);
-    std::function<void()> evicted;
-    const auto slot = core.slots.Take(
+  static void Admit(Core& core, const std::weak_ptr<Core>& weak, tcp::socket socket) {
+    auto waiting = std::make_shared<Waiting>(core, std::move(socket));
+    ConnectionSlots::Close evicted;
+    waiting->slot = core.slots.Wait(
+        [w = std::weak_ptr<Waiting>(waiting)] {
+          if (auto s = w.lock()) asio::post(s->stream.get_executor(), [s] { s->stream.close(); });
+        },
+        &evicted);
+    if (evicted) {
+      core.Count(core.connections_evicted);
+      evicted();
+    }
+    waiting->stream.expires_at(waiting->deadline);
+    waiting->stream.async_read_some(
+        asio::buffer(waiting->first),
+        [waiting, weak](beast::error_code e, size_t n) { Spoke<Stream>(weak, waiting, e, n); });
+  }
+
+  // The waiting connection sent its first bytes (or ended): a slot and a session, or closed.
+  template <typename Stream>
+  static void Spoke(const std::weak_ptr<Core>& weak, const std::shared_ptr<Waiting>& waiting,
+                    beast::error_code e, size_t n) {
+    Core& core = waiting->core;
+    if (e) {
+      EndedBeforeRequest(core, e, "before its first byte");
+      return;
+    }
+    std::shared_ptr<Session<Stream>> session;
+    if constexpr (std::is_same_v<Stream, beast::ssl_stream<beast::tcp_stream>>) {
+      session =
+          std::make_shared<Session<Stream>>(Stream(std::move(waiting->stream), core.ssl), core);
+    } else {
+      session = std::make_shared<Session<Stream>>(std::move(waiting->stream), core);
+    }
+    ConnectionSlots::Close evicted;
+    const ConnectionSlots::Id slot = std::exchange(waiting->slot, 0);
+    const bool admitted = core.slots.Speak(
+        slot,
         [w = std::weak_ptr<SessionBase>(session)] {
           if (auto s = w.lock()) asio::post(s->executor(), [s] { s->Evict(); });
         },
         &evicted);
-    if (!slot) {
+    if (evicted) {
+      core.Count(core.connections_evicted);
+      evicted();
+    }
+    if (!admitted) {
       core.Count(core.connections_refused);
       spdlog::debug(
           "refusing a connection: all {} slots are held by authenticated clients or requests "
@@ -669,11 +728,7 @@ class BeastServer final : public HttpServer {
           core.options.max_connections);
       return;  // the session closes the socket as it goes
     }
-    if (evicted) {
-      core.Count(core.connections_evicted);
-      evicted();
-    }
-    session->Run(weak, *slot);
+    session->Run(weak, slot, std::string_view(waiting->first.data(), n), waiting->deadline);
   }
 
   std::shared_ptr<Core> core_;

@@ -6,17 +6,20 @@
 // costs what it sent); each response goes out in one write with TCP_NODELAY. Optional TLS,
 // optionally requiring client certificates signed by a given CA.
 //
-// Bounded: at most max_connections open connections, at most
+// Bounded: at most max_connections connections that have spoken and max_waiting_connections
+// that have not (the oldest of those is closed to make room for a new one), at most
 // max_bodies_in_flight requests with a body being read or handled and body_memory_limit bytes of
 // bodies held at once (more get 503), a body over body_limit gets 413, a header must arrive within
 // header_timeout and a body within body_timeout.
 //
-// The slots go to the callers that need them (issue 29; net/connection_slots.h): a connection
-// that has not shown who it is (no byte yet, TLS handshake under way, or no client certificate
-// and no request yet) must finish its handshake within handshake_timeout of being accepted, and
-// gives its slot up to a newer connection when all are taken; only when every slot is held (by
-// authenticated clients or requests being answered) is a new connection closed at once. Requests
-// served without a client certificate are answered with Connection: close.
+// The slots go to the callers that need them (issue 29; net/connection_slots.h): a new connection
+// waits in a waiting room that costs no TLS session until it sends its first byte, so accepting
+// never stalls behind idle connections. A connection that has not shown who it is (TLS handshake
+// under way, or no client certificate and no request being answered) must finish its handshake
+// within handshake_timeout of being accepted, and gives its slot up to a newer one that spoke
+// when all are taken; only when every slot is held (by authenticated clients or requests being
+// answered) is a speaking connection closed at once. A client without a certificate waits at
+// most handshake_timeout for each next request on a kept-alive connection.
 //
 // With tls_client_ca_file, a client certificate signed by that CA is required for every request
 // but GETs of anonymous_paths (health probes, metrics): without one the answer is 403; a
@@ -69,7 +72,9 @@ struct HttpServerOptions {
   std::string tls_client_ca_file;            // when set, clients must present a cert signed by it
   std::vector<std::string> anonymous_paths;  // GET paths served without a client certificate
   size_t body_memory_limit = size_t{512} << 20;  // bytes of bodies held at once, all connections
-  int max_connections = 256;      // open connections; more are closed as they are accepted
+  int max_connections = 256;                     // connections that spoke; see the file comment
+  // Connections accepted that have not sent a byte yet; the oldest is closed for a new one.
+  int max_waiting_connections = 1024;
   int max_bodies_in_flight = 16;  // requests with a body being read or handled; more get 503
   std::chrono::milliseconds header_timeout{30000};  // idle keep-alive, header
   // From accept to the end of the TLS handshake (the first byte included); a connection without
@@ -82,7 +87,7 @@ struct HttpServerOptions {
 // What the server refused or cut, and what it holds now.
 struct HttpServerStats {
   uint64_t connections_refused = 0;  // over max_connections, every slot held
-  uint64_t connections_evicted = 0;  // unauthenticated, closed to make room for a newer one
+  uint64_t connections_evicted = 0;  // silent or unauthenticated, closed to make room
   uint64_t bodies_refused = 0;       // 503: over max_bodies_in_flight or body_memory_limit
   uint64_t uncertified_refused = 0;  // 403: no client certificate
   uint64_t bodies_too_large = 0;     // 413: over body_limit
