@@ -30,10 +30,10 @@ class SlotsTest : public ::testing::Test {
   // `id`, named `name`, sent its first bytes: true when it got a slot.
   bool Speak(ConnectionSlots::Id id, const std::string& name) {
     ConnectionSlots::Close evicted;
-    const bool ok = slots_.Speak(
+    last_ = slots_.Speak(
         id, [this, name] { closed_.push_back(name); }, &evicted);
     if (evicted) evicted();
-    return ok;
+    return last_ == ConnectionSlots::Spoke::kAdmitted;
   }
   // A connection that spoke at once; its id, or 0 when refused.
   ConnectionSlots::Id Connect(const std::string& name) {
@@ -43,6 +43,7 @@ class SlotsTest : public ::testing::Test {
 
   ConnectionSlots slots_{3, 2};
   std::vector<std::string> closed_;
+  ConnectionSlots::Spoke last_ = ConnectionSlots::Spoke::kAdmitted;  // of the last Speak
 };
 
 TEST_F(SlotsTest, TheWaitingRoomClosesItsOldestAndCostsNoSlot) {
@@ -57,6 +58,7 @@ TEST_F(SlotsTest, TheWaitingRoomClosesItsOldestAndCostsNoSlot) {
   EXPECT_EQ(slots_.taken(), 1);
   // a lost its place: when its bytes come anyway, it gets no slot.
   EXPECT_FALSE(Speak(a, "a"));
+  EXPECT_EQ(last_, ConnectionSlots::Spoke::kGone);
   EXPECT_EQ(slots_.taken(), 1);
 }
 
@@ -90,6 +92,7 @@ TEST_F(SlotsTest, HeldSlotsAreNeverTakenBackAndASpeakingConnectionIsThenRefused)
   const auto late = Open("late");
   EXPECT_EQ(slots_.waiting(), 1) << "waiting needs no slot";
   EXPECT_FALSE(Speak(late, "late"));
+  EXPECT_EQ(last_, ConnectionSlots::Spoke::kRefused);
   EXPECT_EQ(slots_.waiting(), 0) << "a refused connection is forgotten";
   EXPECT_TRUE(closed_.empty());
   EXPECT_EQ(slots_.held(), 3);

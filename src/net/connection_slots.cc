@@ -38,24 +38,24 @@ ConnectionSlots::Id ConnectionSlots::Wait(Close close, Close* evicted) {
   return id;
 }
 
-bool ConnectionSlots::Speak(Id id, Close close, Close* evicted) {
+ConnectionSlots::Spoke ConnectionSlots::Speak(Id id, Close close, Close* evicted) {
   MutexLock lock(mu_);
   auto it = entries_.find(id);
-  if (it == entries_.end() || it->second.phase != Phase::kSilent) return false;
+  if (it == entries_.end() || it->second.phase != Phase::kSilent) return Spoke::kGone;
   const int taken = static_cast<int>(entries_.size() - by_phase_[kSilent].size());
   if (taken >= capacity_) {
     int from = kAnonymous;
     while (from <= kHandshaking && by_phase_[from].empty()) ++from;
     if (from > kHandshaking) {  // every slot is held
       ForgetLocked(it);
-      return false;
+      return Spoke::kRefused;
     }
     *evicted = ForgetLocked(entries_.find(*by_phase_[from].begin()));
   }
   by_phase_[kSilent].erase(id);
   it->second = Entry{Phase::kHandshaking, std::move(close)};
   by_phase_[kHandshaking].insert(id);
-  return true;
+  return Spoke::kAdmitted;
 }
 
 void ConnectionSlots::Enter(Id id, Phase phase) {

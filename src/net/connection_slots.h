@@ -39,11 +39,12 @@ class ConnectionSlots {
   // back. When the room is full its oldest connection loses its place: that one's close is
   // moved to *evicted, for the caller to call (outside this lock).
   Id Wait(Close close, Close* evicted) TS_EXCLUDES(mu_);
+  enum class Spoke { kAdmitted, kRefused, kGone };
   // The waiting connection `id` spoke: a slot, in phase kHandshaking, closed from now on by
-  // `close`. When none is free, the evictable slot of least progress is taken back (its close
-  // moved to *evicted). False when every slot is held, or `id` lost its place already: the
-  // caller closes the connection, and `id` is forgotten.
-  bool Speak(Id id, Close close, Close* evicted) TS_EXCLUDES(mu_);
+  // `close` (kAdmitted). When none is free, the evictable slot of least progress is taken back
+  // (its close moved to *evicted). kRefused when every slot is held, kGone when `id` lost its
+  // place in the waiting room already: the caller closes the connection; `id` is forgotten.
+  Spoke Speak(Id id, Close close, Close* evicted) TS_EXCLUDES(mu_);
   // The connection holding a slot moved on (never back to kSilent). Nothing if its slot was
   // taken back already.
   void Enter(Id id, Phase phase) TS_EXCLUDES(mu_);

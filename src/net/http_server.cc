@@ -710,7 +710,7 @@ class BeastServer final : public HttpServer {
     }
     ConnectionSlots::Close evicted;
     const ConnectionSlots::Id slot = std::exchange(waiting->slot, 0);
-    const bool admitted = core.slots.Speak(
+    const ConnectionSlots::Spoke spoke = core.slots.Speak(
         slot,
         [w = std::weak_ptr<SessionBase>(session)] {
           if (auto s = w.lock()) asio::post(s->executor(), [s] { s->Evict(); });
@@ -720,7 +720,11 @@ class BeastServer final : public HttpServer {
       core.Count(core.connections_evicted);
       evicted();
     }
-    if (!admitted) {
+    if (spoke == ConnectionSlots::Spoke::kGone) {
+      spdlog::debug("a connection spoke after its place in the waiting room went to a newer one");
+      return;  // counted as evicted already; the session closes the socket as it goes
+    }
+    if (spoke == ConnectionSlots::Spoke::kRefused) {
       core.Count(core.connections_refused);
       spdlog::debug(
           "refusing a connection: all {} slots are held by authenticated clients or requests "
