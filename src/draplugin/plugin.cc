@@ -130,6 +130,9 @@ class DraPlugin::RegistrationService final : public pluginregistration::Registra
 DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
                      kube::ApiClient& api, UsagePublisher& publisher)
     : options_(std::move(options)),
+      dra_socket_(Absolute(options_.plugin_dir + "/dra.sock")),
+      registration_socket_(
+          Absolute(fmt::format("{}/{}-reg.sock", options_.registry_dir, dra::kDriverName))),
       shape_(shape),
       api_(api),
       publisher_(publisher),
@@ -141,12 +144,6 @@ DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
           options_.pod_resources_socket) {}
 
 DraPlugin::~DraPlugin() { Stop(); }
-
-std::string DraPlugin::dra_socket() const { return Absolute(options_.plugin_dir + "/dra.sock"); }
-
-std::string DraPlugin::registration_socket() const {
-  return Absolute(fmt::format("{}/{}-reg.sock", options_.registry_dir, dra::kDriverName));
-}
 
 Status DraPlugin::Start() {
   TOPOSCHED_ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadCheckpoint(options_.cdi_root, shape_));

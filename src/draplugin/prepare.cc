@@ -356,9 +356,11 @@ void AddClaimUnits(const NodeShape& shape, const PreparedClaim& claim, topology:
   // Only the node's physical cores (a core past them is not this node's), each logical core once.
   std::vector<int> cores;
   const size_t physical = std::min(claim.held.cores.size(), static_cast<size_t>(shape.cores) * lnc);
-  for (size_t p = 0; p < physical; ++p) {
+  // Only the set bits (libstdc++'s _Find_first/_Find_next): a claim holds a few of 512.
+  for (size_t p = claim.held.cores._Find_first(); p < physical;
+       p = claim.held.cores._Find_next(p)) {
     const int core = static_cast<int>(p) / lnc;
-    if (claim.held.cores.test(p) && (cores.empty() || cores.back() != core)) cores.push_back(core);
+    if (cores.empty() || cores.back() != core) cores.push_back(core);
   }
   // Every publish adds every prepared claim, so the usual case (nothing shared) is one Take.
   if (usage.Take(shape, topology::Unit::kCore, cores)) return;
