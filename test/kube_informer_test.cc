@@ -218,9 +218,10 @@ TEST(KubeInformerTest, RelistsOnHttp410) {
   server.UpsertPod(PodJson("b"));
   ASSERT_TRUE(WaitUntil([&] { return recorder.Has("b"); }, 5s));
   server.EndWatches(Kind::kPod);
-  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 2; }, 5s));
+  // The list is counted just after its handlers ran: wait for both.
+  ASSERT_TRUE(
+      WaitUntil([&] { return recorder.replaces() == 2 && informer.counters().relists == 1; }, 5s));
   EXPECT_THAT(recorder.Names(), ElementsAre("a", "b"));
-  EXPECT_EQ(informer.counters().relists, 1u);
   ASSERT_TRUE(server.WaitForOpenWatches(Kind::kPod, 1));
 }
 
@@ -378,10 +379,11 @@ TEST(KubeInformerTest, OneUndecodablePodInAListIsSkippedAndCounted) {
   server.RejectNextWatchesAsTooOld(Kind::kPod, 1);
   server.UpsertPod(PodJson("d"));
   server.EndWatches(Kind::kPod);
-  ASSERT_TRUE(WaitUntil([&] { return recorder.replaces() == 2; }, 5s));
+  // The list is counted just after its handlers ran: wait for both.
+  ASSERT_TRUE(
+      WaitUntil([&] { return recorder.replaces() == 2 && informer.counters().relists == 1; }, 5s));
   EXPECT_THAT(recorder.Names(), ElementsAre("a", "c", "d"));
   EXPECT_EQ(informer.counters().skipped, 2u);
-  EXPECT_EQ(informer.counters().relists, 1u);
   EXPECT_EQ(list_starts.load(), 2);  // before each list, the relist too
 }
 
