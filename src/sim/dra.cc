@@ -16,6 +16,7 @@ namespace {
 using topology::NodeShape;
 using topology::NodeUsage;
 using topology::Request;
+using topology::RequestLabel;
 using topology::Unit;
 
 // One node as a DRA cluster sees it: its offers in the order its plugin last published them.
@@ -153,10 +154,6 @@ Result<std::vector<DraNode>> BuildNodes(const topology::Catalog& catalog,
 }
 
 constexpr DraVariant kVariants[] = {{false, false}, {false, true}, {true, false}, {true, true}};
-
-std::string RequestLabel(const Request& r) {
-  return fmt::format("{} {}", r.count, topology::UnitName(r.unit, r.count));
-}
 
 }  // namespace
 

@@ -23,6 +23,7 @@ using topology::NodeShape;
 using topology::NodeUsage;
 using topology::Policy;
 using topology::Request;
+using topology::RequestLabel;
 using topology::Unit;
 
 constexpr int64_t kNsPerSecond = 1'000'000'000;
@@ -70,10 +71,6 @@ int LargestFreeSet(const NodeShape& shape, const NodeUsage& usage, Policy policy
     if (topology::Allocate(shape, usage, request, policy).ok()) return n;
   }
   return 0;
-}
-
-std::string RequestLabel(const Request& request) {
-  return fmt::format("{} {}", request.count, topology::UnitName(request.unit, request.count));
 }
 
 // One policy's fleet: a tracker with every node, and the scheduler's node choice on top of it.

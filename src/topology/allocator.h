@@ -110,6 +110,8 @@ struct Request {
   Unit unit = Unit::kDevice;
   int count = 0;
 };
+// "4 devices", "1 core": how a request class is named to people.
+std::string RequestLabel(const Request& request);
 
 struct Placement {
   Unit unit = Unit::kDevice;

@@ -13,6 +13,10 @@ std::string_view UnitName(Unit unit, int count) {
   return count == 1 ? "core" : "cores";
 }
 
+std::string RequestLabel(const Request& request) {
+  return fmt::format("{} {}", request.count, UnitName(request.unit, request.count));
+}
+
 Result<NodeShape> NodeShape::Make(const InstanceType& type, int lnc) {
   NodeShape shape;
   shape.type = &type;
