@@ -15,8 +15,8 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
 
 // The verbs with a label of their own; any other path is "other".
 std::string_view VerbLabel(std::string_view verb) {
-  for (std::string_view known :
-       {"filter", "prioritize", "bind", "preempt", "healthz", "readyz", "metrics"}) {
+  for (std::string_view known : {"filter", "prioritize", "bind", "preempt", "healthz", "readyz",
+                                 "metrics", "fleet", "why"}) {
     if (verb == known) return known;
   }
   return "other";

@@ -15,6 +15,19 @@
 
 namespace toposched::extender {
 
+std::string NotOfferedReason(std::string_view node, std::string_view dra_held) {
+  if (dra_held.empty()) {
+    return fmt::format(
+        "node {} is managed by the DRA driver (label {}={}): pods get its devices through "
+        "ResourceClaims",
+        node, claims::kLabelNeuronManagement, claims::kNeuronManagementDra);
+  }
+  return fmt::format(
+      "node {} still runs DRA claims of neuron.aws.com ({} devices, label {}): its devices are "
+      "offered once they end",
+      node, dra_held, claims::kLabelDraClaimsHeld);
+}
+
 std::string ExtenderService::Filter(const ExtenderArgs& args) {
   FilterResult result;
   result.node_names_form = args.node_names.has_value();
@@ -59,27 +72,18 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
     ReaderLock lock(mu_);
     for (const auto& [name, entry] : not_offered_) not_offered.emplace(name, entry.dra_held);
   }
-  tracker_.ForEachFit(
-      resolved ? resolved->spec : requests->spec, names, [&](size_t i, tracker::FitResult&& fit) {
-        if (auto held = not_offered.find(names[i]); held != not_offered.end()) {
-          result.failed[names[i]] =
-              held->second.empty()
-                  ? fmt::format(
-                        "node {} is managed by the DRA driver (label {}={}): "
-                        "pods get its devices through ResourceClaims",
-                        names[i], claims::kLabelNeuronManagement, claims::kNeuronManagementDra)
-                  : fmt::format(
-                        "node {} still runs DRA claims of neuron.aws.com ({} "
-                        "devices, label {}): its devices are offered once they end",
-                        names[i], held->second, claims::kLabelDraClaimsHeld);
-        } else if (fit.fits) {
-          result.passed.push_back(names[i]);
-        } else if (fit.unresolvable) {
-          result.failed_unresolvable[names[i]] = std::move(fit.reason);
-        } else {
-          result.failed[names[i]] = std::move(fit.reason);
-        }
-      });
+  tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
+                      [&](size_t i, tracker::FitResult&& fit) {
+                        if (auto held = not_offered.find(names[i]); held != not_offered.end()) {
+                          result.failed[names[i]] = NotOfferedReason(names[i], held->second);
+                        } else if (fit.fits) {
+                          result.passed.push_back(names[i]);
+                        } else if (fit.unresolvable) {
+                          result.failed_unresolvable[names[i]] = std::move(fit.reason);
+                        } else {
+                          result.failed[names[i]] = std::move(fit.reason);
+                        }
+                      });
   RememberPod(std::move(requests).value());
   return EncodeFilterResult(result);
 }

@@ -1,5 +1,6 @@
 #include "extender/router.h"
 
+#include <charconv>
 #include <chrono>
 #include <thread>
 
@@ -10,19 +11,21 @@
 
 #include "base/json_escape.h"
 #include "extender/protocol.h"
+#include "net/url_query.h"
 
 namespace toposched::extender {
 
-struct Router::BindPool {
-  explicit BindPool(int threads) : pool(static_cast<size_t>(std::max(1, threads))) {}
-  ~BindPool() { pool.join(); }
+struct Router::Pool {
+  explicit Pool(int threads) : pool(static_cast<size_t>(std::max(1, threads))) {}
+  ~Pool() { pool.join(); }
   boost::asio::thread_pool pool;
 };
 
 Router::Router(ExtenderService& service, Metrics& metrics, int bind_threads, int bind_queue)
     : service_(service),
       metrics_(metrics),
-      bind_pool_(std::make_unique<BindPool>(bind_threads)),
+      bind_pool_(std::make_unique<Pool>(bind_threads)),
+      view_pool_(std::make_unique<Pool>(1)),
       bind_queue_(std::max(1, bind_queue)) {}
 
 Router::~Router() = default;
@@ -63,6 +66,48 @@ net::HttpResponse BadRequest(std::string_view verb, const std::string& error) {
 
 }  // namespace
 
+void Router::HandleView(std::string_view verb, std::string_view target,
+                        std::function<void(net::HttpResponse)> finish) {
+  auto query = net::ParseTarget(target);
+  if (!query.ok()) {
+    return finish(
+        {400, "text/plain", fmt::format("malformed request target: {}\n", query.error())});
+  }
+  if (query->path != "/v1/fleet" && query->path != "/v1/why") {
+    return finish({404, "text/plain", "not found: the views are /v1/fleet and /v1/why\n"});
+  }
+  FleetQuery fleet;
+  if (verb == "fleet") {
+    fleet.node = query->Get("node").value_or("");
+    fleet.instance_type = query->Get("type").value_or("");
+    if (auto explain = query->Get("explain")) {
+      int n = -1;
+      const auto [end, ec] = std::from_chars(explain->data(), explain->data() + explain->size(), n);
+      if (ec != std::errc() || end != explain->data() + explain->size() || n < 0 || n > 1000) {
+        return finish({400, "text/plain", "explain: give a count of pending pods, 0 to 1000\n"});
+      }
+      fleet.explain_pending = n;
+    }
+  } else if (query->Get("pod").value_or("").find('/') == std::string::npos) {
+    return finish({400, "text/plain", "why: give the pod as ?pod=NAMESPACE/NAME\n"});
+  }
+  if (views_pending_.fetch_add(1) > kMaxViewsWaiting) {
+    views_pending_.fetch_sub(1);
+    return finish({503, "text/plain", "busy: other views are being built; retry\n"});
+  }
+  boost::asio::post(view_pool_->pool, [this, fleet = std::move(fleet), pod = query->Get("pod"),
+                                       why = verb == "why", finish = std::move(finish)] {
+    struct Done {
+      std::atomic<int>& pending;
+      ~Done() { pending.fetch_sub(1); }
+    } done{views_pending_};
+    if (!why) return finish({200, "application/json", service_.FleetView(fleet)});
+    auto answer = service_.WhyPending(*pod);
+    if (!answer.ok()) return finish({404, "text/plain", answer.error() + "\n"});
+    finish({200, "application/json", std::move(answer).value()});
+  });
+}
+
 void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   const auto start = std::chrono::steady_clock::now();
   const std::string verb(LastSegment(request.target));
@@ -92,6 +137,7 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
       metrics_.SetBindsPending(binds_pending_.load());
       return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
     }
+    if (verb == "fleet" || verb == "why") return HandleView(verb, request.target, finish);
     return finish({404, "text/plain", "not found\n"});
   }
   if (request.method != "POST") {

@@ -1,10 +1,13 @@
 // Maps HTTP requests to the extender's verbs: POST .../filter, .../prioritize, .../bind,
 // .../preempt (the last path segment names the verb, so any urlPrefix path works), GET /healthz,
-// /readyz and /metrics. Binds run on their own thread pool so that a slow API server never holds
+// /readyz and /metrics, and the operators' views GET /v1/fleet and /v1/why?pod=NS/NAME
+// (docs/observability.md). Binds run on their own thread pool so that a slow API server never holds
 // up filter and prioritize; at most `bind_queue` binds wait for or hold a bind thread, and one
 // more is answered 503 with an ExtenderBindingResult error ("busy"), which kube-scheduler treats
 // as a failed bind: the pod goes back to its queue and is retried, instead of the queue growing
-// without bound behind a slow API server.
+// without bound behind a slow API server. The views run on a thread of their own, one at a time
+// (at most kMaxViewsWaiting more wait; then 503), so that a 5,000-node view never delays a filter
+// on the io thread or a bind on the bind pool.
 #ifndef TOPOSCHED_EXTENDER_ROUTER_H_
 #define TOPOSCHED_EXTENDER_ROUTER_H_
 
@@ -22,6 +25,7 @@ namespace toposched::extender {
 class Router {
  public:
   static constexpr int kDefaultBindQueue = 512;
+  static constexpr int kMaxViewsWaiting = 4;
   Router(ExtenderService& service, Metrics& metrics, int bind_threads,
          int bind_queue = kDefaultBindQueue);
   ~Router();
@@ -59,10 +63,17 @@ class Router {
   }
 
  private:
-  struct BindPool;
+  struct Pool;
   ExtenderService& service_;
   Metrics& metrics_;
-  std::unique_ptr<BindPool> bind_pool_;
+  // Answers a GET of the views on view_pool_.
+  void HandleView(std::string_view verb, std::string_view target,
+                  std::function<void(net::HttpResponse)> finish);
+
+  // Declared before the pools: a task finishing while a pool joins still counts down.
+  std::atomic<int> views_pending_{0};
+  std::unique_ptr<Pool> bind_pool_;
+  std::unique_ptr<Pool> view_pool_;  // one thread
   const int bind_queue_;
   std::atomic<int> binds_pending_{0};
   std::function<bool()> is_leader_;

@@ -52,6 +52,19 @@ inline constexpr std::string_view kShuttingDownReason =
     "this toposched extender is shutting down and starts no new bind; the pod will be retried "
     "against the next leader";
 
+// Why filter refuses a node it does not offer (not_offered_): the DRA driver manages it, or its
+// DRA claims (`dra_held`, the device plugin's claims::kLabelDraClaimsHeld) still hold devices.
+std::string NotOfferedReason(std::string_view node, std::string_view dra_held);
+
+// What the fleet view shows (fleet_view.cc; docs/observability.md).
+struct FleetQuery {
+  std::string node;           // only this node; empty = all
+  std::string instance_type;  // only nodes of this type; empty = all
+  // Pending pods whose reasons are worked out (each costs one filter over the fleet); the rest
+  // are listed without them.
+  int explain_pending = 20;
+};
+
 // Where bind writes go: the API server, or memory in offline mode.
 class ClusterWriter {
  public:
@@ -187,6 +200,13 @@ class ExtenderService {
   bool Ready() const { return nodes_synced_ && pods_synced_ && partitions_synced_; }
   void SetApiHealthy(bool healthy) { api_healthy_ = healthy; }
   bool ApiHealthy() const { return api_healthy_; }
+
+  // Operators' views, JSON (fleet_view.cc; docs/observability.md): read-only, built from copies
+  // taken in batches so that no lock is held across the whole fleet.
+  std::string FleetView(const FleetQuery& query) const;
+  // Per node, why the pod (namespace/name) is not placed there; an error when the extender does
+  // not know the pod.
+  Result<std::string> WhyPending(std::string_view pod_key) const;
 
   const tracker::Tracker& tracker() const { return tracker_; }
 

@@ -13,10 +13,10 @@
 // no clock: callers pass "now" and deadlines in nanoseconds of whatever clock they use (a virtual
 // one in the simulator).
 //
-// One class over five files: tracker.cc (nodes, fit and rank, demand and supply, stats),
+// One class over several files: tracker.cc (nodes, fit and rank, demand and supply, stats),
 // holds.cc (the hold state machine), fitting.{h,cc} (multi-container fitting, pure),
-// preemption.cc, rebuild.cc (rebuild, adopt) and gangs.cc (all-or-nothing gang seats in whole
-// node groups; their per-gang state in gang_seats.h).
+// preemption.cc, rebuild.cc (rebuild, adopt), gangs.cc (all-or-nothing gang seats in whole
+// node groups; their per-gang state in gang_seats.h) and views.cc (read-only views for operators).
 #ifndef TOPOSCHED_TRACKER_TRACKER_H_
 #define TOPOSCHED_TRACKER_TRACKER_H_
 
@@ -220,6 +220,25 @@ struct NodeSnapshot {
   std::vector<std::string> pod_uids;
 };
 
+// One hold on a node, as the fleet view shows it (views.cc).
+struct HolderView {
+  std::string uid;  // a pod's uid, or a gang seat's key
+  std::string pod_name;
+  bool gang_seat = false;  // ids held for a gang's member not yet bound
+  HoldState state = HoldState::kReserved;
+  std::vector<ContainerAllocation> containers;
+};
+
+// A node's whole state at one instant, for operators (the extender's fleet view).
+struct NodeView {
+  NodeInfo info;
+  std::optional<topology::NodeShape> shape;  // nullopt when the type is unknown: `error` says why
+  std::string error;
+  topology::NodeUsage usage;        // its pool's: a shared pool shows what every head node took
+  std::string gang;                 // the gang holding the node for its members, or empty
+  std::vector<HolderView> holders;  // every hold on its ids, by uid
+};
+
 // How the policy orders the nodes a pod fits on: the one node it would choose, and a 0-10 score for
 // each (what the extender's prioritize returns): 10 for the chosen node alone, 1-9 for the other
 // nodes that fit (higher is closer to the choice), 0 for nodes that do not fit.
@@ -361,6 +380,13 @@ class Tracker {
   // Releases a gang's unbound ranks whole; bound members keep their ids. False if not held.
   bool ReleaseGang(const std::string& id) TS_EXCLUDES(mu_);
 
+  // Views of the named nodes (names it does not know are skipped), in the order given, under
+  // one shared lock: each is consistent in itself. Callers batch a big fleet so that a bind's
+  // exclusive lock never waits for the whole of it.
+  std::vector<NodeView> NodeViews(std::span<const std::string> names) const TS_EXCLUDES(mu_);
+  // What losing a free set of each expected class costs now (demand, supply and capacity read
+  // together): the scarcity the scorer weighs.
+  topology::SlotCosts Costs() const TS_EXCLUDES(mu_);
   std::optional<Hold> Find(const std::string& uid) const TS_EXCLUDES(mu_);
   std::optional<NodeSnapshot> Snapshot(const std::string& node) const TS_EXCLUDES(mu_);
   std::vector<std::string> NodeNames() const TS_EXCLUDES(mu_);

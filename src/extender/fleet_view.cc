@@ -1,0 +1,364 @@
+// The operators' views (docs/observability.md): the fleet (every Neuron node, who holds each
+// unit, the legal sets still free per request class, fragmentation, the scarcity the scorer
+// weighs, the pending pods and why they wait) and one pending pod's reasons per node. Read-only:
+// the tracker is read in batches of nodes under its shared lock, so a bind's exclusive lock never
+// waits for a whole 5,000-node walk, and each node is consistent in itself. The reasons are
+// filter's own (Tracker::ForEachFit, NotOfferedReason): one home computes them.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "extender/service.h"
+#include "topology/demand.h"
+#include "topology/id_ranges.h"
+
+namespace toposched::extender {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using topology::NodeShape;
+using topology::NodeUsage;
+using topology::Request;
+using topology::Unit;
+
+constexpr std::string_view kApiVersion = "toposched.io/v1";
+// Nodes read per shared lock of the tracker.
+constexpr size_t kBatch = 256;
+
+std::string_view StateName(tracker::HoldState state) {
+  switch (state) {
+    case tracker::HoldState::kReserved:
+      return "reserved";
+    case tracker::HoldState::kCommitted:
+      return "committed";
+    case tracker::HoldState::kReleasing:
+      return "releasing";
+  }
+  return "unknown";
+}
+
+// Never throws: a name that is not UTF-8 is shown with replacement characters.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& placement) {
+  if (placement.unit == Unit::kDevice) return placement.ids;
+  std::vector<int> devices;
+  for (int core : placement.ids) {
+    const int device = shape.cores_per_device > 0 ? core / shape.cores_per_device : -1;
+    if (devices.empty() || devices.back() != device) devices.push_back(device);
+  }
+  return devices;
+}
+
+// In units of topology::kUnitsPerDevice: what the pod's app containers need at once on `shape`.
+int64_t UnitsNeeded(const NodeShape& shape, const tracker::PodSpec& pod) {
+  int64_t units = 0;
+  for (const auto& c : pod.containers) {
+    if (c.init) continue;
+    units += c.request.unit == Unit::kDevice
+                 ? int64_t{c.request.count} * topology::kUnitsPerDevice
+                 : int64_t{c.request.count} * topology::UnitsPerCore(shape);
+  }
+  return units;
+}
+
+// Why a pod is not placed on a node, as one word an operator can filter by. The words come from
+// the node's state; the sentence beside them is filter's.
+std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
+                         const tracker::FitResult& fit) {
+  if (fit.fits) return "fits";
+  if (!node.gang.empty() && node.gang != pod.gang) return "reserved-for-gang";
+  if (fit.unresolvable || !node.shape) return "never-on-this-type";
+  if (topology::FreeUnits(*node.shape, node.usage) < UnitsNeeded(*node.shape, pod)) {
+    return "too-few-free";
+  }
+  return "no-legal-set";
+}
+
+Json RequestsJson(const tracker::PodSpec& pod) {
+  Json out = Json::array();
+  for (const auto& c : pod.containers) {
+    out.push_back(
+        {{"container", c.name}, {"init", c.init}, {"request", topology::RequestLabel(c.request)}});
+  }
+  return out;
+}
+
+Json HoldsJson(const tracker::NodeView& node) {
+  Json holds = Json::array();
+  for (const auto& holder : node.holders) {
+    for (const auto& c : holder.containers) {
+      holds.push_back({{"pod", holder.pod_name},
+                       {"uid", holder.uid},
+                       {"gang_seat", holder.gang_seat},
+                       {"state", StateName(holder.state)},
+                       {"container", c.container},
+                       {"unit", c.placement.unit == Unit::kDevice ? "device" : "core"},
+                       {"ids", c.placement.ids}});
+    }
+  }
+  return holds;
+}
+
+// Per device: the holds (indexes into "holds") touching it and how many of its cores are used.
+Json UnitsJson(const tracker::NodeView& node) {
+  const NodeShape& shape = *node.shape;
+  std::vector<std::vector<int>> holders(static_cast<size_t>(shape.devices));
+  int index = 0;
+  for (const auto& holder : node.holders) {
+    for (const auto& c : holder.containers) {
+      for (int d : DevicesOf(shape, c.placement)) {
+        if (d >= 0 && d < shape.devices) holders[static_cast<size_t>(d)].push_back(index);
+      }
+      ++index;
+    }
+  }
+  Json units = Json::array();
+  for (int d = 0; d < shape.devices; ++d) {
+    int used = 0;
+    for (int c = d * shape.cores_per_device; c < (d + 1) * shape.cores_per_device; ++c) {
+      used += node.usage.used_cores().test(static_cast<size_t>(c)) ? 1 : 0;
+    }
+    units.push_back(
+        {{"device", d}, {"cores_used", used}, {"holds", holders[static_cast<size_t>(d)]}});
+  }
+  return units;
+}
+
+Json NodeJson(const tracker::NodeView& node, const topology::SlotCosts& costs) {
+  Json out = {{"name", node.info.name}, {"instance_type", node.info.instance_type}};
+  if (!node.info.pool.empty()) out["pool"] = node.info.pool;
+  if (!node.gang.empty()) out["reserved_for_gang"] = node.gang;
+  if (!node.shape) {
+    out["error"] = node.error;
+    return out;
+  }
+  const NodeShape& shape = *node.shape;
+  out["lnc"] = shape.lnc;
+  out["devices"] = shape.devices;
+  out["cores_per_device"] = shape.cores_per_device;
+  out["holds"] = HoldsJson(node);
+  out["units"] = UnitsJson(node);
+  const topology::DeviceMask free = shape.AllDevices() & ~node.usage.busy_devices();
+  out["free"] = {{"devices", topology::MaskToIds(free)},
+                 {"cores", shape.cores - node.usage.used_core_count()}};
+  Json sets = Json::object();
+  for (const Request& request : costs.classes) {
+    if (!topology::CanEverGrant(shape, request)) continue;
+    sets[topology::RequestLabel(request)] = topology::FreeSlots(shape, node.usage, request);
+  }
+  out["free_sets"] = std::move(sets);
+  out["fragmentation"] = topology::ExpectedFragmentation(shape, node.usage, costs);
+  return out;
+}
+
+Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supply) {
+  Json out = Json::array();
+  for (size_t i = 0; i < costs.classes.size(); ++i) {
+    out.push_back({{"request", topology::RequestLabel(costs.classes[i])},
+                   {"share", i < costs.shares.size() ? costs.shares[i] : 0.0},
+                   {"free_sets", i < supply.size() ? supply[i] : 0},
+                   {"cost_per_set", i < costs.per_slot.size() ? costs.per_slot[i] : 0.0}});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ExtenderService::FleetView(const FleetQuery& query) const {
+  // Copies of the service's own maps first (its lock is a leaf, never held with the tracker's).
+  std::vector<std::pair<std::string, std::string>> not_offered;  // name -> reason
+  std::vector<PodRequests> waiting;
+  std::unordered_map<std::string, std::string> types;  // node -> instance type, for filters
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [name, entry] : not_offered_) {
+      if (!query.node.empty() && name != query.node) continue;
+      const std::string type = entry.facts ? entry.facts->instance_type : std::string();
+      if (!query.instance_type.empty() && type != query.instance_type) continue;
+      not_offered.emplace_back(name, NotOfferedReason(name, entry.dra_held));
+      types.emplace(name, type);
+    }
+    for (const auto& [uid, pod] : pods_) {
+      if (pod.node_name.empty()) waiting.push_back(pod);
+    }
+  }
+  std::sort(not_offered.begin(), not_offered.end());
+  // A pod whose bind is under way holds its ids already: it is not waiting.
+  std::erase_if(waiting,
+                [this](const PodRequests& p) { return tracker_.Find(p.spec.uid).has_value(); });
+  std::sort(waiting.begin(), waiting.end(), [](const PodRequests& a, const PodRequests& b) {
+    return std::tie(a.ns, a.name) < std::tie(b.ns, b.name);
+  });
+
+  std::vector<std::string> names = tracker_.NodeNames();  // sorted
+  if (!query.node.empty()) {
+    std::erase_if(names, [&](const std::string& n) { return n != query.node; });
+  }
+  std::vector<tracker::NodeView> views;
+  views.reserve(names.size());
+  for (size_t i = 0; i < names.size(); i += kBatch) {
+    const size_t n = std::min(kBatch, names.size() - i);
+    for (auto& v : tracker_.NodeViews(std::span(names).subspan(i, n))) {
+      if (!query.instance_type.empty() && v.info.instance_type != query.instance_type) continue;
+      views.push_back(std::move(v));
+    }
+  }
+  const topology::SlotCosts costs = tracker_.Costs();
+  const std::vector<int64_t> supply = tracker_.Supply();
+
+  Json nodes = Json::array();
+  std::map<std::string, const topology::InstanceType*> shown_types;
+  int64_t devices = 0;
+  int64_t free_units = 0;
+  int64_t all_units = 0;
+  for (const auto& view : views) {
+    nodes.push_back(NodeJson(view, costs));
+    if (!view.shape) continue;
+    shown_types.emplace(view.info.instance_type, view.shape->type);
+    devices += view.shape->devices;
+    free_units += topology::FreeUnits(*view.shape, view.usage);
+    all_units += int64_t{view.shape->devices} * topology::kUnitsPerDevice;
+  }
+  for (const auto& [name, reason] : not_offered) {
+    nodes.push_back({{"name", name},
+                     {"instance_type", types[name]},
+                     {"managed_by", "dra"},
+                     {"not_offered", reason}});
+  }
+
+  Json pending = Json::array();
+  names.clear();
+  for (const auto& v : views) names.push_back(v.info.name);
+  for (size_t p = 0; p < waiting.size(); ++p) {
+    const PodRequests& pod = waiting[p];
+    Json entry = {{"pod", pod.ns + "/" + pod.name}, {"uid", pod.spec.uid}};
+    if (pod.gang) entry["gang"] = pod.gang->id;
+    entry["requests"] = RequestsJson(pod.spec);
+    if (static_cast<int>(p) < query.explain_pending) {
+      // Per kind: how many nodes, and the first node's words (filter's) as an example.
+      std::map<std::string, std::pair<int, Json>> kinds;
+      tracker_.ForEachFit(pod.spec, names, [&](size_t i, tracker::FitResult&& fit) {
+        auto& [count, example] = kinds[std::string(WhyKind(views[i], pod.spec, fit))];
+        if (count++ == 0) example = {{"node", names[i]}, {"reason", fit.reason}};
+      });
+      if (!not_offered.empty()) {
+        kinds["not-managed"] = {
+            static_cast<int>(not_offered.size()),
+            {{"node", not_offered[0].first}, {"reason", not_offered[0].second}}};
+      }
+      Json why = Json::object();
+      for (auto& [kind, value] : kinds) {
+        why[kind] = {{"nodes", value.first}, {"example", std::move(value.second)}};
+      }
+      entry["why"] = std::move(why);
+    }
+    pending.push_back(std::move(entry));
+  }
+
+  Json instance_types = Json::object();
+  for (const auto& [name, type] : shown_types) {
+    instance_types[name] = {{"devices", type->devices},
+                            {"rule", topology::RuleName(type->rule)},
+                            {"sizes", type->sizes},
+                            {"adjacency", type->adjacency}};
+  }
+  Json out = {{"apiVersion", kApiVersion},
+              {"kind", "FleetView"},
+              {"ready", Ready()},
+              {"policy", topology::PolicyName(options_.policy)}};
+  out["summary"] = {
+      {"nodes", views.size() + not_offered.size()},
+      {"devices", devices},
+      {"allocated_share",
+       all_units > 0 ? 1.0 - static_cast<double>(free_units) / static_cast<double>(all_units)
+                     : 0.0},
+      {"pending_pods", waiting.size()},
+      {"pending_explained", std::min<size_t>(waiting.size(), std::max(0, query.explain_pending))}};
+  out["classes"] = ClassesJson(costs, supply);
+  out["instance_types"] = std::move(instance_types);
+  out["nodes"] = std::move(nodes);
+  out["pending"] = std::move(pending);
+  return Dump(out);
+}
+
+Result<std::string> ExtenderService::WhyPending(std::string_view pod_key) const {
+  std::optional<PodRequests> pod;
+  std::vector<std::pair<std::string, std::string>> not_offered;
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [uid, p] : pods_) {
+      if (p.ns.size() + 1 + p.name.size() == pod_key.size() && pod_key.starts_with(p.ns) &&
+          pod_key[p.ns.size()] == '/' && pod_key.ends_with(p.name)) {
+        pod = p;
+        break;
+      }
+    }
+    for (const auto& [name, entry] : not_offered_) {
+      not_offered.emplace_back(name, NotOfferedReason(name, entry.dra_held));
+    }
+  }
+  if (!pod) {
+    return Error{fmt::format(
+        "pod {} is not known to this extender: it asks for no resource the extender manages, "
+        "or it does not exist (give namespace/name)",
+        pod_key)};
+  }
+  std::sort(not_offered.begin(), not_offered.end());
+  Json out = {{"apiVersion", kApiVersion},
+              {"kind", "PodPlacement"},
+              {"pod", pod->ns + "/" + pod->name},
+              {"uid", pod->spec.uid},
+              {"requests", RequestsJson(pod->spec)}};
+  if (pod->gang) out["gang"] = pod->gang->id;
+  if (auto hold = tracker_.Find(pod->spec.uid)) {
+    out["node"] = hold->allocation.node;
+    out["state"] = StateName(hold->state);
+    Json containers = Json::array();
+    for (const auto& c : hold->allocation.containers) {
+      containers.push_back({{"container", c.container},
+                            {"unit", c.placement.unit == Unit::kDevice ? "device" : "core"},
+                            {"ids", c.placement.ids}});
+    }
+    out["allocation"] = std::move(containers);
+    return Dump(out);
+  }
+  const std::vector<std::string> all = tracker_.NodeNames();
+  std::vector<tracker::NodeView> views;
+  views.reserve(all.size());
+  for (size_t i = 0; i < all.size(); i += kBatch) {
+    for (auto& v :
+         tracker_.NodeViews(std::span(all).subspan(i, std::min(kBatch, all.size() - i)))) {
+      views.push_back(std::move(v));
+    }
+  }
+  std::vector<std::string> names;
+  names.reserve(views.size());
+  for (const auto& v : views) names.push_back(v.info.name);
+  Json nodes = Json::array();
+  int fits = 0;
+  tracker_.ForEachFit(pod->spec, names, [&](size_t i, tracker::FitResult&& fit) {
+    fits += fit.fits ? 1 : 0;
+    Json node = {{"node", names[i]},
+                 {"instance_type", views[i].info.instance_type},
+                 {"kind", WhyKind(views[i], pod->spec, fit)}};
+    if (!fit.fits) node["reason"] = std::move(fit.reason);
+    nodes.push_back(std::move(node));
+  });
+  for (const auto& [name, reason] : not_offered) {
+    nodes.push_back({{"node", name}, {"kind", "not-managed"}, {"reason", reason}});
+  }
+  out["nodes_that_fit"] = fits;
+  out["nodes"] = std::move(nodes);
+  return Dump(out);
+}
+
+}  // namespace toposched::extender
