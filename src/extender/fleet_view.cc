@@ -5,6 +5,8 @@
 // waits for a whole 5,000-node walk, and each node is consistent in itself. The reasons are
 // filter's own (Tracker::ForEachFit, NotOfferedReason): one home computes them.
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <map>
 #include <string>
 #include <tuple>
@@ -14,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/json_escape.h"
 #include "extender/service.h"
 #include "topology/demand.h"
 #include "topology/id_ranges.h"
@@ -92,24 +95,44 @@ Json RequestsJson(const tracker::PodSpec& pod) {
   return out;
 }
 
-Json HoldsJson(const tracker::NodeView& node) {
-  Json holds = Json::array();
+// The nodes are most of a fleet view (7 MB at 5,000 nodes): written straight into the answer,
+// where a JSON tree of them cost ~4x the rest of the view (bench/extender_bench.cc,
+// BM_FleetView5000).
+void AppendInts(std::string& out, const std::vector<int>& ids) {
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i != 0) out += ',';
+    out += fmt::format_int(ids[i]).c_str();
+  }
+  out += ']';
+}
+
+void AppendHolds(std::string& out, const tracker::NodeView& node) {
+  out += "\"holds\":[";
+  bool first = true;
   for (const auto& holder : node.holders) {
     for (const auto& c : holder.containers) {
-      holds.push_back({{"pod", holder.pod_name},
-                       {"uid", holder.uid},
-                       {"gang_seat", holder.gang_seat},
-                       {"state", StateName(holder.state)},
-                       {"container", c.container},
-                       {"unit", c.placement.unit == Unit::kDevice ? "device" : "core"},
-                       {"ids", c.placement.ids}});
+      if (!first) out += ',';
+      first = false;
+      out += "{\"pod\":";
+      AppendJsonQuoted(out, holder.pod_name);
+      out += ",\"uid\":";
+      AppendJsonQuoted(out, holder.uid);
+      fmt::format_to(std::back_inserter(out),
+                     ",\"gang_seat\":{},\"state\":\"{}\",\"container\":", holder.gang_seat,
+                     StateName(holder.state));
+      AppendJsonQuoted(out, c.container);
+      fmt::format_to(std::back_inserter(out), ",\"unit\":\"{}\",\"ids\":",
+                     c.placement.unit == Unit::kDevice ? "device" : "core");
+      AppendInts(out, c.placement.ids);
+      out += '}';
     }
   }
-  return holds;
+  out += ']';
 }
 
 // Per device: the holds (indexes into "holds") touching it and how many of its cores are used.
-Json UnitsJson(const tracker::NodeView& node) {
+void AppendUnits(std::string& out, const tracker::NodeView& node) {
   const NodeShape& shape = *node.shape;
   std::vector<std::vector<int>> holders(static_cast<size_t>(shape.devices));
   int index = 0;
@@ -121,43 +144,61 @@ Json UnitsJson(const tracker::NodeView& node) {
       ++index;
     }
   }
-  Json units = Json::array();
+  out += "\"units\":[";
   for (int d = 0; d < shape.devices; ++d) {
     int used = 0;
     for (int c = d * shape.cores_per_device; c < (d + 1) * shape.cores_per_device; ++c) {
       used += node.usage.used_cores().test(static_cast<size_t>(c)) ? 1 : 0;
     }
-    units.push_back(
-        {{"device", d}, {"cores_used", used}, {"holds", holders[static_cast<size_t>(d)]}});
+    fmt::format_to(std::back_inserter(out),
+                   "{}{{\"device\":{},\"cores_used\":{},\"holds\":", d == 0 ? "" : ",", d, used);
+    AppendInts(out, holders[static_cast<size_t>(d)]);
+    out += '}';
   }
-  return units;
+  out += ']';
 }
 
-Json NodeJson(const tracker::NodeView& node, const topology::SlotCosts& costs) {
-  Json out = {{"name", node.info.name}, {"instance_type", node.info.instance_type}};
-  if (!node.info.pool.empty()) out["pool"] = node.info.pool;
-  if (!node.gang.empty()) out["reserved_for_gang"] = node.gang;
+double Finite(double x) { return std::isfinite(x) ? x : 0.0; }
+
+void AppendNode(std::string& out, const tracker::NodeView& node, const topology::SlotCosts& costs) {
+  out += "{\"name\":";
+  AppendJsonQuoted(out, node.info.name);
+  out += ",\"instance_type\":";
+  AppendJsonQuoted(out, node.info.instance_type);
+  if (!node.info.pool.empty()) {
+    out += ",\"pool\":";
+    AppendJsonQuoted(out, node.info.pool);
+  }
+  if (!node.gang.empty()) {
+    out += ",\"reserved_for_gang\":";
+    AppendJsonQuoted(out, node.gang);
+  }
   if (!node.shape) {
-    out["error"] = node.error;
-    return out;
+    out += ",\"error\":";
+    AppendJsonQuoted(out, node.error);
+    out += '}';
+    return;
   }
   const NodeShape& shape = *node.shape;
-  out["lnc"] = shape.lnc;
-  out["devices"] = shape.devices;
-  out["cores_per_device"] = shape.cores_per_device;
-  out["holds"] = HoldsJson(node);
-  out["units"] = UnitsJson(node);
-  const topology::DeviceMask free = shape.AllDevices() & ~node.usage.busy_devices();
-  out["free"] = {{"devices", topology::MaskToIds(free)},
-                 {"cores", shape.cores - node.usage.used_core_count()}};
-  Json sets = Json::object();
+  fmt::format_to(std::back_inserter(out), ",\"lnc\":{},\"devices\":{},\"cores_per_device\":{},",
+                 shape.lnc, shape.devices, shape.cores_per_device);
+  AppendHolds(out, node);
+  out += ',';
+  AppendUnits(out, node);
+  out += ",\"free\":{\"devices\":";
+  AppendInts(out, topology::MaskToIds(shape.AllDevices() & ~node.usage.busy_devices()));
+  fmt::format_to(std::back_inserter(out), ",\"cores\":{}}},\"free_sets\":{{",
+                 shape.cores - node.usage.used_core_count());
+  bool first = true;
   for (const Request& request : costs.classes) {
     if (!topology::CanEverGrant(shape, request)) continue;
-    sets[topology::RequestLabel(request)] = topology::FreeSlots(shape, node.usage, request);
+    fmt::format_to(std::back_inserter(out), "{}\"{}\":{}", first ? "" : ",",
+                   topology::RequestLabel(request),
+                   topology::FreeSlots(shape, node.usage, request));
+    first = false;
   }
-  out["free_sets"] = std::move(sets);
-  out["fragmentation"] = topology::ExpectedFragmentation(shape, node.usage, costs);
-  return out;
+  fmt::format_to(std::back_inserter(out), "}},\"fragmentation\":{}}}",
+                 Finite(topology::ExpectedFragmentation(shape, node.usage, costs)));
 }
 
 Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supply) {
@@ -215,13 +256,15 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   const topology::SlotCosts costs = tracker_.Costs();
   const std::vector<int64_t> supply = tracker_.Supply();
 
-  Json nodes = Json::array();
+  std::string nodes = "[";
+  nodes.reserve(views.size() * 1600);  // a half-full 16-device node writes ~1.4 KB
   std::map<std::string, const topology::InstanceType*> shown_types;
   int64_t devices = 0;
   int64_t free_units = 0;
   int64_t all_units = 0;
   for (const auto& view : views) {
-    nodes.push_back(NodeJson(view, costs));
+    if (nodes.size() > 1) nodes += ',';
+    AppendNode(nodes, view, costs);
     if (!view.shape) continue;
     shown_types.emplace(view.info.instance_type, view.shape->type);
     devices += view.shape->devices;
@@ -229,11 +272,15 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
     all_units += int64_t{view.shape->devices} * topology::kUnitsPerDevice;
   }
   for (const auto& [name, reason] : not_offered) {
-    nodes.push_back({{"name", name},
-                     {"instance_type", types[name]},
-                     {"managed_by", "dra"},
-                     {"not_offered", reason}});
+    if (nodes.size() > 1) nodes += ',';
+    nodes += Json{
+        {"name", name},
+        {"instance_type", types[name]},
+        {"managed_by", "dra"},
+        {"not_offered",
+         reason}}.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
+  nodes += ']';
 
   Json pending = Json::array();
   names.clear();
@@ -285,9 +332,16 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
       {"pending_explained", std::min<size_t>(waiting.size(), std::max(0, query.explain_pending))}};
   out["classes"] = ClassesJson(costs, supply);
   out["instance_types"] = std::move(instance_types);
-  out["nodes"] = std::move(nodes);
-  out["pending"] = std::move(pending);
-  return Dump(out);
+  // The nodes go in as written (AppendNode); the pending pods after them.
+  std::string answer = out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  answer.pop_back();  // the closing brace
+  answer.reserve(answer.size() + nodes.size() + 64);
+  answer += ",\"nodes\":";
+  answer += nodes;
+  answer += ",\"pending\":";
+  answer += pending.dump(-1, ' ', false, Json::error_handler_t::replace);
+  answer += "}\n";
+  return answer;
 }
 
 Result<std::string> ExtenderService::WhyPending(std::string_view pod_key) const {

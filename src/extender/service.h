@@ -62,7 +62,7 @@ struct FleetQuery {
   std::string instance_type;  // only nodes of this type; empty = all
   // Pending pods whose reasons are worked out (each costs one filter over the fleet); the rest
   // are listed without them.
-  int explain_pending = 20;
+  int explain_pending = 10;
 };
 
 // Where bind writes go: the API server, or memory in offline mode.
