@@ -212,6 +212,19 @@ Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supp
   return out;
 }
 
+// The named nodes' views, read kBatch nodes per shared lock of the tracker.
+std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
+                                              std::span<const std::string> names) {
+  std::vector<tracker::NodeView> views;
+  views.reserve(names.size());
+  for (size_t i = 0; i < names.size(); i += kBatch) {
+    for (auto& v : tracker.NodeViews(names.subspan(i, std::min(kBatch, names.size() - i)))) {
+      views.push_back(std::move(v));
+    }
+  }
+  return views;
+}
+
 }  // namespace
 
 std::string ExtenderService::FleetView(const FleetQuery& query) const {
@@ -244,14 +257,11 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   if (!query.node.empty()) {
     std::erase_if(names, [&](const std::string& n) { return n != query.node; });
   }
-  std::vector<tracker::NodeView> views;
-  views.reserve(names.size());
-  for (size_t i = 0; i < names.size(); i += kBatch) {
-    const size_t n = std::min(kBatch, names.size() - i);
-    for (auto& v : tracker_.NodeViews(std::span(names).subspan(i, n))) {
-      if (!query.instance_type.empty() && v.info.instance_type != query.instance_type) continue;
-      views.push_back(std::move(v));
-    }
+  std::vector<tracker::NodeView> views = ViewsInBatches(tracker_, names);
+  if (!query.instance_type.empty()) {
+    std::erase_if(views, [&](const tracker::NodeView& v) {
+      return v.info.instance_type != query.instance_type;
+    });
   }
   const topology::SlotCosts costs = tracker_.Costs();
   const std::vector<int64_t> supply = tracker_.Supply();
@@ -385,15 +395,7 @@ Result<std::string> ExtenderService::WhyPending(std::string_view pod_key) const 
     out["allocation"] = std::move(containers);
     return Dump(out);
   }
-  const std::vector<std::string> all = tracker_.NodeNames();
-  std::vector<tracker::NodeView> views;
-  views.reserve(all.size());
-  for (size_t i = 0; i < all.size(); i += kBatch) {
-    for (auto& v :
-         tracker_.NodeViews(std::span(all).subspan(i, std::min(kBatch, all.size() - i)))) {
-      views.push_back(std::move(v));
-    }
-  }
+  const std::vector<tracker::NodeView> views = ViewsInBatches(tracker_, tracker_.NodeNames());
   std::vector<std::string> names;
   names.reserve(views.size());
   for (const auto& v : views) names.push_back(v.info.name);
