@@ -21,6 +21,7 @@ namespace {
 using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class FleetViewTest : public ::testing::Test {
  protected:
@@ -167,6 +168,60 @@ TEST_F(FleetViewTest, FreeDevicesWithoutALegalSetAreNamedAsSuch) {
   EXPECT_THAT(answer["nodes"][0]["reason"].get<std::string>(), HasSubstr("contiguous"));
   // 3 devices is never a legal set on trn2's torus (rows of 4), free or not.
   EXPECT_EQ(answer["nodes"][1]["kind"], "never-on-this-type");
+}
+
+// The page draws the same state: every core a pod holds carries its name, on the right node;
+// names are escaped; ?pod= pales every other pod; the pending pod is listed with its kinds.
+TEST_F(FleetViewTest, PageDrawsEachPodOnItsUnitsAndThePendingPodsReasons) {
+  ASSERT_EQ(Schedule("big", 12), "inf-0");
+  ASSERT_EQ(Schedule("row", 4), "trn-0");
+  Pending("too-big", 16);
+  const std::string page = service_.FleetPage({}, "");
+  EXPECT_THAT(page, HasSubstr("<!DOCTYPE html>"));
+  EXPECT_EQ(page.find("http://"), page.find("http://www.w3.org/2000/svg"))
+      << "the page must load nothing from elsewhere";
+  EXPECT_EQ(page.find("src="), std::string::npos);
+  // inf2.48xlarge: 12 devices of 2 cores, all big's; drawn as one run per device.
+  EXPECT_THAT(page, HasSubstr("data-node=\"inf-0\""));
+  EXPECT_THAT(page,
+              HasSubstr("data-device=\"11\" data-cores=\"22-23\" data-owner=\"default/big\""));
+  // trn2.48xlarge at LNC 2: 4 cores per device; row holds an aligned row of 4 devices.
+  int row_devices = 0;
+  for (size_t at = page.find("data-owner=\"default/row\""); at != std::string::npos;
+       at = page.find("data-owner=\"default/row\"", at + 1)) {
+    ++row_devices;
+  }
+  EXPECT_EQ(row_devices, 4);
+  EXPECT_THAT(page, HasSubstr("href=\"fleet?pod=default/big\""));
+  EXPECT_THAT(page, HasSubstr("<tr class=\"pending\" data-pod=\"default/too-big\">"));
+  EXPECT_THAT(page, HasSubstr("<div data-kind=\"too-few-free\">"));
+
+  const std::string focus = service_.FleetPage({}, "default/row");
+  EXPECT_THAT(focus, HasSubstr("data-focus=\"default/row\"><b>default/row</b> on <b>trn-0</b>"));
+  const size_t big_rect = focus.find("data-owner=\"default/big\"");
+  ASSERT_NE(big_rect, std::string::npos);
+  EXPECT_THAT(focus.substr(big_rect, 200), HasSubstr("fill=\"#cfcfcf\""));
+  const size_t row_rect = focus.find("data-owner=\"default/row\"");
+  ASSERT_NE(row_rect, std::string::npos);
+  EXPECT_THAT(focus.substr(row_rect, 200), Not(HasSubstr("fill=\"#cfcfcf\"")));
+
+  FleetQuery one_type;
+  one_type.instance_type = "trn2.48xlarge";
+  const std::string trn_only = service_.FleetPage(one_type, "");
+  EXPECT_EQ(trn_only.find("data-node=\"inf-0\""), std::string::npos);
+  EXPECT_THAT(trn_only, HasSubstr("<option selected>trn2.48xlarge</option>"));
+}
+
+TEST_F(FleetViewTest, PageEscapesWhatItDoesNotWrite) {
+  auto pod = kube::DecodePod(
+      simdjson::padded_string(testing::PodJson("x", "x-uid", "aws.amazon.com/neuron", 1)));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  pod->name = "<script>alert(1)</script>";
+  service_.UpsertPod(*pod);
+  const std::string page = service_.FleetPage({}, "a\"><script>");
+  EXPECT_EQ(page.find("<script>alert"), std::string::npos);
+  EXPECT_EQ(page.find("\"><script>"), std::string::npos);
+  EXPECT_THAT(page, HasSubstr("&lt;script&gt;alert(1)&lt;/script&gt;"));
 }
 
 TEST(UrlQueryTest, DecodesPathAndParameters) {

@@ -42,6 +42,7 @@ namespace toposched::cli {
 
 struct ExtenderOptions {
   std::string listen = "127.0.0.1:12345";
+  std::string views_listen;  // empty: off
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
@@ -99,6 +100,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Address and port to serve on (HOST:PORT). Plain HTTP only on a loopback "
                   "address, unless --allow-insecure-http")
       ->capture_default_str();
+  cmd->add_option("--views-listen", o->views_listen,
+                  "Also serve the operators' views (the fleet page at /, /v1/fleet, /v1/why) as "
+                  "plain HTTP on this loopback HOST:PORT, for `kubectl port-forward` (RBAC on "
+                  "pods/portforward decides who may look); read-only, no verb. Off when empty. "
+                  "The --listen port serves the same views behind its own authentication");
   cmd->add_option("--tls-cert-file", o->tls_cert_file, "Serve HTTPS with this certificate (PEM)");
   cmd->add_option("--tls-key-file", o->tls_key_file, "Private key for --tls-cert-file (PEM)");
   cmd->add_option("--tls-client-ca-file", o->tls_client_ca_file,
@@ -340,6 +346,23 @@ Status CheckPlainHttp(const std::string& host, const ExtenderOptions& o) {
       "filter and bind pods; serve TLS with client certificates (--tls-cert-file, --tls-key-file, "
       "--tls-client-ca-file), listen on 127.0.0.1, or pass --allow-insecure-http to accept that",
       o.listen)};
+}
+
+// The views' port is plain HTTP with no authentication of its own: loopback only, where only
+// the pod itself (and `kubectl port-forward` into it) can reach it.
+Result<std::pair<std::string, uint16_t>> ViewsListen(const ExtenderOptions& o) {
+  auto listen = SplitListen(o.views_listen, "--views-listen");
+  if (!listen.ok()) return listen;
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(listen->first, ec);
+  if (ec || !address.is_loopback()) {
+    return Error{fmt::format(
+        "--views-listen {}: the views' port is plain HTTP without authentication, so it listens "
+        "on a loopback address only (e.g. 127.0.0.1:8090; reach it with kubectl port-forward); "
+        "the --listen port serves the same views behind its TLS client certificates",
+        o.views_listen)};
+  }
+  return listen;
 }
 
 // The service's settings from the flags (the pools, the provisioner, the gang-size reader and
@@ -702,7 +725,8 @@ class Housekeeping {
 
 // The order is the fence (docs/extender.md, "Leadership and fencing"): the Lease is handed over
 // only once no Binding of this process can still land.
-void ShutDown(ExtenderProcess& p, Housekeeping& housekeeping, net::HttpServer& server) {
+void ShutDown(ExtenderProcess& p, Housekeeping& housekeeping, net::HttpServer& server,
+              net::HttpServer* views_server) {
   // 1. Stop accepting: verbs answer 503 and /readyz turns 503; binds not yet started are refused.
   p.shutting_down = true;
   p.service->StopBinds();
@@ -719,8 +743,10 @@ void ShutDown(ExtenderProcess& p, Housekeeping& housekeeping, net::HttpServer& s
         drain_bound.count());
   }
   housekeeping.Stop();
-  // 3. The server: no new connection, open ones closed, its threads joined.
+  // 3. The servers: no new connection, open ones closed, their threads joined (the views' port
+  //    before the router whose view thread answers it).
   server.Stop();
+  if (views_server != nullptr) views_server->Stop();
   // 4. The bind pool: every bind has returned once it is joined (before the server is destroyed,
   //    so no bind answers into freed memory).
   p.router.reset();
@@ -751,6 +777,12 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   auto listen = SplitListen(o.listen, "--listen");
   if (!listen.ok()) return usage_error(listen.error());
   if (auto s = CheckPlainHttp(listen->first, o); !s.ok()) return usage_error(s.error());
+  std::pair<std::string, uint16_t> views_listen;
+  if (!o.views_listen.empty()) {
+    auto parsed = ViewsListen(o);
+    if (!parsed.ok()) return usage_error(parsed.error());
+    views_listen = *parsed;
+  }
   auto service_options = ServiceOptionsFromFlags(o);
   if (!service_options.ok()) return usage_error(service_options.error());
 
@@ -779,6 +811,24 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     return usage_error(server.error());
   }
   serving = server->get();
+  std::unique_ptr<net::HttpServer> views_server;
+  if (!o.views_listen.empty()) {
+    net::HttpServerOptions views = HttpOptionsFromFlags(o, views_listen);
+    views.tls_cert_file.clear();
+    views.tls_key_file.clear();
+    views.tls_client_ca_file.clear();
+    views.threads = 1;
+    auto started = net::HttpServer::Start(views, process.router->AsViewsHandler());
+    if (!started.ok()) {
+      (*server)->Stop();
+      if (process.pod_informer) process.pod_informer->Stop();
+      if (process.node_informer) process.node_informer->Stop();
+      return usage_error(started.error());
+    }
+    views_server = std::move(started).value();
+    spdlog::info("fleet page and views served on http://{}:{}/ (loopback only)", views.address,
+                 views_server->port());
+  }
   spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
                http.tls_cert_file.empty()        ? "HTTP"
                : http.tls_client_ca_file.empty() ? "HTTPS"
@@ -789,7 +839,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   Housekeeping housekeeping(process);
   const int signal = signals.Wait();
   spdlog::info("signal {} received: shutting down", signal);
-  ShutDown(process, housekeeping, **server);
+  ShutDown(process, housekeeping, **server, views_server.get());
   return kExitOk;
 }
 

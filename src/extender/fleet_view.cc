@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_escape.h"
+#include "extender/fleet_state.h"
 #include "extender/service.h"
 #include "topology/demand.h"
 #include "topology/id_ranges.h"
@@ -34,31 +35,9 @@ constexpr std::string_view kApiVersion = "toposched.io/v1";
 // Nodes read per shared lock of the tracker.
 constexpr size_t kBatch = 256;
 
-std::string_view StateName(tracker::HoldState state) {
-  switch (state) {
-    case tracker::HoldState::kReserved:
-      return "reserved";
-    case tracker::HoldState::kCommitted:
-      return "committed";
-    case tracker::HoldState::kReleasing:
-      return "releasing";
-  }
-  return "unknown";
-}
-
 // Never throws: a name that is not UTF-8 is shown with replacement characters.
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-}
-
-std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& placement) {
-  if (placement.unit == Unit::kDevice) return placement.ids;
-  std::vector<int> devices;
-  for (int core : placement.ids) {
-    const int device = shape.cores_per_device > 0 ? core / shape.cores_per_device : -1;
-    if (devices.empty() || devices.back() != device) devices.push_back(device);
-  }
-  return devices;
 }
 
 // In units of topology::kUnitsPerDevice: what the pod's app containers need at once on `shape`.
@@ -71,19 +50,6 @@ int64_t UnitsNeeded(const NodeShape& shape, const tracker::PodSpec& pod) {
                  : int64_t{c.request.count} * topology::UnitsPerCore(shape);
   }
   return units;
-}
-
-// Why a pod is not placed on a node, as one word an operator can filter by. The words come from
-// the node's state; the sentence beside them is filter's.
-std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
-                         const tracker::FitResult& fit) {
-  if (fit.fits) return "fits";
-  if (!node.gang.empty() && node.gang != pod.gang) return "reserved-for-gang";
-  if (fit.unresolvable || !node.shape) return "never-on-this-type";
-  if (topology::FreeUnits(*node.shape, node.usage) < UnitsNeeded(*node.shape, pod)) {
-    return "too-few-free";
-  }
-  return "no-legal-set";
 }
 
 Json RequestsJson(const tracker::PodSpec& pod) {
@@ -120,7 +86,7 @@ void AppendHolds(std::string& out, const tracker::NodeView& node) {
       AppendJsonQuoted(out, holder.uid);
       fmt::format_to(std::back_inserter(out),
                      ",\"gang_seat\":{},\"state\":\"{}\",\"container\":", holder.gang_seat,
-                     StateName(holder.state));
+                     HoldStateName(holder.state));
       AppendJsonQuoted(out, c.container);
       fmt::format_to(std::back_inserter(out), ",\"unit\":\"{}\",\"ids\":",
                      c.placement.unit == Unit::kDevice ? "device" : "core");
@@ -227,25 +193,58 @@ std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
 
 }  // namespace
 
-std::string ExtenderService::FleetView(const FleetQuery& query) const {
+std::string_view HoldStateName(tracker::HoldState state) {
+  switch (state) {
+    case tracker::HoldState::kReserved:
+      return "reserved";
+    case tracker::HoldState::kCommitted:
+      return "committed";
+    case tracker::HoldState::kReleasing:
+      return "releasing";
+  }
+  return "unknown";
+}
+
+std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& placement) {
+  if (placement.unit == Unit::kDevice) return placement.ids;
+  std::vector<int> devices;
+  for (int core : placement.ids) {
+    const int device = shape.cores_per_device > 0 ? core / shape.cores_per_device : -1;
+    if (devices.empty() || devices.back() != device) devices.push_back(device);
+  }
+  return devices;
+}
+
+// The words come from the node's state; the sentence beside them is filter's.
+std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
+                         const tracker::FitResult& fit) {
+  if (fit.fits) return "fits";
+  if (!node.gang.empty() && node.gang != pod.gang) return "reserved-for-gang";
+  if (fit.unresolvable || !node.shape) return "never-on-this-type";
+  if (topology::FreeUnits(*node.shape, node.usage) < UnitsNeeded(*node.shape, pod)) {
+    return "too-few-free";
+  }
+  return "no-legal-set";
+}
+
+FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
+  FleetState state;
   // Copies of the service's own maps first (its lock is a leaf, never held with the tracker's).
-  std::vector<std::pair<std::string, std::string>> not_offered;  // name -> reason
   std::vector<PodRequests> waiting;
-  std::unordered_map<std::string, std::string> types;  // node -> instance type, for filters
   {
     ReaderLock lock(mu_);
     for (const auto& [name, entry] : not_offered_) {
       if (!query.node.empty() && name != query.node) continue;
       const std::string type = entry.facts ? entry.facts->instance_type : std::string();
       if (!query.instance_type.empty() && type != query.instance_type) continue;
-      not_offered.emplace_back(name, NotOfferedReason(name, entry.dra_held));
-      types.emplace(name, type);
+      state.not_offered.emplace_back(name, NotOfferedReason(name, entry.dra_held));
+      state.not_offered_types.emplace(name, type);
     }
     for (const auto& [uid, pod] : pods_) {
       if (pod.node_name.empty()) waiting.push_back(pod);
     }
   }
-  std::sort(not_offered.begin(), not_offered.end());
+  std::sort(state.not_offered.begin(), state.not_offered.end());
   // A pod whose bind is under way holds its ids already: it is not waiting.
   std::erase_if(waiting,
                 [this](const PodRequests& p) { return tracker_.Find(p.spec.uid).has_value(); });
@@ -257,35 +256,64 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   if (!query.node.empty()) {
     std::erase_if(names, [&](const std::string& n) { return n != query.node; });
   }
-  std::vector<tracker::NodeView> views = ViewsInBatches(tracker_, names);
+  state.views = ViewsInBatches(tracker_, names);
   if (!query.instance_type.empty()) {
-    std::erase_if(views, [&](const tracker::NodeView& v) {
+    std::erase_if(state.views, [&](const tracker::NodeView& v) {
       return v.info.instance_type != query.instance_type;
     });
   }
-  const topology::SlotCosts costs = tracker_.Costs();
-  const std::vector<int64_t> supply = tracker_.Supply();
-
-  std::string nodes = "[";
-  nodes.reserve(views.size() * 1600);  // a half-full 16-device node writes ~1.4 KB
-  std::map<std::string, const topology::InstanceType*> shown_types;
-  int64_t devices = 0;
+  state.costs = tracker_.Costs();
+  state.supply = tracker_.Supply();
   int64_t free_units = 0;
   int64_t all_units = 0;
-  for (const auto& view : views) {
-    if (nodes.size() > 1) nodes += ',';
-    AppendNode(nodes, view, costs);
+  for (const auto& view : state.views) {
     if (!view.shape) continue;
-    shown_types.emplace(view.info.instance_type, view.shape->type);
-    devices += view.shape->devices;
+    state.types.emplace(view.info.instance_type, view.shape->type);
+    state.devices += view.shape->devices;
     free_units += topology::FreeUnits(*view.shape, view.usage);
     all_units += int64_t{view.shape->devices} * topology::kUnitsPerDevice;
   }
-  for (const auto& [name, reason] : not_offered) {
+  state.allocated_share =
+      all_units > 0 ? 1.0 - static_cast<double>(free_units) / static_cast<double>(all_units) : 0.0;
+
+  names.clear();
+  for (const auto& v : state.views) names.push_back(v.info.name);
+  for (auto& pod : waiting) {
+    PendingPod entry{std::move(pod), false, {}};
+    if (static_cast<int>(state.pending.size()) < query.explain_pending) {
+      entry.explained = true;
+      // Per kind: how many nodes, and the first node's words (filter's) as an example.
+      tracker_.ForEachFit(entry.pod.spec, names, [&](size_t i, tracker::FitResult&& fit) {
+        WhyExample& kind = entry.kinds[std::string(WhyKind(state.views[i], entry.pod.spec, fit))];
+        if (kind.nodes++ == 0) {
+          kind.node = names[i];
+          kind.reason = std::move(fit.reason);
+        }
+      });
+      if (!state.not_offered.empty()) {
+        entry.kinds["not-managed"] = {static_cast<int>(state.not_offered.size()),
+                                      state.not_offered[0].first, state.not_offered[0].second};
+      }
+    }
+    state.pending.push_back(std::move(entry));
+  }
+  return state;
+}
+
+std::string ExtenderService::FleetView(const FleetQuery& query) const {
+  const FleetState state = CollectFleet(query);
+  std::string nodes = "[";
+  nodes.reserve(state.views.size() * 1600);  // a half-full 16-device node writes ~1.4 KB
+  for (const auto& view : state.views) {
     if (nodes.size() > 1) nodes += ',';
+    AppendNode(nodes, view, state.costs);
+  }
+  for (const auto& [name, reason] : state.not_offered) {
+    if (nodes.size() > 1) nodes += ',';
+    const auto type = state.not_offered_types.find(name);
     nodes += Json{
         {"name", name},
-        {"instance_type", types[name]},
+        {"instance_type", type != state.not_offered_types.end() ? type->second : std::string()},
         {"managed_by", "dra"},
         {"not_offered",
          reason}}.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -293,28 +321,15 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   nodes += ']';
 
   Json pending = Json::array();
-  names.clear();
-  for (const auto& v : views) names.push_back(v.info.name);
-  for (size_t p = 0; p < waiting.size(); ++p) {
-    const PodRequests& pod = waiting[p];
-    Json entry = {{"pod", pod.ns + "/" + pod.name}, {"uid", pod.spec.uid}};
-    if (pod.gang) entry["gang"] = pod.gang->id;
-    entry["requests"] = RequestsJson(pod.spec);
-    if (static_cast<int>(p) < query.explain_pending) {
-      // Per kind: how many nodes, and the first node's words (filter's) as an example.
-      std::map<std::string, std::pair<int, Json>> kinds;
-      tracker_.ForEachFit(pod.spec, names, [&](size_t i, tracker::FitResult&& fit) {
-        auto& [count, example] = kinds[std::string(WhyKind(views[i], pod.spec, fit))];
-        if (count++ == 0) example = {{"node", names[i]}, {"reason", fit.reason}};
-      });
-      if (!not_offered.empty()) {
-        kinds["not-managed"] = {
-            static_cast<int>(not_offered.size()),
-            {{"node", not_offered[0].first}, {"reason", not_offered[0].second}}};
-      }
+  for (const PendingPod& p : state.pending) {
+    Json entry = {{"pod", p.pod.ns + "/" + p.pod.name}, {"uid", p.pod.spec.uid}};
+    if (p.pod.gang) entry["gang"] = p.pod.gang->id;
+    entry["requests"] = RequestsJson(p.pod.spec);
+    if (p.explained) {
       Json why = Json::object();
-      for (auto& [kind, value] : kinds) {
-        why[kind] = {{"nodes", value.first}, {"example", std::move(value.second)}};
+      for (const auto& [kind, value] : p.kinds) {
+        why[kind] = {{"nodes", value.nodes},
+                     {"example", {{"node", value.node}, {"reason", value.reason}}}};
       }
       entry["why"] = std::move(why);
     }
@@ -322,7 +337,7 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   }
 
   Json instance_types = Json::object();
-  for (const auto& [name, type] : shown_types) {
+  for (const auto& [name, type] : state.types) {
     instance_types[name] = {{"devices", type->devices},
                             {"rule", topology::RuleName(type->rule)},
                             {"sizes", type->sizes},
@@ -332,15 +347,14 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
               {"kind", "FleetView"},
               {"ready", Ready()},
               {"policy", topology::PolicyName(options_.policy)}};
-  out["summary"] = {
-      {"nodes", views.size() + not_offered.size()},
-      {"devices", devices},
-      {"allocated_share",
-       all_units > 0 ? 1.0 - static_cast<double>(free_units) / static_cast<double>(all_units)
-                     : 0.0},
-      {"pending_pods", waiting.size()},
-      {"pending_explained", std::min<size_t>(waiting.size(), std::max(0, query.explain_pending))}};
-  out["classes"] = ClassesJson(costs, supply);
+  const size_t explained = static_cast<size_t>(std::count_if(
+      state.pending.begin(), state.pending.end(), [](const PendingPod& p) { return p.explained; }));
+  out["summary"] = {{"nodes", state.views.size() + state.not_offered.size()},
+                    {"devices", state.devices},
+                    {"allocated_share", state.allocated_share},
+                    {"pending_pods", state.pending.size()},
+                    {"pending_explained", explained}};
+  out["classes"] = ClassesJson(state.costs, state.supply);
   out["instance_types"] = std::move(instance_types);
   // The nodes go in as written (AppendNode); the pending pods after them.
   std::string answer = out.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -385,7 +399,7 @@ Result<std::string> ExtenderService::WhyPending(std::string_view pod_key) const 
   if (pod->gang) out["gang"] = pod->gang->id;
   if (auto hold = tracker_.Find(pod->spec.uid)) {
     out["node"] = hold->allocation.node;
-    out["state"] = StateName(hold->state);
+    out["state"] = HoldStateName(hold->state);
     Json containers = Json::array();
     for (const auto& c : hold->allocation.containers) {
       containers.push_back({{"container", c.container},

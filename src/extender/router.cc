@@ -66,18 +66,20 @@ net::HttpResponse BadRequest(std::string_view verb, const std::string& error) {
 
 }  // namespace
 
-void Router::HandleView(std::string_view verb, std::string_view target,
-                        std::function<void(net::HttpResponse)> finish) {
+void Router::HandleView(std::string_view target, std::function<void(net::HttpResponse)> finish) {
   auto query = net::ParseTarget(target);
   if (!query.ok()) {
     return finish(
         {400, "text/plain", fmt::format("malformed request target: {}\n", query.error())});
   }
-  if (query->path != "/v1/fleet" && query->path != "/v1/why") {
-    return finish({404, "text/plain", "not found: the views are /v1/fleet and /v1/why\n"});
+  const bool page = query->path == "/fleet" || query->path == "/fleet/";
+  const bool why = query->path == "/v1/why";
+  if (!page && !why && query->path != "/v1/fleet") {
+    return finish({404, "text/plain", "not found: the views are /fleet, /v1/fleet and /v1/why\n"});
   }
   FleetQuery fleet;
-  if (verb == "fleet") {
+  std::string pod = query->Get("pod").value_or("");
+  if (!why) {
     fleet.node = query->Get("node").value_or("");
     fleet.instance_type = query->Get("type").value_or("");
     if (auto explain = query->Get("explain")) {
@@ -88,24 +90,46 @@ void Router::HandleView(std::string_view verb, std::string_view target,
       }
       fleet.explain_pending = n;
     }
-  } else if (query->Get("pod").value_or("").find('/') == std::string::npos) {
-    return finish({400, "text/plain", "why: give the pod as ?pod=NAMESPACE/NAME\n"});
+  }
+  if ((why || !pod.empty()) && pod.find('/') == std::string::npos) {
+    return finish({400, "text/plain", "give the pod as ?pod=NAMESPACE/NAME\n"});
   }
   if (views_pending_.fetch_add(1) > kMaxViewsWaiting) {
     views_pending_.fetch_sub(1);
     return finish({503, "text/plain", "busy: other views are being built; retry\n"});
   }
-  boost::asio::post(view_pool_->pool, [this, fleet = std::move(fleet), pod = query->Get("pod"),
-                                       why = verb == "why", finish = std::move(finish)] {
+  boost::asio::post(view_pool_->pool, [this, fleet = std::move(fleet), pod = std::move(pod), why,
+                                       page, finish = std::move(finish)] {
     struct Done {
       std::atomic<int>& pending;
       ~Done() { pending.fetch_sub(1); }
     } done{views_pending_};
+    if (page) return finish({200, "text/html; charset=utf-8", service_.FleetPage(fleet, pod)});
     if (!why) return finish({200, "application/json", service_.FleetView(fleet)});
-    auto answer = service_.WhyPending(*pod);
+    auto answer = service_.WhyPending(pod);
     if (!answer.ok()) return finish({404, "text/plain", answer.error() + "\n"});
     finish({200, "application/json", std::move(answer).value()});
   });
+}
+
+void Router::HandleViewsOnly(net::HttpRequest&& request, net::Responder respond) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string verb(LastSegment(request.target));
+  auto finish = [this, start, verb, respond = std::move(respond)](net::HttpResponse response) {
+    metrics_.ObserveRequest(
+        verb, response.status,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    respond(std::move(response));
+  };
+  if (request.method != "GET") {
+    return finish({405, "text/plain", "this port serves only GET of the views\n"});
+  }
+  if (verb == "healthz") return finish({200, "text/plain", "ok\n"});
+  // The page is this port's front door.
+  if (request.target == "/" || request.target.starts_with("/?")) {
+    return HandleView("/fleet" + request.target.substr(1), finish);
+  }
+  HandleView(request.target, finish);
 }
 
 void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
@@ -137,7 +161,7 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
       metrics_.SetBindsPending(binds_pending_.load());
       return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
     }
-    if (verb == "fleet" || verb == "why") return HandleView(verb, request.target, finish);
+    if (verb == "fleet" || verb == "why") return HandleView(request.target, finish);
     return finish({404, "text/plain", "not found\n"});
   }
   if (request.method != "POST") {

@@ -1,13 +1,13 @@
 // Maps HTTP requests to the extender's verbs: POST .../filter, .../prioritize, .../bind,
 // .../preempt (the last path segment names the verb, so any urlPrefix path works), GET /healthz,
-// /readyz and /metrics, and the operators' views GET /v1/fleet and /v1/why?pod=NS/NAME
-// (docs/observability.md). Binds run on their own thread pool so that a slow API server never holds
-// up filter and prioritize; at most `bind_queue` binds wait for or hold a bind thread, and one
-// more is answered 503 with an ExtenderBindingResult error ("busy"), which kube-scheduler treats
-// as a failed bind: the pod goes back to its queue and is retried, instead of the queue growing
-// without bound behind a slow API server. The views run on a thread of their own, one at a time
-// (at most kMaxViewsWaiting more wait; then 503), so that a 5,000-node view never delays a filter
-// on the io thread or a bind on the bind pool.
+// /readyz and /metrics, and the operators' views GET /fleet (the page), /v1/fleet and
+// /v1/why?pod=NS/NAME (docs/observability.md). Binds run on their own thread pool so that a slow
+// API server never holds up filter and prioritize; at most `bind_queue` binds wait for or hold a
+// bind thread, and one more is answered 503 with an ExtenderBindingResult error ("busy"), which
+// kube-scheduler treats as a failed bind: the pod goes back to its queue and is retried, instead of
+// the queue growing without bound behind a slow API server. The views run on a thread of their own,
+// one at a time (at most kMaxViewsWaiting more wait; then 503), so that a 5,000-node view never
+// delays a filter on the io thread or a bind on the bind pool.
 #ifndef TOPOSCHED_EXTENDER_ROUTER_H_
 #define TOPOSCHED_EXTENDER_ROUTER_H_
 
@@ -56,6 +56,14 @@ class Router {
   bool DrainBinds(std::chrono::steady_clock::time_point deadline) const;
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
+  // The views' own port (--views-listen, loopback only): GET of the page and the views, /healthz;
+  // nothing else (no verb, no metrics).
+  void HandleViewsOnly(net::HttpRequest&& request, net::Responder respond);
+  net::HttpHandler AsViewsHandler() {
+    return [this](net::HttpRequest&& r, net::Responder respond) {
+      HandleViewsOnly(std::move(r), std::move(respond));
+    };
+  }
   net::HttpHandler AsHandler() {
     return [this](net::HttpRequest&& r, net::Responder respond) {
       Handle(std::move(r), std::move(respond));
@@ -66,9 +74,8 @@ class Router {
   struct Pool;
   ExtenderService& service_;
   Metrics& metrics_;
-  // Answers a GET of the views on view_pool_.
-  void HandleView(std::string_view verb, std::string_view target,
-                  std::function<void(net::HttpResponse)> finish);
+  // Answers a GET of the views (/fleet, /v1/fleet, /v1/why) on view_pool_.
+  void HandleView(std::string_view target, std::function<void(net::HttpResponse)> finish);
 
   // Declared before the pools: a task finishing while a pool joins still counts down.
   std::atomic<int> views_pending_{0};

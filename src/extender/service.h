@@ -56,6 +56,8 @@ inline constexpr std::string_view kShuttingDownReason =
 // DRA claims (`dra_held`, the device plugin's claims::kLabelDraClaimsHeld) still hold devices.
 std::string NotOfferedReason(std::string_view node, std::string_view dra_held);
 
+struct FleetState;
+
 // What the fleet view shows (fleet_view.cc; docs/observability.md).
 struct FleetQuery {
   std::string node;           // only this node; empty = all
@@ -207,10 +209,15 @@ class ExtenderService {
   // Per node, why the pod (namespace/name) is not placed there; an error when the extender does
   // not know the pod.
   Result<std::string> WhyPending(std::string_view pod_key) const;
+  // The fleet page (fleet_page.cc): the same state drawn as HTML, each node as its topology;
+  // `highlight_pod` (namespace/name) is drawn in colour and every other pod pale.
+  std::string FleetPage(const FleetQuery& query, std::string_view highlight_pod) const;
 
   const tracker::Tracker& tracker() const { return tracker_; }
 
  private:
+  // What the fleet view and page show (fleet_state.h), read in batches of nodes.
+  FleetState CollectFleet(const FleetQuery& query) const;
   // What a bind holds so far, for FailBind.
   struct BindAttempt {
     std::string uid;

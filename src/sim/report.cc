@@ -2,16 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/json_escape.h"
+#include "draw/html.h"
+#include "draw/line_chart.h"
+#include "draw/node_svg.h"
 
 namespace toposched::sim {
 namespace {
 
+using draw::HtmlEscape;
 using topology::PolicyName;
 
 // One line of the comparison table: a label and a cell per policy.
@@ -381,33 +386,6 @@ std::string JsonNumber(double value, int decimals) {
   return fmt::format("{:.{}f}", value, decimals);
 }
 
-std::string HtmlEscape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string_view PolicyColour(topology::Policy policy) {
   switch (policy) {
     case topology::Policy::kScarcity:
@@ -430,17 +408,6 @@ std::string_view PolicyColour(topology::Policy policy) {
   return "#444";
 }
 
-// A round step for about `target` ticks over `range`.
-double NiceStep(double range, int target) {
-  if (range <= 0) return 1;
-  const double raw = range / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
-    if (raw <= m * magnitude) return m * magnitude;
-  }
-  return 10 * magnitude;
-}
-
 // Where the charts end: the whole replay in dynamic mode. In fill mode the fleet stays full once
 // it is full, so the charts stop a little after the last change in allocation and keep the
 // filling readable.
@@ -460,78 +427,23 @@ double ChartEnd(const SimResult& r) {
   return end > 0 ? end : 1;
 }
 
-// One line per policy over time (or tasks tried), of `value` (a share when `percent`). Each line
-// keeps the highest value in each pixel column, so short peaks stay visible.
-std::string LineChart(const SimResult& r, bool percent, double (*value)(const UtilizationPoint&)) {
-  constexpr int kWidth = 900;
-  constexpr int kHeight = 280;
-  constexpr int kLeft = 56;
-  constexpr int kRight = 16;
-  constexpr int kTop = 14;
-  constexpr int kBottom = 42;
-  constexpr int kPlotWidth = kWidth - kLeft - kRight;
-  constexpr int kPlotHeight = kHeight - kTop - kBottom;
+// One line per policy over time (or tasks tried), of `value` (a share when `percent`).
+std::string PolicyChart(const SimResult& r, bool percent,
+                        double (*value)(const UtilizationPoint&)) {
   const bool dynamic = r.mode != Mode::kFill;
   const double unit = dynamic ? 86400.0 : 1.0;  // days, or tasks
-  const double x_max = ChartEnd(r) / unit;
-  double y_max = percent ? 1.0 : 0.0;  // counts: up to the highest one shown
+  std::vector<draw::Series> series;
   for (const auto& p : r.policies) {
-    for (const auto& point : p.timeline) {
-      if (point.x / unit > x_max) break;
-      y_max = std::max(y_max, value(point));
-    }
+    draw::Series line{std::string(PolicyName(p.policy)), std::string(PolicyColour(p.policy)), {}};
+    line.points.reserve(p.timeline.size());
+    for (const auto& point : p.timeline) line.points.emplace_back(point.x / unit, value(point));
+    series.push_back(std::move(line));
   }
-  if (y_max <= 0) y_max = 1;
-  auto px = [&](double x) { return kLeft + x / x_max * kPlotWidth; };
-  auto py = [&](double y) { return kTop + (1.0 - y / y_max) * kPlotHeight; };
-
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n",
-      kWidth, kHeight, kWidth, kHeight);
-  const double y_step = percent ? 0.25 : NiceStep(y_max, 5);
-  for (double y = 0; y <= y_max + 1e-9; y += y_step) {
-    const std::string label = percent ? fmt::format("{:g}%", 100 * y) : fmt::format("{:g}", y);
-    svg += fmt::format(
-        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
-        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"11\">{}</text>\n",
-        kLeft, py(y), kLeft + kPlotWidth, py(y), kLeft - 6, py(y) + 4, label);
-  }
-  const double x_step = NiceStep(x_max, 8);
-  for (double x = 0; x <= x_max + 1e-9; x += x_step) {
-    svg += fmt::format(
-        "<line x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#999\"/>"
-        "<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{:g}</text>\n",
-        px(x), kTop + kPlotHeight, px(x), kTop + kPlotHeight + 5, px(x), kTop + kPlotHeight + 18,
-        x);
-  }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"12\">{}</text>\n",
-                     kLeft + kPlotWidth / 2, kHeight - 6,
-                     dynamic ? "days of virtual time" : "tasks tried (in order)");
-  for (const auto& p : r.policies) {
-    if (p.timeline.empty()) continue;
-    std::vector<double> column(kPlotWidth + 1, -1.0);
-    for (const auto& point : p.timeline) {
-      if (point.x / unit > x_max) break;
-      const auto c = static_cast<size_t>(
-          std::clamp(static_cast<int>(point.x / unit / x_max * kPlotWidth), 0, kPlotWidth));
-      column[c] = std::max(column[c], value(point));
-    }
-    std::string points;
-    double last = 0;
-    for (int c = 0; c <= kPlotWidth; ++c) {
-      double y = column[static_cast<size_t>(c)];
-      if (y < 0) y = last;  // a step function: no event, no change
-      last = y;
-      points += fmt::format("{} {:.1f} ", kLeft + c, py(y));
-    }
-    svg += fmt::format(
-        "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.4\" points=\"{}\">"
-        "<title>{}</title></polyline>\n",
-        PolicyColour(p.policy), points, PolicyName(p.policy));
-  }
-  svg += "</svg>\n";
-  return svg;
+  draw::ChartAxes axes;
+  axes.percent = percent;
+  axes.x_label = dynamic ? "days of virtual time" : "tasks tried (in order)";
+  axes.x_max = ChartEnd(r) / unit;
+  return draw::LineChart(series, axes);
 }
 
 std::string Legend(const SimResult& r) {
@@ -543,57 +455,31 @@ std::string Legend(const SimResult& r) {
   return out + "</p>\n";
 }
 
-std::string OwnerColour(int owner) {
-  if (owner < 0) return "#eeeeee";
-  // Golden-angle hues: neighbouring pods get clearly different colours.
-  const int hue = static_cast<int>(std::fmod(owner * 137.508, 360.0));
-  return fmt::format("hsl({},62%,{}%)", hue, 48 + owner % 3 * 8);
-}
-
-std::string DeviceMapSvg(const std::vector<DeviceMap>& maps,
-                         const std::vector<std::string>& task_names) {
-  constexpr int kLabel = 170;
-  constexpr int kBox = 34;
-  constexpr int kGap = 4;
-  constexpr int kRowHeight = kBox + 14;
-  int widest = 1;
-  for (const auto& m : maps) widest = std::max(widest, m.devices);
-  const int width = kLabel + widest * (kBox + kGap);
-  const int height = static_cast<int>(maps.size()) * kRowHeight + 4;
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" font-family=\"sans-serif\">\n",
-      width, height, width, height);
-  auto owner_name = [&](int owner) {
-    if (owner < 0) return std::string("free");
-    const auto index = static_cast<size_t>(owner);
-    return HtmlEscape(index < task_names.size() ? task_names[index] : std::to_string(owner));
-  };
-  for (size_t row = 0; row < maps.size(); ++row) {
-    const DeviceMap& m = maps[row];
-    const int y = static_cast<int>(row) * kRowHeight + 4;
-    svg += fmt::format("<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>\n", y + kBox / 2 + 4,
-                       HtmlEscape(m.node));
-    const double core_width = static_cast<double>(kBox) / std::max(m.cores_per_device, 1);
-    for (int d = 0; d < m.devices; ++d) {
-      const int x = kLabel + d * (kBox + kGap);
-      for (int k = 0; k < m.cores_per_device; ++k) {
-        const size_t core = static_cast<size_t>(d * m.cores_per_device + k);
-        const int owner = core < m.core_owner.size() ? m.core_owner[core] : -1;
-        svg += fmt::format(
-            "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\">"
-            "<title>device {} core {}: {}</title></rect>\n",
-            x + k * core_width, y, core_width, kBox, OwnerColour(owner), d, core,
-            owner_name(owner));
+// Each node as its topology (draw::NodeSvg), a pod's colour by its index in the trace.
+std::string DeviceMapSvgs(const std::vector<DeviceMap>& maps,
+                          const std::vector<std::string>& task_names) {
+  std::string out;
+  for (const DeviceMap& m : maps) {
+    std::vector<draw::Owner> owners;
+    std::map<int, int> index;  // task -> owner
+    draw::NodePicture node{m.node, m.instance_type, m.type, m.devices, m.cores_per_device, {}, {}};
+    node.core_owner.reserve(m.core_owner.size());
+    for (int task : m.core_owner) {
+      if (task < 0) {
+        node.core_owner.push_back(-1);
+        continue;
       }
-      svg += fmt::format(
-          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#555\"/>"
-          "<text x=\"{}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{}</text>\n",
-          x, y, kBox, kBox, x + kBox / 2, y + kBox + 10, d);
+      auto [it, added] = index.emplace(task, static_cast<int>(owners.size()));
+      if (added) {
+        const auto t = static_cast<size_t>(task);
+        std::string name = t < task_names.size() ? task_names[t] : std::to_string(task);
+        owners.push_back({name, name, draw::OwnerColour(task), ""});
+      }
+      node.core_owner.push_back(it->second);
     }
+    out += draw::NodeSvg(node, owners) + "\n";
   }
-  svg += "</svg>\n";
-  return svg;
+  return out;
 }
 
 }  // namespace
@@ -731,6 +617,7 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
       ".legend span{margin-right:18px}\n"
       ".legend i{display:inline-block;width:14px;height:4px;margin:0 6px 3px 0}\n"
       ".scroll{overflow-x:auto}\npre{white-space:pre-wrap}\n"
+      ".nodes{display:flex;flex-wrap:wrap;gap:8px}\n"
       "</style></head><body>\n<h1>toposched simulate</h1>\n<pre>";
   for (const auto& line : HeaderLines(r, trace_name)) out += HtmlEscape(line) + "\n";
   for (const auto& warning : r.warnings) out += "  warning: " + HtmlEscape(warning) + "\n";
@@ -749,7 +636,7 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
                      r.mode != Mode::kFill ? "over virtual time" : "as tasks are added");
   out += Legend(r);
   out += "<div class=\"scroll\">" +
-         LineChart(r, true, [](const UtilizationPoint& p) { return p.allocated_share; }) +
+         PolicyChart(r, true, [](const UtilizationPoint& p) { return p.allocated_share; }) +
          "</div>\n";
   out +=
       "<p>Each line keeps the highest value within each pixel column, so short peaks show; "
@@ -763,20 +650,22 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
   if (r.mode == Mode::kQueue) {
     out += "<h2>Pods waiting</h2>\n" + Legend(r);
     out += "<div class=\"scroll\">" +
-           LineChart(r, false,
-                     [](const UtilizationPoint& p) { return static_cast<double>(p.waiting); }) +
+           PolicyChart(r, false,
+                       [](const UtilizationPoint& p) { return static_cast<double>(p.waiting); }) +
            "</div>\n";
   } else {
     out += "<h2>Pods rejected so far</h2>\n" + Legend(r);
     out += "<div class=\"scroll\">" +
-           LineChart(r, false,
-                     [](const UtilizationPoint& p) { return static_cast<double>(p.rejected); }) +
+           PolicyChart(r, false,
+                       [](const UtilizationPoint& p) { return static_cast<double>(p.rejected); }) +
            "</div>\n";
   }
 
   out +=
-      "<h2>Device maps</h2>\n<p>A box per device, split into its cores; each pod has its own "
-      "colour (hover for its name), grey is free. Up to two nodes of each type.</p>\n";
+      "<h2>Device maps</h2>\n<p>Each node drawn as its topology (a ring, a chain, a torus's rows), "
+      "a "
+      "box per device split into its cores; each pod has its own colour (hover for its name), "
+      "grey is free. Up to two nodes of each type.</p>\n";
   for (const auto& p : r.policies) {
     out += fmt::format("<h3 style=\"color:{}\">{}, {}</h3>\n", PolicyColour(p.policy),
                        PolicyName(p.policy), HtmlEscape(p.device_maps_moment));
@@ -784,7 +673,7 @@ std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
       out += "<p>(no device map recorded)</p>\n";
       continue;
     }
-    out += "<div class=\"scroll\">" + DeviceMapSvg(p.device_maps, r.task_names) + "</div>\n";
+    out += "<div class=\"nodes\">" + DeviceMapSvgs(p.device_maps, r.task_names) + "</div>\n";
   }
   out += "</body></html>\n";
   return out;

@@ -175,7 +175,7 @@ class PolicyRun {
       if (static_cast<int>(maps.size()) >= kMapNodesTotal) break;
       if (per_type[node.shape.type->name]++ >= kMapNodesPerType) continue;
       maps.push_back({node.name, node.shape.type->name, node.shape.devices,
-                      node.shape.cores_per_device, node.core_owner});
+                      node.shape.cores_per_device, node.core_owner, node.shape.type});
     }
     return maps;
   }

@@ -103,6 +103,7 @@ struct DeviceMap {
   int devices = 0;
   int cores_per_device = 0;
   std::vector<int> core_owner;  // per core: the task's index in the trace, -1 when free
+  const topology::InstanceType* type = nullptr;  // how it is drawn; a pool's differs from its count
 };
 
 struct PolicyResult {
