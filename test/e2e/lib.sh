@@ -101,7 +101,7 @@ e2e_init() {
   ETCD_PORT=$((E2E_PORT_BASE + 79)); ETCD_PEER_PORT=$((E2E_PORT_BASE + 80))
   API_PORT=$((E2E_PORT_BASE + 443)); EXT_PORT=$((E2E_PORT_BASE + 345))
   NOOP_PORT=$((E2E_PORT_BASE + 346)); KUBELET_PORT=$((E2E_PORT_BASE + 250)); SCHED_HEALTH_PORT=$((E2E_PORT_BASE + 251))
-  DP_PROBE_PORT=$((E2E_PORT_BASE + 252)); WEBHOOK_PORT=$((E2E_PORT_BASE + 253))
+  DP_PROBE_PORT=$((E2E_PORT_BASE + 252)); WEBHOOK_PORT=$((E2E_PORT_BASE + 253)); VIEWS_PORT=$((E2E_PORT_BASE + 254))
   trap 'e2e_teardown' EXIT
   trap 'log "interrupted"; E2E_FAILED=1; exit 130' INT
   trap 'log "terminated"; E2E_FAILED=1; exit 143' TERM
@@ -122,16 +122,21 @@ e2e_need_packages() {
   command -v python3 >/dev/null || need+=(python3)
   command -v flock >/dev/null || need+=(util-linux)
   [ ${#need[@]} = 0 ] && return 0
-  log "apt-get install ${need[*]}"
+  e2e_apt_install "${need[@]}" || skip "apt-get install ${need[*]} failed"
+}
+
+# e2e_apt_install PACKAGE...: installs Debian packages a scenario needs (chromium, prometheus), or
+# fails (1). Installing must not start system services (containerd, etcd, prometheus) on a machine
+# without policy-rc.d.
+e2e_apt_install() {
+  log "apt-get install $*"
   export DEBIAN_FRONTEND=noninteractive
-  # Installing must not start system services (containerd, etcd) on a machine without policy-rc.d.
-  local policy=/usr/sbin/policy-rc.d made_policy=0
+  local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"; made_policy=1; fi
-  { apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1 ||
-    { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "${need[@]}" >/dev/null 2>&1; }; } ||
-    { [ $made_policy = 1 ] && rm -f "$policy"; skip "apt-get install ${need[*]} failed"; }
+  { apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 ||
+    { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1; }; } || rc=1
   [ $made_policy = 1 ] && rm -f "$policy"
-  return 0
+  return $rc
 }
 
 # start NAME LOGFILE CMD...: runs CMD in the background at low priority, recorded for teardown.
