@@ -174,7 +174,8 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
                   "--leader-elect=true", "--leader-elect-lease-duration", "15s",
                   "--leader-elect-renew-deadline", "10s", "--leader-elect-retry-period", "2s",
                   "--leader-elect-resource-name", "k8s-neuron-scheduler",
-                  "--leader-elect-resource-namespace", "kube-system", "--policy", "scarcity"));
+                  "--leader-elect-resource-namespace", "kube-system", "--views-listen",
+                  "127.0.0.1:8090", "--policy", "scarcity"));
   EXPECT_EQ(extender["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
                     ["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
                     ["topologyKey"]
@@ -302,8 +303,9 @@ TEST(HelmChart, AwsDefaultSchedulerCommand) {
   EXPECT_TRUE(pod["nodeSelector"]["node-role.kubernetes.io/control-plane"].IsDefined());
   const std::vector<std::string> command = Strings(Container(extender)["command"]);
   // One replica beside the scheduler: no election, no lease role.
-  EXPECT_THAT(command, ElementsAre("/usr/local/bin/toposched", "extender", "--listen",
-                                   "127.0.0.1:32700", "--policy", "scarcity"));
+  EXPECT_THAT(command,
+              ElementsAre("/usr/local/bin/toposched", "extender", "--listen", "127.0.0.1:32700",
+                          "--views-listen", "127.0.0.1:8090", "--policy", "scarcity"));
   EXPECT_THAT(names, Not(Contains("Role/k8s-neuron-scheduler")));
 
   const YAML::Node config =

@@ -20,6 +20,9 @@ e2e_node trn1-a trn1.32xlarge
 e2e_node trn2-a trn2.48xlarge
 e2e_node inf1-a inf1.6xlarge
 for d in 0 4 8 12; do prebound_pod "old-$d" trn1-a trn1.32xlarge aws.amazon.com/neuron "$d"; done
+# The chart turns the views' port on (loopback, for kubectl port-forward); here on a port of ours.
+k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
+  grep -q -- '"--views-listen","127.0.0.1:8090"' || die "the chart's extender does not serve the views on 127.0.0.1:8090"
 e2e_extender --views-listen "127.0.0.1:$VIEWS_PORT"
 e2e_scheduler
 create_pod ring-4 aws.amazon.com/neuron 4 kubernetes.io/hostname=inf2-a

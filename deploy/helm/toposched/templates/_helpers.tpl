@@ -209,6 +209,9 @@ extenders:
 {{- $le := $e.leaderElection -}}
 {{- $args = concat $args (list "--leader-elect=true" "--leader-elect-lease-duration" $le.leaseDuration "--leader-elect-renew-deadline" $le.renewDeadline "--leader-elect-retry-period" $le.retryPeriod "--leader-elect-resource-name" $le.resourceName "--leader-elect-resource-namespace" (include "toposched.scheduler.namespace" .)) -}}
 {{- end -}}
+{{- if $e.viewsPort -}}
+{{- $args = concat $args (list "--views-listen" (printf "127.0.0.1:%v" $e.viewsPort)) -}}
+{{- end -}}
 {{- $args = concat $args (list "--policy" (toString $e.scoringPolicy)) -}}
 {{- if ne (toString $e.logLevel) "info" -}}
 {{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}
