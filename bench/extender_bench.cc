@@ -236,4 +236,23 @@ void BM_FleetView5000(benchmark::State& state) {
 }
 BENCHMARK(BM_FleetView5000)->Arg(0)->Arg(20)->Unit(benchmark::kMillisecond)->Iterations(20);
 
+// The fleet page (GET /fleet) over the same 5,000 half-full nodes: what the extender spends
+// drawing every node as its topology (the browser's side: bench/fleet-page.sh).
+void BM_FleetPage5000(benchmark::State& state) {
+  Cluster& cluster = SharedCluster();
+  std::vector<double> ms;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string page = cluster.service.FleetPage(FleetQuery{}, "");
+    bytes = page.size();
+    benchmark::DoNotOptimize(page);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  state.counters["bytes"] = static_cast<double>(bytes);
+  ReportPercentiles(state, ms);
+}
+BENCHMARK(BM_FleetPage5000)->Unit(benchmark::kMillisecond)->Iterations(10);
+
 BENCHMARK_MAIN();

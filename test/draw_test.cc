@@ -63,8 +63,11 @@ TEST(DrawTest, EachCoreCarriesItsOwnerAndRunsAreOneBox) {
   EXPECT_EQ(Count(svg, "<a href=\"fleet?pod=team/a\">"), 4);
   EXPECT_EQ(Count(svg, "class=\"marked\""), 1);
   EXPECT_EQ(svg.find("<b>"), std::string::npos);
-  // A 4x4 torus: 24 links inside the grid, and each of the 8 wrap-arounds as two stubs.
-  EXPECT_EQ(Count(svg, "<line "), 24 + 16);
+  // A 4x4 torus: 24 links inside the grid, and each of the 8 wrap-arounds as two stubs, in one
+  // path.
+  const size_t links = svg.find("class=\"links\"");
+  ASSERT_NE(links, std::string::npos);
+  EXPECT_EQ(Count(svg.substr(links, svg.find("/>", links) - links), "M"), 24 + 16);
 }
 
 TEST(DrawTest, NeighbouringOwnersGetDistinctColours) {

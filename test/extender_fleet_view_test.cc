@@ -210,6 +210,16 @@ TEST_F(FleetViewTest, PageDrawsEachPodOnItsUnitsAndThePendingPodsReasons) {
   const std::string trn_only = service_.FleetPage(one_type, "");
   EXPECT_EQ(trn_only.find("data-node=\"inf-0\""), std::string::npos);
   EXPECT_THAT(trn_only, HasSubstr("<option selected>trn2.48xlarge</option>"));
+
+  // Pages of nodes: one node per page here.
+  FleetQuery paged;
+  paged.max_nodes = 1;
+  paged.first_node = 1;
+  const std::string second = service_.FleetPage(paged, "");
+  EXPECT_EQ(second.find("data-node=\"inf-0\""), std::string::npos);
+  EXPECT_THAT(second, HasSubstr("data-node=\"trn-0\""));
+  EXPECT_THAT(second,
+              HasSubstr("nodes 2-2 of 2 <a href=\"fleet?from=0&amp;count=1\">previous</a>"));
 }
 
 TEST_F(FleetViewTest, PageEscapesWhatItDoesNotWrite) {
@@ -233,6 +243,11 @@ TEST(UrlQueryTest, DecodesPathAndParameters) {
   EXPECT_EQ(q->Get("y"), std::nullopt);
   ASSERT_EQ(q->params.size(), 3u);
   EXPECT_EQ(q->params[0].second, "team-a/train 0");
+  // Encoding is the inverse of decoding.
+  const std::string odd = "a b&c=d%e/\xc3\xa9";
+  auto back = net::ParseTarget("/x?v=" + net::UrlEncode(odd));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->Get("v"), odd);
 }
 
 TEST(UrlQueryTest, RefusesBadEscapesControlBytesAndFloods) {

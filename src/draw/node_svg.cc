@@ -60,12 +60,12 @@ Positions Place(const DeviceLayout& layout, int devices) {
 void AppendLinks(std::string& svg, const topology::InstanceType& type, const DeviceLayout& layout,
                  const Positions& at, Point origin) {
   const int n = static_cast<int>(at.centre.size());
+  // One path for every link: a 500-node page draws 20,000 of them.
+  std::string path;
   auto line = [&](Point a, Point b) {
-    fmt::format_to(std::back_inserter(svg),
-                   "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\"/>",
-                   origin.x + a.x, origin.y + a.y, origin.x + b.x, origin.y + b.y);
+    fmt::format_to(std::back_inserter(path), "M{:.1f} {:.1f}L{:.1f} {:.1f}", origin.x + a.x,
+                   origin.y + a.y, origin.x + b.x, origin.y + b.y);
   };
-  svg += "<g stroke=\"#999\" stroke-width=\"2\">";
   for (int a = 0; a < n && a < static_cast<int>(type.adjacency.size()); ++a) {
     for (int b : type.adjacency[static_cast<size_t>(a)]) {
       if (b <= a || b >= n) continue;
@@ -90,12 +90,22 @@ void AppendLinks(std::string& svg, const topology::InstanceType& type, const Dev
       line(pb, {pb.x + dx * reach, pb.y + dy * reach});
     }
   }
-  svg += "</g>";
+  if (!path.empty()) {
+    svg += "<path class=\"links\" stroke=\"#999\" stroke-width=\"2\" d=\"" + path + "\"/>";
+  }
 }
 
+// What a node's devices add besides their cores: drawn once per node, not once per device, so a
+// 500-node page stays light for the browser.
+struct DeviceMarks {
+  std::string outlines;  // path data
+  std::string labels;    // <text> elements
+  std::string crosses;   // path data
+};
+
 // One device's box: its cores in runs of the same owner, a link and hover text per run.
-void AppendDevice(std::string& svg, const NodePicture& node, std::span<const Owner> owners, int d,
-                  Point centre) {
+void AppendDevice(std::string& svg, DeviceMarks& marks, const NodePicture& node,
+                  std::span<const Owner> owners, int d, Point centre) {
   const int per = std::max(node.cores_per_device, 1);
   const double x0 = centre.x - kBox / 2.0;
   const double y0 = centre.y - kBox / 2.0;
@@ -128,18 +138,15 @@ void AppendDevice(std::string& svg, const NodePicture& node, std::span<const Own
     if (o != nullptr && !o->href.empty()) svg += "</a>";
     k = end;
   }
-  fmt::format_to(std::back_inserter(svg),
-                 "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"none\" "
-                 "stroke=\"#555\" pointer-events=\"none\"/>"
-                 "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"9\" text-anchor=\"middle\" "
-                 "pointer-events=\"none\" stroke=\"#fff\" stroke-width=\"2\" "
-                 "paint-order=\"stroke\">{}</text>",
-                 x0, y0, kBox, kBox, centre.x, centre.y + 3, d);
+  fmt::format_to(std::back_inserter(marks.outlines), "M{:.1f} {:.1f}h{}v{}h-{}z", x0, y0, kBox,
+                 kBox, kBox);
+  fmt::format_to(std::back_inserter(marks.labels), "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>",
+                 centre.x, centre.y + 3, d);
   if (std::find(node.marked_devices.begin(), node.marked_devices.end(), d) !=
       node.marked_devices.end()) {
-    fmt::format_to(std::back_inserter(svg),
-                   "<path class=\"marked\" d=\"M{0:.1f} {1:.1f}L{2:.1f} {3:.1f}M{2:.1f} "
-                   "{1:.1f}L{0:.1f} {3:.1f}\" stroke=\"#c00\" stroke-width=\"2\"/>",
+    fmt::format_to(std::back_inserter(marks.crosses),
+                   "M{0:.1f} {1:.1f}L{2:.1f} {3:.1f}M{2:.1f} "
+                   "{1:.1f}L{0:.1f} {3:.1f}",
                    x0, y0, x0 + kBox, y0 + kBox);
   }
 }
@@ -183,9 +190,18 @@ std::string NodeSvg(const NodePicture& node, std::span<const Owner> owners) {
       kPad, kPad + 25, HtmlEscape(node.caption));
   const Point origin{kPad, kPad + kHead};
   if (node.type != nullptr) AppendLinks(svg, *node.type, layout, at, origin);
+  DeviceMarks marks;
   for (int d = 0; d < node.devices; ++d) {
     const Point c = at.centre[static_cast<size_t>(d)];
-    AppendDevice(svg, node, owners, d, {origin.x + c.x, origin.y + c.y});
+    AppendDevice(svg, marks, node, owners, d, {origin.x + c.x, origin.y + c.y});
+  }
+  svg += "<path fill=\"none\" stroke=\"#555\" pointer-events=\"none\" d=\"" + marks.outlines +
+         "\"/><g font-size=\"9\" text-anchor=\"middle\" pointer-events=\"none\" stroke=\"#fff\" "
+         "stroke-width=\"2\" paint-order=\"stroke\">" +
+         marks.labels + "</g>";
+  if (!marks.crosses.empty()) {
+    svg +=
+        "<path class=\"marked\" stroke=\"#c00\" stroke-width=\"2\" d=\"" + marks.crosses + "\"/>";
   }
   svg += "</svg>";
   return svg;

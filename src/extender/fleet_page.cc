@@ -5,10 +5,10 @@
 // clicking it shows the pod (?pod=NS/NAME) with every other pod pale.
 #include <algorithm>
 #include <bit>
-#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +18,7 @@
 #include "draw/node_svg.h"
 #include "extender/fleet_state.h"
 #include "extender/service.h"
+#include "net/url_query.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::extender {
@@ -45,18 +46,7 @@ constexpr std::string_view kTiming =
 
 std::string PodKey(const tracker::HolderView& holder) { return holder.pod_name; }
 
-std::string PodLink(std::string_view key) {
-  std::string href = "fleet?pod=";
-  for (unsigned char c : key) {
-    // Namespaces and names are DNS labels; anything else is percent-encoded.
-    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '/') {
-      href += static_cast<char>(c);
-    } else {
-      href += fmt::format("%{:02X}", c);
-    }
-  }
-  return href;
-}
+std::string PodLink(std::string_view key) { return "fleet?pod=" + net::UrlEncode(key); }
 
 // A colour per pod, by the order pods first appear on the page (nodes by name, holds by uid):
 // neighbours get clearly different hues, and the same state draws the same colours.
@@ -198,6 +188,21 @@ std::string ClassesTable(const FleetState& state) {
   return out + "</table>\n";
 }
 
+// "Nodes 501-1000 of 5000", with links to the pages before and after (the filters kept).
+std::string PageLinks(const FleetQuery& query, size_t first, size_t last, size_t total) {
+  auto link = [&](size_t from, std::string_view text) {
+    std::string href = fmt::format("fleet?from={}&count={}", from, query.max_nodes);
+    if (!query.instance_type.empty()) href += "&type=" + net::UrlEncode(query.instance_type);
+    if (!query.node.empty()) href += "&node=" + net::UrlEncode(query.node);
+    return fmt::format(" <a href=\"{}\">{}</a>", HtmlEscape(href), text);
+  };
+  std::string out = fmt::format("<p id=\"pages\">nodes {}-{} of {}", first + 1, last, total);
+  const auto count = static_cast<size_t>(query.max_nodes);
+  if (first > 0) out += link(first > count ? first - count : 0, "previous");
+  if (last < total) out += link(last, "next");
+  return out + "</p>\n";
+}
+
 // Where the highlighted pod is, or why it waits.
 std::string Focus(const FleetState& state, std::string_view pod) {
   for (const auto& node : state.views) {
@@ -255,7 +260,12 @@ std::string ExtenderService::FleetPage(const FleetQuery& query,
       "split into its cores; a colour per pod (hover for it, click to show it alone), grey is "
       "free.</p>\n<div class=\"nodes\">\n";
   Palette palette;
-  for (const auto& view : state.views) {
+  const size_t first = std::min(static_cast<size_t>(query.first_node), state.views.size());
+  const size_t last = std::min(first + static_cast<size_t>(query.max_nodes), state.views.size());
+  if (first > 0 || last < state.views.size()) {
+    out += PageLinks(query, first, last, state.views.size());
+  }
+  for (const auto& view : std::span(state.views).subspan(first, last - first)) {
     if (view.shape) {
       out += NodeFigure(view, state.costs, highlight_pod, palette);
     } else {

@@ -82,13 +82,24 @@ void Router::HandleView(std::string_view target, std::function<void(net::HttpRes
   if (!why) {
     fleet.node = query->Get("node").value_or("");
     fleet.instance_type = query->Get("type").value_or("");
-    if (auto explain = query->Get("explain")) {
+    struct Count {
+      const char* name;
+      int& out;
+      int max;
+      const char* what;
+    };
+    for (const Count& c : {Count{"explain", fleet.explain_pending, 1000, "a count of pending pods"},
+                           Count{"from", fleet.first_node, 1000000, "the first node to draw"},
+                           Count{"count", fleet.max_nodes, 5000, "how many nodes to draw"}}) {
+      const auto text = query->Get(c.name);
+      if (!text) continue;
       int n = -1;
-      const auto [end, ec] = std::from_chars(explain->data(), explain->data() + explain->size(), n);
-      if (ec != std::errc() || end != explain->data() + explain->size() || n < 0 || n > 1000) {
-        return finish({400, "text/plain", "explain: give a count of pending pods, 0 to 1000\n"});
+      const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), n);
+      if (ec != std::errc() || end != text->data() + text->size() || n < 0 || n > c.max) {
+        return finish(
+            {400, "text/plain", fmt::format("{}: give {}, 0 to {}\n", c.name, c.what, c.max)});
       }
-      fleet.explain_pending = n;
+      c.out = n;
     }
   }
   if ((why || !pod.empty()) && pod.find('/') == std::string::npos) {

@@ -65,6 +65,10 @@ struct FleetQuery {
   // Pending pods whose reasons are worked out (each costs one filter over the fleet); the rest
   // are listed without them.
   int explain_pending = 10;
+  // The page only (a browser slows past a few thousand drawn nodes): the nodes drawn, from the
+  // `first_node`th (0-based, by name) on.
+  int first_node = 0;
+  int max_nodes = 500;
 };
 
 // Where bind writes go: the API server, or memory in offline mode.

@@ -1,5 +1,7 @@
 #include "net/url_query.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 namespace toposched::net {
@@ -74,6 +76,22 @@ Result<UrlQuery> ParseTarget(std::string_view target) {
     query.params.emplace_back(std::move(key).value(), std::move(value).value());
   }
   return query;
+}
+
+std::string UrlEncode(std::string_view value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(value.size());
+  for (const unsigned char c : value) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~' || c == '/') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
 }
 
 }  // namespace toposched::net

@@ -27,6 +27,10 @@ inline constexpr size_t kMaxQueryParams = 32;
 // Splits and decodes; '+' in the query is a space. Errors name what is wrong.
 Result<UrlQuery> ParseTarget(std::string_view target);
 
+// A query parameter's value percent-encoded (the inverse of ParseTarget's decoding): letters,
+// digits and -._~/ stay, everything else is %XX.
+std::string UrlEncode(std::string_view value);
+
 }  // namespace toposched::net
 
 #endif  // TOPOSCHED_NET_URL_QUERY_H_
