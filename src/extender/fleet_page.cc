@@ -245,9 +245,12 @@ std::string ExtenderService::FleetPage(const FleetQuery& query,
   std::string out = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
       "<meta name=\"viewport\" content=\"width=device-width\">"
-      "<title>toposched fleet</title><style>{}</style>\n{}</head><body>\n"
+      "{}<title>toposched fleet</title><style>{}</style>\n{}</head><body>\n"
       "<h1>toposched fleet</h1>\n<div id=\"summary\">{} Neuron nodes, {} devices, {:.1f}% "
       "allocated, {} pending pods · policy {}{}</div>\n",
+      query.refresh_seconds > 0
+          ? fmt::format("<meta http-equiv=\"refresh\" content=\"{}\">", query.refresh_seconds)
+          : std::string(),
       kStyle, kTiming, state.views.size() + state.not_offered.size(), state.devices,
       100.0 * state.allocated_share, state.pending.size(), topology::PolicyName(options_.policy),
       Ready() ? "" : " · <b>not ready: first sync not done</b>");

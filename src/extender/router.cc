@@ -90,7 +90,9 @@ void Router::HandleView(std::string_view target, std::function<void(net::HttpRes
     };
     for (const Count& c : {Count{"explain", fleet.explain_pending, 1000, "a count of pending pods"},
                            Count{"from", fleet.first_node, 1000000, "the first node to draw"},
-                           Count{"count", fleet.max_nodes, 5000, "how many nodes to draw"}}) {
+                           Count{"count", fleet.max_nodes, 5000, "how many nodes to draw"},
+                           Count{"refresh", fleet.refresh_seconds, 86400,
+                                 "seconds between reloads of the page (0: never)"}}) {
       const auto text = query->Get(c.name);
       if (!text) continue;
       int n = -1;

@@ -69,6 +69,7 @@ struct FleetQuery {
   // `first_node`th (0-based, by name) on.
   int first_node = 0;
   int max_nodes = 500;
+  int refresh_seconds = 30;  // the page reloads itself this often; 0: never
 };
 
 // Where bind writes go: the API server, or memory in offline mode.
