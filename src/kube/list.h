@@ -1,6 +1,7 @@
-// One-shot lists of every pod or node, page by page (a command that reads the cluster once and
-// keeps no watch). The informers list through their own loop, which also restarts expired pages
-// and decodes item by item; this is the plain form for a reader that answers and exits.
+// One-shot lists of every pod or node, page by page, for a reader that keeps no watch (the device
+// plugin's pods on its node, `kubectl neuron`). The informers list through their own loop, which
+// also restarts expired pages and decodes item by item; this is the plain form for a reader that
+// answers and exits.
 #ifndef TOPOSCHED_KUBE_LIST_H_
 #define TOPOSCHED_KUBE_LIST_H_
 

@@ -13,8 +13,9 @@
 namespace toposched::kubectl {
 namespace {
 
-// Every pending pod the fleet view lists is explained: `nodes` prints them all.
-constexpr int kExplainAll = 1000;
+// `nodes` lists the pending pods without their reasons (each costs the extender a filter over
+// the fleet); `why` asks for one.
+constexpr int kExplainNone = 0;
 
 Result<std::unique_ptr<kube::ApiClient>> ApiClientFor(const PluginOptions& options) {
   auto config = kube::ConfigFromEnvironment(options.kubeconfig);
@@ -37,7 +38,7 @@ std::string NamespaceOf(const PluginOptions& options, const kube::ApiClient* cli
 Result<std::string> ExtenderAnswer(const PluginOptions& options, bool fleet,
                                    const std::string& pod_key) {
   TOPOSCHED_ASSIGN_OR_RETURN(auto extender, ExtenderClient::Create(options.extender));
-  return fleet ? extender->Fleet(kExplainAll) : extender->Why(pod_key);
+  return fleet ? extender->Fleet(kExplainNone) : extender->Why(pod_key);
 }
 
 template <typename T>

@@ -63,7 +63,7 @@ Result<Cluster> ReadCluster(kube::ApiClient& client) {
 std::string LocalFleetJson(const Cluster& cluster, const topology::Catalog& catalog) {
   LocalExtender local(cluster, catalog);
   extender::FleetQuery query;
-  query.explain_pending = 1000;
+  query.explain_pending = 0;  // `nodes` lists the pending pods; `why` explains one
   return local.service().FleetView(query);
 }
 
