@@ -229,6 +229,16 @@ TEST_F(KubectlNeuronTest, ReadsTheExtendersViewsOverTls) {
   api_.ServeJson("/v1/fleet", LocalFleetJson(cluster, topology::Catalog::Embedded()));
   // The same state drawn from the extender's answer as from the records.
   EXPECT_EQ(Run(ViaExtender("nodes")), Run(Options("nodes")));
+  // `pods` adds the state of a hold the extender has not committed yet (a bind in flight).
+  std::string fleet = LocalFleetJson(cluster, topology::Catalog::Embedded());
+  const size_t at = fleet.find("\"committed\"", fleet.find("default/llama-b"));
+  ASSERT_NE(at, std::string::npos);
+  fleet.replace(at, 11, "\"reserved\"");
+  api_.ServeJson("/v1/fleet", fleet);
+  PluginOptions pods = ViaExtender("pods");
+  pods.ns = "default";
+  EXPECT_THAT(Run(pods), HasSubstr("default/llama-b            inf2-a           4 devices   6-9    "
+                                   "       Running/reserved"));
   api_.ServeJson("/v1/why", R"({"apiVersion":"toposched.io/v1","kind":"PodPlacement",
       "pod":"default/wait-8","uid":"u","requests":[{"container":"main","init":false,
       "request":"8 devices"}],"node":"trn1-a","state":"reserved","allocation":[
@@ -311,8 +321,10 @@ TEST_F(KubectlNeuronTest, RunsAsAKubectlPluginThroughASymlink) {
   const auto sub = testing::RunToposched("kubectl-neuron --kubeconfig " + kubeconfig_ + " pods -A");
   EXPECT_EQ(sub.exit_code, 0) << sub.err;
   EXPECT_EQ(sub.out, expected);
+  // -v logs what the extender's code logs, to stderr: stdout stays JSON.
   const auto json_out =
-      testing::RunCommand(link + " why default/wait-8 -o json --kubeconfig " + kubeconfig_);
+      testing::RunCommand(link + " why default/wait-8 -v -o json --kubeconfig " + kubeconfig_);
+  EXPECT_THAT(json_out.err, HasSubstr("LNC 2"));
   EXPECT_EQ(json_out.exit_code, 0) << json_out.err;
   EXPECT_EQ(json::parse(json_out.out)["kind"], "NeuronPodWhy");
 

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
@@ -82,6 +83,8 @@ int RunKubectlNeuron(int argc, char** argv, const std::string& catalog_path) {
     const int code = app.exit(e);
     return code == 0 ? kExitOk : kExitUsage;
   }
+  // Logs go to stderr: stdout is the answer (and may be JSON).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kubectl-neuron"));
   spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::off);
   o.command = app.get_subcommands().front()->get_name();
   o.json = output == "json";
