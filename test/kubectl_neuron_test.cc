@@ -247,10 +247,15 @@ TEST_F(KubectlNeuronTest, ReadsTheExtendersViewsOverTls) {
   why.ns = "default";
   why.pod = "wait-8";
   EXPECT_THAT(Run(why), HasSubstr("holds 8 devices 8-15 on node trn1-a (main: reserved)"));
-  // The request the extender got: the pod's key, escaped.
-  bool asked = false;
-  for (const auto& r : api_.requests()) asked |= r.target == "/v1/why?pod=default%2Fwait-8";
-  EXPECT_TRUE(asked);
+  why.ns.clear();  // a bare name: the kubeconfig context's namespace, ml
+  EXPECT_TRUE(RunPlugin(why).ok());
+  // The requests the extender got: the pod's key, escaped.
+  std::vector<std::string> asked;
+  for (const auto& r : api_.requests()) {
+    if (r.path == "/v1/why") asked.push_back(r.target);
+  }
+  EXPECT_EQ(asked,
+            (std::vector<std::string>{"/v1/why?pod=default%2Fwait-8", "/v1/why?pod=ml%2Fwait-8"}));
 }
 
 TEST_F(KubectlNeuronTest, RefusesGarbageFromTheExtenderWithAClearMessage) {

@@ -26,13 +26,17 @@ Result<std::unique_ptr<kube::ApiClient>> ApiClientFor(const PluginOptions& optio
   return kube::ApiClient::Create(std::move(config).value());
 }
 
-// The namespace a bare pod name or `pods` means: -n, else the kubeconfig context's, else default.
+// The namespace a bare pod name or `pods` means: -n, else the kubeconfig context's (read here
+// when no client was made: the extender alone answers), else default.
 std::string NamespaceOf(const PluginOptions& options, const kube::ApiClient* client) {
   if (!options.ns.empty()) return options.ns;
-  if (client != nullptr && !client->config().default_namespace.empty()) {
-    return client->config().default_namespace;
+  std::string context;
+  if (client != nullptr) {
+    context = client->config().default_namespace;
+  } else if (auto config = kube::ConfigFromEnvironment(options.kubeconfig); config.ok()) {
+    context = config->default_namespace;
   }
-  return "default";
+  return context.empty() ? "default" : context;
 }
 
 Result<std::string> ExtenderAnswer(const PluginOptions& options, bool fleet,
