@@ -204,6 +204,8 @@ TEST_F(KubectlNeuronTest, JsonOutputIsVersionedAndParsesBack) {
   EXPECT_EQ(inf2["holders"][1]["pod"], "default/llama-b");
   EXPECT_EQ(inf2["holders"][1]["ids"], json::array({6, 7, 8, 9}));
   EXPECT_EQ(nodes["pending"], json::array({"default/wait-8"}));
+  EXPECT_EQ(nodes["summary"]["devices"], 60);
+  EXPECT_EQ(nodes["summary"]["classes"][0], json({{"request", "1 device"}, {"free_sets", 31}}));
 
   o.command = "pods";
   o.all_namespaces = true;

@@ -204,6 +204,20 @@ void AppendNodeText(std::string& out, const NodeView& node, const FleetView& fle
   }
 }
 
+// The fleet as a whole: its size, the share allocated, and per request class the legal sets still
+// free across it (the classes the scorer weighs: with --extender, those of the demand it has seen).
+void AppendFleetText(std::string& out, const FleetView& fleet) {
+  out += fmt::format("fleet: {} nodes, {} devices, {:.0f}% allocated\n", fleet.summary_nodes,
+                     fleet.summary_devices, fleet.allocated_share * 100);
+  std::vector<std::string> phrases = {"free legal sets fleet-wide:"};
+  for (const ClassView& c : fleet.classes) {
+    phrases.push_back(fmt::format("{} x{},", c.request, c.free_sets));
+  }
+  if (phrases.size() == 1) return;
+  phrases.back().pop_back();
+  for (const auto& line : WrapPhrases(phrases, kTerminalWidth - 4, 4)) out += "    " + line + "\n";
+}
+
 Json NodeJson(const NodeView& node, const FleetView& fleet) {
   Json out = {{"name", node.name}, {"instance_type", node.instance_type}};
   if (!node.managed_by.empty()) {
@@ -300,11 +314,20 @@ std::string RenderNodes(const FleetView& fleet, const Rendering& how) {
     Json pending = Json::array();
     for (const PendingView& p : fleet.pending) pending.push_back(p.pod);
     out["pending"] = std::move(pending);
+    Json classes = Json::array();
+    for (const ClassView& c : fleet.classes) {
+      classes.push_back({{"request", c.request}, {"free_sets", c.free_sets}});
+    }
+    out["summary"] = {{"nodes", fleet.summary_nodes},
+                      {"devices", fleet.summary_devices},
+                      {"allocated_share", fleet.allocated_share},
+                      {"classes", std::move(classes)}};
     return Dump(out);
   }
   std::string out = Row({"NODE", "TYPE", "LNC", "USED", "DEVICES"}, kNodeColumns);
   for (const NodeView* node : nodes) AppendNodeText(out, *node, fleet);
   if (nodes.empty()) out += "(no Neuron nodes)\n";
+  AppendFleetText(out, fleet);
   if (const size_t other = fleet.nodes.size() - nodes.size(); other > 0) {
     out += fmt::format("{} node(s) of types the catalog does not know are not shown\n", other);
   }

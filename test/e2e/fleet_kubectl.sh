@@ -19,8 +19,8 @@
 # Normalisation before comparing (what legitimately varies between runs):
 #   - trailing white space is dropped;
 #   - "(from api-server)" and "(from extender)" both become "(from SOURCE)";
-#   - in the extender's `nodes`, the "free legal sets:" lines (and their continuation lines) are
-#     dropped: which request classes the live scorer weighs follows the demand it has observed,
+#   - in the extender's `nodes`, the "free legal sets:" and "free legal sets fleet-wide:" lines
+#     (and their continuation lines) are dropped: which request classes the live scorer weighs follows the demand it has observed,
 #     i.e. how many filter calls kube-scheduler happened to make (the API-server run keeps them:
 #     its classes are the fixed defaults).
 # TOPOSCHED_E2E_UPDATE_GOLDEN=1 writes the goldens instead of comparing (then read the diff).
@@ -38,9 +38,10 @@ fleet_kubectl_normalise() {
   sed -e 's/[[:space:]]*$//' -e 's/(from \(api-server\|extender\))/(from SOURCE)/'
 }
 
-# Drops "free legal sets:" lines and the lines indented deeper that continue them.
+# Drops the "free legal sets:" lines (a node's, and the fleet's "free legal sets fleet-wide:")
+# and the lines indented deeper that continue them.
 fleet_kubectl_drop_free_sets() {
-  awk '/^    free legal sets:/ {skip = 1; next} skip && /^        / {next} {skip = 0; print}'
+  awk '/^    free legal sets( fleet-wide)?:/ {skip = 1; next} skip && /^        / {next} {skip = 0; print}'
 }
 
 # fleet_kubectl_compare NAME FILE: FILE (normalised) against golden/fleet_kubectl_NAME.txt.
