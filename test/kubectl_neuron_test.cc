@@ -239,8 +239,10 @@ TEST_F(KubectlNeuronTest, ReadsTheExtendersViewsOverTls) {
   api_.ServeJson("/v1/fleet", fleet);
   PluginOptions pods = ViaExtender("pods");
   pods.ns = "default";
-  EXPECT_THAT(Run(pods), HasSubstr("default/llama-b            inf2-a           4 devices   6-9    "
-                                   "       Running/reserved"));
+  const std::string pods_out = Run(pods);
+  ExpectFitsTerminal(pods_out);
+  EXPECT_THAT(pods_out, HasSubstr("default/llama-b           inf2-a           4 devices   6-9"
+                                  "           Running\n    the extender's hold: reserved\n"));
   api_.ServeJson("/v1/why", R"({"apiVersion":"toposched.io/v1","kind":"PodPlacement",
       "pod":"default/wait-8","uid":"u","requests":[{"container":"main","init":false,
       "request":"8 devices"}],"node":"trn1-a","state":"reserved","allocation":[

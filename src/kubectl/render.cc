@@ -269,6 +269,43 @@ Json RequestsJson(const std::vector<RequestView>& requests) {
   return out;
 }
 
+const std::vector<size_t> kPodColumns = {25, 16, 11, 13, 11};
+
+// One pod: a line per container (the first with the pod's name, node and phase), then what did
+// not fit its column in full: a long node name, a long request or id list, the extender's hold
+// state when it is not committed, a record that cannot be read.
+void AppendPodText(std::string& out, const PodRow& row) {
+  std::vector<std::string> notes;
+  if (row.node.size() > kPodColumns[1]) notes.push_back("node " + row.node);
+  const size_t lines = std::max<size_t>({row.requests.size(), row.allocation.size(), 1});
+  for (size_t i = 0; i < lines; ++i) {
+    const RequestView* asked = i < row.requests.size() ? &row.requests[i] : nullptr;
+    std::string request = asked != nullptr ? asked->request : "";
+    std::string ids;
+    if (i < row.allocation.size()) {
+      const HoldView& c = row.allocation[i];
+      ids = (c.unit == "core" ? "cores " : "") + topology::FormatIdRanges(c.ids);
+    }
+    const std::string full_request = request;
+    if (lines > 1 && asked != nullptr) request = fmt::format("{}:{}", asked->container, request);
+    if (request.size() > kPodColumns[2] || ids.size() > kPodColumns[3]) {
+      notes.push_back(fmt::format("{}: {}{}", asked != nullptr ? asked->container : "ids",
+                                  full_request, ids.empty() ? "" : " ids " + ids));
+    }
+    out += i == 0 ? Row({row.ns + "/" + row.name, row.node.empty() ? "-" : row.node, request,
+                         ids.empty() ? "-" : ids, row.phase},
+                        kPodColumns)
+                  : Row({"", "", request, ids, ""}, kPodColumns);
+  }
+  if (!row.state.empty() && row.state != "committed") {
+    notes.push_back("the extender's hold: " + row.state);
+  }
+  if (!row.error.empty()) notes.push_back("error: " + row.error);
+  for (const std::string& note : notes) {
+    for (const auto& line : Wrap(note, kTerminalWidth - 4, 4)) out += "    " + line + "\n";
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> Wrap(std::string_view text, size_t width, size_t indent) {
@@ -405,34 +442,8 @@ std::string RenderPods(const std::vector<PodRow>& rows, const Rendering& how) {
     out["pods"] = std::move(items);
     return Dump(out);
   }
-  const std::vector<size_t> widths = {26, 16, 11, 13, 10};
-  std::string out = Row({"NAMESPACE/NAME", "NODE", "REQUEST", "IDS", "PHASE"}, widths);
-  for (const PodRow& row : rows) {
-    const size_t lines = std::max<size_t>({row.requests.size(), row.allocation.size(), 1});
-    for (size_t i = 0; i < lines; ++i) {
-      std::string request = i < row.requests.size() ? row.requests[i].request : "";
-      std::string ids;
-      if (i < row.allocation.size()) {
-        const HoldView& c = row.allocation[i];
-        ids = (c.unit == "core" ? "cores " : "") + topology::FormatIdRanges(c.ids);
-      }
-      if (lines > 1 && i < row.requests.size()) {
-        request = fmt::format("{}:{}", row.requests[i].container, request);
-      }
-      std::string phase = row.phase;
-      if (!row.state.empty() && row.state != "committed") phase += "/" + row.state;
-      out += i == 0 ? Row({row.ns + "/" + row.name, row.node.empty() ? "-" : row.node, request,
-                           ids.empty() ? "-" : ids, phase},
-                          widths)
-                    : Row({"", "", request, ids, ""}, widths);
-    }
-    if (row.node.size() > widths[1]) out += "    node " + row.node + "\n";
-    if (!row.error.empty()) {
-      for (const auto& line : Wrap("error: " + row.error, kTerminalWidth - 4, 4)) {
-        out += "    " + line + "\n";
-      }
-    }
-  }
+  std::string out = Row({"NAMESPACE/NAME", "NODE", "REQUEST", "IDS", "PHASE"}, kPodColumns);
+  for (const PodRow& row : rows) AppendPodText(out, row);
   if (rows.empty()) out += "(no pod asks for Neuron devices or cores)\n";
   return out;
 }
