@@ -62,6 +62,11 @@ struct PartitionServiceOptions;
 std::shared_ptr<PartitionServiceOptions> AddPartitionServiceCommand(CLI::App& app);
 int RunPartitionService(const PartitionServiceOptions& options);
 
+// `kubectl neuron` (kubectl/plugin.h): argv[0] is the plugin's own name or the subcommand word;
+// parses the rest with its own flags.
+int RunKubectlNeuron(int argc, char** argv, const std::string& catalog_path);
+inline constexpr std::string_view kKubectlNeuron = "kubectl-neuron";
+
 }  // namespace toposched::cli
 
 #endif  // TOPOSCHED_CLI_COMMANDS_H_

@@ -1,6 +1,7 @@
 // toposched: topology-aware scheduling for accelerators on Kubernetes. One binary, subcommands.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -32,6 +33,10 @@ Result<const topology::Catalog*> LoadCatalog(const std::string& path) {
 
 int main(int argc, char** argv) {
   using namespace toposched::cli;
+  // Run through a symlink named kubectl-neuron (how kubectl finds a plugin): the plugin alone.
+  if (argc > 0 && std::filesystem::path(argv[0]).filename() == kKubectlNeuron) {
+    return RunKubectlNeuron(argc, argv, "");
+  }
   CLI::App app{
       "toposched: topology-aware placement of accelerator devices and cores (AWS Neuron and "
       "others) for Kubernetes.\nRun `toposched SUBCOMMAND --help` for each subcommand's flags."};
@@ -50,12 +55,16 @@ int main(int argc, char** argv) {
   auto dra_plugin = AddDraPluginCommand(app);
   auto admission_webhook = AddAdmissionWebhookCommand(app);
   auto partition_service = AddPartitionServiceCommand(app);
+  // Listed for the help and the check below; its flags are its own (RunKubectlNeuron).
+  app.add_subcommand(std::string(kKubectlNeuron),
+                     "kubectl neuron: nodes, pods, why (run it with --help)");
 
   // CLI11 answers an unknown word with "A subcommand is required" (or, with --help after it, the
   // main help and exit 0): name it, list the real ones, and exit 2.
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--catalog") {
+      if (i + 1 < argc) catalog_path = argv[i + 1];
       ++i;
       continue;
     }
@@ -67,6 +76,7 @@ int main(int argc, char** argv) {
                  fmt::join(names, ", "));
       return kExitUsage;
     }
+    if (arg == kKubectlNeuron) return RunKubectlNeuron(argc - i, argv + i, catalog_path);
     break;
   }
   try {

@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include "kube/decode.h"
+#include "kube/informer.h"
+#include "kube/list.h"
 
 namespace toposched::deviceplugin {
 namespace {
 
 // A node holds at most a few hundred pods; pages keep one answer small all the same.
 constexpr int kPageSize = 500;
-constexpr int kMaxPages = 20;
 
 }  // namespace
 
@@ -17,28 +18,11 @@ ApiPodSource::ApiPodSource(kube::ApiClient& client, std::string node_name)
     : client_(client), node_name_(std::move(node_name)) {}
 
 Result<std::vector<kube::Pod>> ApiPodSource::PodsOnNode() {
-  std::vector<kube::Pod> pods;
-  std::string continue_token;
-  for (int page = 0; page < kMaxPages; ++page) {
-    std::string path =
-        fmt::format("/api/v1/pods?fieldSelector={}&limit={}",
-                    kube::EscapeUrlComponent("spec.nodeName=" + node_name_), kPageSize);
-    if (!continue_token.empty()) {
-      path += "&continue=" + kube::EscapeUrlComponent(continue_token);
-    }
-    auto response = client_.Get(path);
-    if (!response.ok()) return Error{fmt::format("GET pods: {}", response.error())};
-    if (response->status < 200 || response->status > 299) {
-      return Error{fmt::format("GET pods on node {}: HTTP {}: {}", node_name_, response->status,
-                               kube::StatusMessage(response->body))};
-    }
-    auto list = kube::DecodePodList(response->body);
-    if (!list.ok()) return Error{fmt::format("GET pods: {}", list.error())};
-    for (kube::Pod& pod : list->items) pods.push_back(std::move(pod));
-    if (list->continue_token.empty()) return pods;
-    continue_token = std::move(list->continue_token);
-  }
-  return Error{fmt::format("GET pods on node {}: more than {} pages", node_name_, kMaxPages)};
+  auto pods = kube::ListPods(
+      client_, kube::kPodsPath,
+      "fieldSelector=" + kube::EscapeUrlComponent("spec.nodeName=" + node_name_), kPageSize);
+  if (!pods.ok()) return Error{fmt::format("pods on node {}: {}", node_name_, pods.error())};
+  return pods;
 }
 
 Status ApiPodSource::PatchAnnotations(
