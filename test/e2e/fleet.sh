@@ -8,8 +8,9 @@
 #      `chromium`): every bound pod is drawn on exactly the units its allocation record names, the
 #      pending pod is listed with the kind of its wait and filter's words for trn1-a, a click's
 #      target (?pod=) shows where a pod is; a screenshot is kept (TOPOSCHED_E2E_ARTIFACTS).
-#   2. `kubectl neuron` (fleet_kubectl.sh) and a real Prometheus over the metrics and the
-#      dashboard's queries (fleet_prometheus.sh), when those checks are present.
+#   2. `kubectl neuron` against the same cluster, from the API server and from the extender,
+#      against golden files (fleet_kubectl.sh); a real Prometheus over the metrics, the
+#      dashboard's queries and the alert rules (fleet_prometheus.sh).
 # Exits 77 when chromium cannot be installed.
 source "$(dirname "$0")/lib.sh"
 e2e_init fleet
@@ -25,13 +26,14 @@ k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.sp
   grep -q -- '"--views-listen","127.0.0.1:8090"' || die "the chart's extender does not serve the views on 127.0.0.1:8090"
 e2e_extender --views-listen "127.0.0.1:$VIEWS_PORT"
 e2e_scheduler
-create_pod ring-4 aws.amazon.com/neuron 4 kubernetes.io/hostname=inf2-a
-create_pod ring-2 aws.amazon.com/neuron 2 kubernetes.io/hostname=inf2-a
-create_pod row-8 aws.amazon.com/neuron 8 kubernetes.io/hostname=trn2-a
-create_pod cores-3 aws.amazon.com/neuroncore 3 kubernetes.io/hostname=trn2-a
-create_pod chain-2 aws.amazon.com/neuroncore 2 kubernetes.io/hostname=inf1-a
+# One at a time, each bound before the next: the same order gives the same ids (the goldens).
+for p in ring-4:neuron:4:inf2-a ring-2:neuron:2:inf2-a row-8:neuron:8:trn2-a \
+         cores-3:neuroncore:3:trn2-a chain-2:neuroncore:2:inf1-a; do
+  IFS=: read -r name res count node <<<"$p"
+  create_pod "$name" "aws.amazon.com/$res" "$count" "kubernetes.io/hostname=$node"
+  wait_bound 60 "$name"
+done
 create_pod wait-4 aws.amazon.com/neuron 4 kubernetes.io/hostname=trn1-a
-wait_bound 60 ring-4 ring-2 row-8 cores-3 chain-2
 wait_for 60 "wait-4 refused by the scheduler" pod_settled wait-4
 pod_bound wait-4 && die "wait-4 was bound on $(pod_node wait-4) ($(pod_ids wait-4)): trn1-a has no free aligned row of 4"
 check_no_double_allocation >&2 || die "an id was given twice"
@@ -64,9 +66,9 @@ python3 "$E2E_DIR/fleet_page_check.py" "$W/type.html" "$W/pods.json" --only-node
 pass "fleet page filtered by instance type: $(tail -1 "$W/type-check.txt")"
 
 # --- 2. the plugin and the dashboards ---
-for check in kubectl prometheus; do
-  if [ -f "$E2E_DIR/fleet_$check.sh" ]; then
-    source "$E2E_DIR/fleet_$check.sh"
-    "fleet_check_$check"
-  fi
-done
+source "$E2E_DIR/fleet_kubectl.sh"
+fleet_check_kubectl wait-4
+if [ -f "$E2E_DIR/fleet_prometheus.sh" ]; then
+  source "$E2E_DIR/fleet_prometheus.sh"
+  fleet_check_prometheus
+fi
