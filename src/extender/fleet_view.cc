@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_escape.h"
+#include "extender/fleet_reads.h"
 #include "extender/service.h"
 #include "topology/demand.h"
 #include "topology/id_ranges.h"
@@ -31,8 +32,6 @@ using topology::Request;
 using topology::Unit;
 
 constexpr std::string_view kApiVersion = "toposched.io/v1";
-// Nodes read per shared lock of the tracker.
-constexpr size_t kBatch = 256;
 
 std::string_view StateName(tracker::HoldState state) {
   switch (state) {
@@ -59,31 +58,6 @@ std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& pl
     if (devices.empty() || devices.back() != device) devices.push_back(device);
   }
   return devices;
-}
-
-// In units of topology::kUnitsPerDevice: what the pod's app containers need at once on `shape`.
-int64_t UnitsNeeded(const NodeShape& shape, const tracker::PodSpec& pod) {
-  int64_t units = 0;
-  for (const auto& c : pod.containers) {
-    if (c.init) continue;
-    units += c.request.unit == Unit::kDevice
-                 ? int64_t{c.request.count} * topology::kUnitsPerDevice
-                 : int64_t{c.request.count} * topology::UnitsPerCore(shape);
-  }
-  return units;
-}
-
-// Why a pod is not placed on a node, as one word an operator can filter by. The words come from
-// the node's state; the sentence beside them is filter's.
-std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
-                         const tracker::FitResult& fit) {
-  if (fit.fits) return "fits";
-  if (!node.gang.empty() && node.gang != pod.gang) return "reserved-for-gang";
-  if (fit.unresolvable || !node.shape) return "never-on-this-type";
-  if (topology::FreeUnits(*node.shape, node.usage) < UnitsNeeded(*node.shape, pod)) {
-    return "too-few-free";
-  }
-  return "no-legal-set";
 }
 
 Json RequestsJson(const tracker::PodSpec& pod) {
@@ -212,19 +186,6 @@ Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supp
   return out;
 }
 
-// The named nodes' views, read kBatch nodes per shared lock of the tracker.
-std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
-                                              std::span<const std::string> names) {
-  std::vector<tracker::NodeView> views;
-  views.reserve(names.size());
-  for (size_t i = 0; i < names.size(); i += kBatch) {
-    for (auto& v : tracker.NodeViews(names.subspan(i, std::min(kBatch, names.size() - i)))) {
-      views.push_back(std::move(v));
-    }
-  }
-  return views;
-}
-
 }  // namespace
 
 std::string ExtenderService::FleetView(const FleetQuery& query) const {
@@ -269,17 +230,13 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
   std::string nodes = "[";
   nodes.reserve(views.size() * 1600);  // a half-full 16-device node writes ~1.4 KB
   std::map<std::string, const topology::InstanceType*> shown_types;
-  int64_t devices = 0;
-  int64_t free_units = 0;
-  int64_t all_units = 0;
+  CapacityTally capacity;
   for (const auto& view : views) {
     if (nodes.size() > 1) nodes += ',';
     AppendNode(nodes, view, costs);
     if (!view.shape) continue;
     shown_types.emplace(view.info.instance_type, view.shape->type);
-    devices += view.shape->devices;
-    free_units += topology::FreeUnits(*view.shape, view.usage);
-    all_units += int64_t{view.shape->devices} * topology::kUnitsPerDevice;
+    capacity.Add(view);
   }
   for (const auto& [name, reason] : not_offered) {
     if (nodes.size() > 1) nodes += ',';
@@ -334,10 +291,8 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
               {"policy", topology::PolicyName(options_.policy)}};
   out["summary"] = {
       {"nodes", views.size() + not_offered.size()},
-      {"devices", devices},
-      {"allocated_share",
-       all_units > 0 ? 1.0 - static_cast<double>(free_units) / static_cast<double>(all_units)
-                     : 0.0},
+      {"devices", capacity.devices},
+      {"allocated_share", capacity.AllocatedShare()},
       {"pending_pods", waiting.size()},
       {"pending_explained", std::min<size_t>(waiting.size(), std::max(0, query.explain_pending))}};
   out["classes"] = ClassesJson(costs, supply);

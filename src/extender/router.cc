@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <thread>
 
 #include <boost/asio/post.hpp>
@@ -73,11 +74,21 @@ void Router::HandleView(std::string_view verb, std::string_view target,
     return finish(
         {400, "text/plain", fmt::format("malformed request target: {}\n", query.error())});
   }
-  if (query->path != "/v1/fleet" && query->path != "/v1/why") {
-    return finish({404, "text/plain", "not found: the views are /v1/fleet and /v1/why\n"});
+  if (query->path != "/v1/fleet" && query->path != "/v1/why" && query->path != "/v1/history") {
+    return finish(
+        {404, "text/plain", "not found: the views are /v1/fleet, /v1/why and /v1/history\n"});
   }
   FleetQuery fleet;
-  if (verb == "fleet") {
+  int64_t since = INT64_MIN;
+  if (verb == "history") {
+    if (history_ == nullptr) return finish({404, "text/plain", "no fleet history is kept\n"});
+    if (auto text = query->Get("since")) {
+      const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), since);
+      if (ec != std::errc() || end != text->data() + text->size()) {
+        return finish({400, "text/plain", "since: give a unix time in seconds\n"});
+      }
+    }
+  } else if (verb == "fleet") {
     fleet.node = query->Get("node").value_or("");
     fleet.instance_type = query->Get("type").value_or("");
     if (auto explain = query->Get("explain")) {
@@ -95,17 +106,24 @@ void Router::HandleView(std::string_view verb, std::string_view target,
     views_pending_.fetch_sub(1);
     return finish({503, "text/plain", "busy: other views are being built; retry\n"});
   }
-  boost::asio::post(view_pool_->pool, [this, fleet = std::move(fleet), pod = query->Get("pod"),
-                                       why = verb == "why", finish = std::move(finish)] {
-    struct Done {
-      std::atomic<int>& pending;
-      ~Done() { pending.fetch_sub(1); }
-    } done{views_pending_};
-    if (!why) return finish({200, "application/json", service_.FleetView(fleet)});
-    auto answer = service_.WhyPending(*pod);
-    if (!answer.ok()) return finish({404, "text/plain", answer.error() + "\n"});
-    finish({200, "application/json", std::move(answer).value()});
-  });
+  boost::asio::post(
+      view_pool_->pool, [this, fleet = std::move(fleet), pod = query->Get("pod"),
+                         verb = std::string(verb), since, finish = std::move(finish)] {
+        struct Done {
+          std::atomic<int>& pending;
+          ~Done() { pending.fetch_sub(1); }
+        } done{views_pending_};
+        if (verb == "history") {
+          std::vector<FleetSample> samples = history_->Snapshot();
+          std::erase_if(samples, [since](const FleetSample& s) { return s.time <= since; });
+          return finish({200, "application/json",
+                         HistoryJson(samples, history_interval_, history_->capacity())});
+        }
+        if (verb == "fleet") return finish({200, "application/json", service_.FleetView(fleet)});
+        auto answer = service_.WhyPending(*pod);
+        if (!answer.ok()) return finish({404, "text/plain", answer.error() + "\n"});
+        finish({200, "application/json", std::move(answer).value()});
+      });
 }
 
 void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
@@ -137,7 +155,9 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
       metrics_.SetBindsPending(binds_pending_.load());
       return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
     }
-    if (verb == "fleet" || verb == "why") return HandleView(verb, request.target, finish);
+    if (verb == "fleet" || verb == "why" || verb == "history") {
+      return HandleView(verb, request.target, finish);
+    }
     return finish({404, "text/plain", "not found\n"});
   }
   if (request.method != "POST") {
