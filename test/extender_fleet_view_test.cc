@@ -325,6 +325,24 @@ TEST(FleetHistoryTest, TheSamplerSamplesAtOnceAndStopsWithoutWaitingOutItsInterv
   EXPECT_EQ(history.Snapshot()[0].time, 7);
 }
 
+TEST(FleetHistoryTest, BeforeTheFirstSampleTheSamplerTriesAgainWithoutWaitingAnInterval) {
+  FleetHistory history(10);
+  std::promise<void> sampled;
+  std::atomic<int> calls{0};
+  {
+    FleetSampler sampler(history, std::chrono::hours(1), [&]() -> std::optional<FleetSample> {
+      if (calls++ == 0) return std::nullopt;  // not ready yet
+      if (calls == 2) sampled.set_value();
+      return At(9);
+    });
+    // An hour's interval: only the retry (within a second) gets here; bounded so that a broken
+    // sampler fails rather than hangs.
+    ASSERT_EQ(sampled.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  }
+  ASSERT_EQ(history.Snapshot().size(), 1u);
+  EXPECT_EQ(history.Snapshot()[0].time, 9);
+}
+
 TEST(UrlQueryTest, DecodesPathAndParameters) {
   auto q = net::ParseTarget("/v1/why?pod=team-a%2Ftrain+0&x&pod=b%2Fc#frag");
   ASSERT_TRUE(q.ok()) << q.error();

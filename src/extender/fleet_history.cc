@@ -111,10 +111,18 @@ FleetSampler::~FleetSampler() {
 void FleetSampler::Loop() {
   // A steady cadence: the next sample is due an interval after the last was due, not after it
   // ended (a slow sample is not made up for: the next one waits at least until now).
+  // Until the first sample is taken (the first sync), it is tried again within a second, so the
+  // history and the gauges start at readiness, not up to an interval later.
   auto due = std::chrono::steady_clock::now();
+  bool sampled = false;
   while (true) {
-    if (auto sample = sample_()) history_.Add(std::move(*sample));
-    due = std::max(due + interval_, std::chrono::steady_clock::now());
+    if (auto sample = sample_()) {
+      history_.Add(std::move(*sample));
+      sampled = true;
+    }
+    const std::chrono::milliseconds next =
+        sampled ? interval_ : std::min(interval_, std::chrono::milliseconds(1000));
+    due = std::max(due + next, std::chrono::steady_clock::now());
     MutexLock lock(mu_);
     if (wake_.WaitUntil(mu_, due, [this]() TS_REQUIRES(mu_) { return stop_; })) return;
   }

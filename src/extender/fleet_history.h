@@ -90,8 +90,9 @@ std::string HistoryJson(std::span<const FleetSample> samples, std::chrono::milli
                         size_t capacity);
 
 // Calls `sample` at once and then every `interval` on a thread of its own, adding what it
-// returns (nullopt: nothing this time, e.g. before the first sync) to `history`. Stops, without
-// waiting out an interval, when destroyed.
+// returns (nullopt: nothing this time, e.g. before the first sync; tried again within a second
+// until a first sample is taken) to `history`. Stops, without waiting out an interval, when
+// destroyed.
 class FleetSampler {
  public:
   using SampleFn = std::function<std::optional<FleetSample>()>;
