@@ -22,11 +22,12 @@ int64_t UnitsNeeded(const topology::NodeShape& shape, const tracker::PodSpec& po
 }  // namespace
 
 std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
-                                              std::span<const std::string> names) {
+                                              std::span<const std::string> names, bool holders) {
   std::vector<tracker::NodeView> views;
   views.reserve(names.size());
   for (size_t i = 0; i < names.size(); i += kViewBatch) {
-    for (auto& v : tracker.NodeViews(names.subspan(i, std::min(kViewBatch, names.size() - i)))) {
+    for (auto& v :
+         tracker.NodeViews(names.subspan(i, std::min(kViewBatch, names.size() - i)), holders)) {
       views.push_back(std::move(v));
     }
   }

@@ -19,9 +19,11 @@ namespace toposched::extender {
 // Nodes read per shared lock of the tracker: a bind's exclusive lock waits for one batch at most.
 inline constexpr size_t kViewBatch = 256;
 
-// The named nodes' views, read kViewBatch nodes per shared lock of the tracker.
+// The named nodes' views, read kViewBatch nodes per shared lock of the tracker; `holders`: as
+// Tracker::NodeViews.
 std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
-                                              std::span<const std::string> names);
+                                              std::span<const std::string> names,
+                                              bool holders = true);
 
 // Why a pod is not placed on a node, as one word an operator can filter by (docs/observability.md),
 // from the closest to a placement to the farthest: what the fleet history counts a pending pod

@@ -66,7 +66,8 @@ std::optional<FleetSample> ExtenderService::SampleFleet(int64_t unix_seconds) co
                 [this](const tracker::PodSpec& p) { return tracker_.Find(p.uid).has_value(); });
 
   const std::vector<std::string> all = tracker_.NodeNames();
-  const std::vector<tracker::NodeView> views = ViewsInBatches(tracker_, all);
+  // Without the holds: the sample needs each node's usage only.
+  const std::vector<tracker::NodeView> views = ViewsInBatches(tracker_, all, /*holders=*/false);
   const topology::SlotCosts costs = tracker_.Costs();
   const std::vector<int64_t> supply = tracker_.Supply();
   for (size_t i = 0; i < costs.classes.size(); ++i) {
