@@ -254,5 +254,27 @@ void BM_FleetPage5000(benchmark::State& state) {
   ReportPercentiles(state, ms);
 }
 BENCHMARK(BM_FleetPage5000)->Unit(benchmark::kMillisecond)->Iterations(10);
+// One sample of the fleet history (fleet_sample.cc) over the same 5,000 nodes, with `range(0)`
+// pending pods of two distinct requests (one answer each). Target: well under a fleet view.
+void BM_FleetSample5000(benchmark::State& state) {
+  Cluster& cluster = SharedCluster();
+  for (int i = 0; i < state.range(0); ++i) {
+    auto pod = kube::DecodePod(simdjson::padded_string(
+        testing::PodJson("sampled-" + std::to_string(i), "uid-sampled-" + std::to_string(i),
+                         "aws.amazon.com/neuron", i % 2 == 0 ? 16 : 4)));
+    if (pod.ok()) cluster.service.UpsertPod(*pod);
+  }
+  std::vector<double> ms;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    auto sample = cluster.service.SampleFleet(1);
+    if (!sample) state.SkipWithError("the service is not ready: no sample");
+    benchmark::DoNotOptimize(sample);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  ReportPercentiles(state, ms);
+}
+BENCHMARK(BM_FleetSample5000)->Arg(0)->Arg(200)->Unit(benchmark::kMillisecond)->Iterations(20);
 
 BENCHMARK_MAIN();

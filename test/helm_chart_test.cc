@@ -105,7 +105,9 @@ const char kDefaultScheduler[] =
 const char kDra[] = "--set draDriver.enabled=true";
 
 TEST(HelmChart, LintsCleanInBothModes) {
-  for (const char* values : {"", kSecondScheduler, kDefaultScheduler, kDra}) {
+  for (const char* values :
+       {"", kSecondScheduler, kDefaultScheduler, kDra,
+        "--set grafana.dashboard.enabled=true --set prometheus.rules.enabled=true"}) {
     const Outcome o = RunHelm("lint --strict '" + std::string(kChart) + "' " + values);
     EXPECT_EQ(o.exit_code, 0) << values << "\n" << o.out << o.err;
     EXPECT_THAT(o.out, HasSubstr("0 chart(s) failed")) << values;
@@ -940,6 +942,40 @@ TEST(HelmChart, DraCountRequestsValues) {
   }
 }
 
+// Off by default; on, the dashboard and the rules are the chart's files as they are (the copies
+// in deploy/ are checked by scripts/render-deploy.sh --check).
+TEST(HelmChart, GrafanaDashboardAndPrometheusRulesAreOptIn) {
+  const Rendered off(kSecondScheduler);
+  ASSERT_EQ(off.outcome().exit_code, 0) << off.outcome().err;
+  EXPECT_FALSE(off.Get("ConfigMap", "toposched-grafana-dashboard").IsMap());
+  EXPECT_FALSE(off.Get("PrometheusRule", "toposched").IsMap());
+
+  const Rendered on(std::string(kSecondScheduler) +
+                    " --set grafana.dashboard.enabled=true --set prometheus.rules.enabled=true"
+                    " --set grafana.dashboard.namespace=monitoring"
+                    " --set prometheus.rules.labels.release=kube-prometheus-stack");
+  ASSERT_EQ(on.outcome().exit_code, 0) << on.outcome().err;
+  const YAML::Node dashboard = on.Get("ConfigMap", "toposched-grafana-dashboard");
+  ASSERT_TRUE(dashboard.IsMap());
+  EXPECT_EQ(dashboard["metadata"]["namespace"].as<std::string>(), "monitoring");
+  EXPECT_EQ(dashboard["metadata"]["labels"]["grafana_dashboard"].as<std::string>(), "1");
+  const std::string files = std::string(kChart) + "/files/";
+  const auto trimmed = [](std::string text) {
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+  };
+  EXPECT_EQ(dashboard["data"]["toposched-dashboard.json"].as<std::string>(),
+            trimmed(toposched::testing::ReadWholeFile(files + "grafana/toposched-dashboard.json")));
+  const YAML::Node rules = on.Get("PrometheusRule", "toposched");
+  ASSERT_TRUE(rules.IsMap());
+  EXPECT_EQ(rules["apiVersion"].as<std::string>(), "monitoring.coreos.com/v1");
+  EXPECT_EQ(rules["metadata"]["labels"]["release"].as<std::string>(), "kube-prometheus-stack");
+  const YAML::Node file =
+      YAML::Load(toposched::testing::ReadWholeFile(files + "prometheus/toposched-rules.yaml"));
+  EXPECT_EQ(YAML::Dump(rules["spec"]["groups"]), YAML::Dump(file["groups"]));
+  EXPECT_GE(rules["spec"]["groups"][0]["rules"].size(), 4u);
+}
+
 TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
   struct Case {
     const char* values;
@@ -976,6 +1012,8 @@ TEST(HelmChart, RefusesWhatCannotWorkWithTheReason) {
            Case{"--set extender.leaderElection.leaseDuration=15",
                 "/extender/leaderElection/leaseDuration"},
            Case{"--set extender.logLevel=loud", "/extender/logLevel"},
+           Case{"--set grafana.dashboard.enabled=yes", "/grafana/dashboard/enabled"},
+           Case{"--set prometheus.rules.enabled=yes", "/prometheus/rules/enabled"},
            Case{"--set extender.scoringPolicy=random", "/extender/scoringPolicy"},
            Case{"--set extender.httpTimeout=ten", "/extender/httpTimeout"},
            Case{"--set scheduler.enabled=true --set scheduler.customScheduler.image.repository=",

@@ -87,6 +87,8 @@ struct ExtenderOptions {
   std::string bind_write_timeout = "5s";
   std::string restart_settle = "10s";
   std::string restart_bind_hold = "8s";
+  // The fleet history (GET /v1/history, the fleet gauges of /metrics).
+  std::string history_interval = "30s";
 };
 
 std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
@@ -271,6 +273,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "kube-scheduler's httpTimeout for the extender (10s in the chart): a scheduler "
                   "older than ~1.27 parks a pod whose bind failed for up to 60 s or 5 min. 0s "
                   "refuses at once")
+      ->capture_default_str();
+  cmd->add_option("--history-interval", o->history_interval,
+                  "How often the fleet is sampled for GET /v1/history and the toposched_fleet_* "
+                  "gauges of /metrics (1s to 1h); the last 6 hours are kept in memory, at most "
+                  "4,320 samples (docs/observability.md)")
       ->capture_default_str();
   cmd->add_option("--log-level", o->log_level, "trace, debug, info, warn or error")
       ->capture_default_str()
@@ -664,6 +671,20 @@ void ExtenderProcess::BuildRouter() {
   }
 }
 
+// The fleet history's interval from --history-interval, and how many samples are kept: the last
+// kHistorySpan, at most kMaxHistorySamples (a sample of a fleet of many types is a few KB).
+constexpr std::chrono::hours kHistorySpan{6};
+constexpr size_t kMaxHistorySamples = 4320;
+Result<std::chrono::milliseconds> HistoryIntervalFromFlags(const ExtenderOptions& o) {
+  auto parsed = kube::ParseDuration(o.history_interval);
+  if (!parsed.ok()) return Error{fmt::format("--history-interval: {}", parsed.error())};
+  const auto interval = std::chrono::duration_cast<std::chrono::milliseconds>(*parsed);
+  if (interval < std::chrono::seconds(1) || interval > std::chrono::hours(1)) {
+    return Error{fmt::format("--history-interval {}: give 1s to 1h", o.history_interval)};
+  }
+  return interval;
+}
+
 // Once a second: reservations that ran out, the campaign, partition reconciling, the Ready and
 // leader gauges, API health. Stops at once when asked (no sleep to wait out).
 class Housekeeping {
@@ -786,7 +807,13 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   auto service_options = ServiceOptionsFromFlags(o);
   if (!service_options.ok()) return usage_error(service_options.error());
 
+  auto history_interval = HistoryIntervalFromFlags(o);
+  if (!history_interval.ok()) return usage_error(history_interval.error());
+
   const StopSignals signals;  // before any thread starts
+  // Before the process: the router's view thread reads it until the router is gone.
+  extender::FleetHistory history(std::min(
+      kMaxHistorySamples, extender::FleetHistory::CapacityFor(kHistorySpan, *history_interval)));
   ExtenderProcess process(o);
   process.service_options = std::move(service_options).value();
   // Each step only once the one before it succeeded.
@@ -796,6 +823,7 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   process.BuildService(**catalog);
   if (Status fed = process.FeedService(); !fed.ok()) return usage_error(fed.error());
   process.BuildRouter();
+  process.router->SetHistory(&history, *history_interval);
 
   const net::HttpServerOptions http = HttpOptionsFromFlags(o, *listen);
   // /metrics reads the server's counters; set before serving, so no request races the setting.
@@ -837,6 +865,12 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
                fmt::join(o.core_resources, ","));
 
   Housekeeping housekeeping(process);
+  // The sample's time is the extender's wall clock (the service reads none).
+  extender::FleetSampler sampler(history, *history_interval, [&process] {
+    auto sample = process.service->SampleFleet(WallNs() / 1'000'000'000);
+    if (sample) process.metrics.SetFleet(*sample);
+    return sample;
+  });
   const int signal = signals.Wait();
   spdlog::info("signal {} received: shutting down", signal);
   ShutDown(process, housekeeping, **server, views_server.get());

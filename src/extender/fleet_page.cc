@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "draw/html.h"
+#include "draw/line_chart.h"
 #include "draw/node_svg.h"
 #include "extender/fleet_state.h"
 #include "extender/service.h"
@@ -37,6 +38,9 @@ form{margin:8px 0}.nodes{display:flex;flex-wrap:wrap;gap:10px}
 figure{margin:0;border:1px solid #ddd;border-radius:4px;padding:2px}
 figcaption{font-size:11px;color:#444;max-width:260px;padding:0 6px 4px}
 .focus{background:#fff7d6;border:1px solid #e0c060;padding:6px 10px;margin:8px 0}
+.charts{display:flex;flex-wrap:wrap;gap:10px}.charts figcaption{font-size:13px;max-width:none}
+.legend{font-size:11px}.legend span{margin-right:10px}
+.legend i{display:inline-block;width:12px;height:4px;margin:0 4px 3px 0}
 )";
 
 // Written on load so that a test (and a curious operator) can read how long the page took.
@@ -235,10 +239,82 @@ std::string Focus(const FleetState& state, std::string_view pod) {
       HtmlEscape(pod));
 }
 
+// The last hours from the fleet history (fleet_history.h): allocation per instance type,
+// fragmentation, free legal sets per request class (what the scorer protects) and pending pods
+// by the kind of their wait, each over minutes before the newest sample.
+std::string HistoryCharts(std::span<const FleetSample> samples) {
+  std::string out = "<h2 id=\"history\">The last hours</h2>\n";
+  if (samples.size() < 2) {
+    return out + "<p class=\"muted\">Not enough samples yet (one every --history-interval).</p>\n";
+  }
+  const int64_t now = samples.back().time;
+  auto minutes = [&](const FleetSample& s) { return static_cast<double>(s.time - now) / 60.0; };
+  draw::ChartAxes axes;
+  axes.x_label = "minutes before the newest sample";
+  axes.x_min = minutes(samples.front());
+  axes.x_max = 0;
+  axes.width = 560;
+  axes.height = 220;
+  auto chart = [&](std::string_view title, const std::vector<draw::Series>& series, bool percent) {
+    draw::ChartAxes a = axes;
+    a.percent = percent;
+    std::string legend;
+    for (const auto& s : series) {
+      fmt::format_to(std::back_inserter(legend), "<span><i style=\"background:{}\"></i>{}</span> ",
+                     HtmlEscape(s.colour), HtmlEscape(s.name));
+    }
+    return fmt::format(
+        "<figure class=\"chart\"><figcaption>{}</figcaption><div class=\"legend\">{}"
+        "</div>{}</figure>\n",
+        HtmlEscape(title), legend, draw::LineChart(series, a));
+  };
+  // Allocated share: the fleet, and each instance type.
+  std::vector<draw::Series> allocated{{"fleet", "#222", {}}};
+  std::map<std::string, size_t> type_line;
+  for (const auto& s : samples) {
+    allocated[0].points.emplace_back(minutes(s), s.allocated_share);
+    for (const auto& t : s.types) {
+      auto [it, added] = type_line.emplace(t.instance_type, allocated.size());
+      if (added) {
+        allocated.push_back({t.instance_type, draw::OwnerColour(static_cast<int>(it->second)), {}});
+      }
+      if (t.devices > 0) {
+        allocated[it->second].points.emplace_back(
+            minutes(s), t.allocated_devices / static_cast<double>(t.devices));
+      }
+    }
+  }
+  std::vector<draw::Series> fragmentation{{"fleet (devices)", "#b15928", {}}};
+  for (const auto& s : samples) fragmentation[0].points.emplace_back(minutes(s), s.fragmentation);
+  // Free legal sets per class, by the class's label (the classes can change between samples).
+  std::vector<draw::Series> sets;
+  std::map<std::string, size_t> class_line;
+  for (const auto& s : samples) {
+    for (const auto& c : s.classes) {
+      auto [it, added] = class_line.emplace(c.request, sets.size());
+      if (added) sets.push_back({c.request, draw::OwnerColour(static_cast<int>(it->second)), {}});
+      sets[it->second].points.emplace_back(minutes(s), static_cast<double>(c.free_sets));
+    }
+  }
+  std::vector<draw::Series> pending;
+  for (size_t k = 0; k < kWhyKinds.size(); ++k) {
+    pending.push_back({std::string(kWhyKinds[k]), draw::OwnerColour(static_cast<int>(k)), {}});
+    for (const auto& s : samples) {
+      pending.back().points.emplace_back(minutes(s), static_cast<double>(s.pending_by_kind[k]));
+    }
+  }
+  out += "<div class=\"charts\">\n";
+  out += chart("allocated share of the devices", allocated, true);
+  out += chart("fragmentation", fragmentation, false);
+  out += chart("free legal sets per request class (fewer: scarcer)", sets, false);
+  out += chart("pending pods by the kind of their wait", pending, false);
+  return out + "</div>\n";
+}
+
 }  // namespace
 
-std::string ExtenderService::FleetPage(const FleetQuery& query,
-                                       std::string_view highlight_pod) const {
+std::string ExtenderService::FleetPage(const FleetQuery& query, std::string_view highlight_pod,
+                                       std::span<const FleetSample> history) const {
   const FleetState state = CollectFleet(query);
   std::vector<std::string> all_types;
   for (const auto& [name, type] : catalog_.types()) all_types.push_back(name);
@@ -258,6 +334,7 @@ std::string ExtenderService::FleetPage(const FleetQuery& query,
   if (!highlight_pod.empty()) out += Focus(state, highlight_pod);
   out += PendingTable(state);
   out += ClassesTable(state);
+  out += HistoryCharts(history);
   out +=
       "<h2>Nodes</h2>\n<p class=\"muted\">Each node drawn as its topology, a box per device "
       "split into its cores; a colour per pod (hover for it, click to show it alone), grey is "

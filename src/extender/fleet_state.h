@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "extender/fleet_reads.h"
 #include "extender/pod_requests.h"
 #include "topology/demand.h"
 #include "tracker/tracker.h"
@@ -42,9 +43,6 @@ struct FleetState {
   double allocated_share = 0;  // of the shown nodes' units
 };
 
-// Why a pod is not placed on a node, as one word an operator can filter by.
-std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
-                         const tracker::FitResult& fit);
 // "reserved", "committed", "releasing".
 std::string_view HoldStateName(tracker::HoldState state);
 // The devices a placement touches (a core placement's devices, once each).

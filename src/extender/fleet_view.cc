@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_escape.h"
+#include "extender/fleet_reads.h"
 #include "extender/fleet_state.h"
 #include "extender/service.h"
 #include "topology/demand.h"
@@ -32,24 +33,10 @@ using topology::Request;
 using topology::Unit;
 
 constexpr std::string_view kApiVersion = "toposched.io/v1";
-// Nodes read per shared lock of the tracker.
-constexpr size_t kBatch = 256;
 
 // Never throws: a name that is not UTF-8 is shown with replacement characters.
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-}
-
-// In units of topology::kUnitsPerDevice: what the pod's app containers need at once on `shape`.
-int64_t UnitsNeeded(const NodeShape& shape, const tracker::PodSpec& pod) {
-  int64_t units = 0;
-  for (const auto& c : pod.containers) {
-    if (c.init) continue;
-    units += c.request.unit == Unit::kDevice
-                 ? int64_t{c.request.count} * topology::kUnitsPerDevice
-                 : int64_t{c.request.count} * topology::UnitsPerCore(shape);
-  }
-  return units;
 }
 
 Json RequestsJson(const tracker::PodSpec& pod) {
@@ -178,19 +165,6 @@ Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supp
   return out;
 }
 
-// The named nodes' views, read kBatch nodes per shared lock of the tracker.
-std::vector<tracker::NodeView> ViewsInBatches(const tracker::Tracker& tracker,
-                                              std::span<const std::string> names) {
-  std::vector<tracker::NodeView> views;
-  views.reserve(names.size());
-  for (size_t i = 0; i < names.size(); i += kBatch) {
-    for (auto& v : tracker.NodeViews(names.subspan(i, std::min(kBatch, names.size() - i)))) {
-      views.push_back(std::move(v));
-    }
-  }
-  return views;
-}
-
 }  // namespace
 
 std::string_view HoldStateName(tracker::HoldState state) {
@@ -213,18 +187,6 @@ std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& pl
     if (devices.empty() || devices.back() != device) devices.push_back(device);
   }
   return devices;
-}
-
-// The words come from the node's state; the sentence beside them is filter's.
-std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
-                         const tracker::FitResult& fit) {
-  if (fit.fits) return "fits";
-  if (!node.gang.empty() && node.gang != pod.gang) return "reserved-for-gang";
-  if (fit.unresolvable || !node.shape) return "never-on-this-type";
-  if (topology::FreeUnits(*node.shape, node.usage) < UnitsNeeded(*node.shape, pod)) {
-    return "too-few-free";
-  }
-  return "no-legal-set";
 }
 
 FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
@@ -264,17 +226,14 @@ FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
   }
   state.costs = tracker_.Costs();
   state.supply = tracker_.Supply();
-  int64_t free_units = 0;
-  int64_t all_units = 0;
+  CapacityTally capacity;
   for (const auto& view : state.views) {
     if (!view.shape) continue;
     state.types.emplace(view.info.instance_type, view.shape->type);
-    state.devices += view.shape->devices;
-    free_units += topology::FreeUnits(*view.shape, view.usage);
-    all_units += int64_t{view.shape->devices} * topology::kUnitsPerDevice;
+    capacity.Add(view);
   }
-  state.allocated_share =
-      all_units > 0 ? 1.0 - static_cast<double>(free_units) / static_cast<double>(all_units) : 0.0;
+  state.devices = capacity.devices;
+  state.allocated_share = capacity.AllocatedShare();
 
   names.clear();
   for (const auto& v : state.views) names.push_back(v.info.name);

@@ -16,7 +16,7 @@ const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
 // The verbs with a label of their own; any other path is "other".
 std::string_view VerbLabel(std::string_view verb) {
   for (std::string_view known : {"filter", "prioritize", "bind", "preempt", "healthz", "readyz",
-                                 "metrics", "fleet", "why"}) {
+                                 "metrics", "fleet", "why", "history"}) {
     if (verb == known) return known;
   }
   return "other";
@@ -108,6 +108,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                              .Name("toposched_leader_transitions_total")
                              .Help("Changes of this extender's role, by the role it took")
                              .Register(*registry_);
+  // Both roles from the start: a takeover shows as an increase, not as a series appearing.
+  for (const char* to : {"leader", "standby"}) leader_transitions_->Add({{"to", to}});
   http_connections_ = &prometheus::BuildGauge()
                            .Name("toposched_http_connections")
                            .Help("Open connections to the extender (--max-connections)")
@@ -147,6 +149,84 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("Binds waiting for or holding a bind thread (--bind-queue)")
                         .Register(*registry_)
                         .Add({});
+  binds_ = &prometheus::BuildCounter()
+                .Name("toposched_binds_total")
+                .Help(
+                    "Binds ended, by outcome: bound (the Binding is written), failed (answered "
+                    "with an error), refused (not started: shutting down, restart fence)")
+                .Register(*registry_);
+  for (const char* outcome : {"bound", "failed", "refused"}) binds_->Add({{"outcome", outcome}});
+  BuildFleetMetrics();
+}
+
+void Metrics::BuildFleetMetrics() {
+  auto gauge = [this](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(*registry_);
+  };
+  fleet_time_ = &gauge("toposched_fleet_sample_timestamp_seconds",
+                       "Unix time of the fleet history's newest sample (--history-interval)")
+                     ->Add({});
+  fleet_allocated_share_ =
+      &gauge("toposched_fleet_allocated_share",
+             "Share (0-1) of the fleet's Neuron devices held, cores as their share of a device")
+           ->Add({});
+  fleet_nodes_ = gauge("toposched_fleet_nodes", "Neuron nodes the extender places on, by type");
+  fleet_devices_ = gauge("toposched_fleet_devices", "Neuron devices, by instance type");
+  fleet_allocated_ = gauge("toposched_fleet_allocated_devices",
+                           "Devices held, by instance type (cores as their share of a device)");
+  fleet_fragmented_ = gauge(
+      "toposched_fleet_fragmented_devices",
+      "Free devices no free legal set of an expected request class can use, weighted by the "
+      "class's share (FGD's measure, as /v1/fleet's per-node fragmentation), by instance type");
+  fleet_free_sets_ = gauge(
+      "toposched_fleet_free_sets",
+      "Legal sets free now, by instance type and request class (only classes the type can serve)");
+  fleet_set_cost_ = gauge("toposched_fleet_set_cost",
+                          "What taking one more free set of a request class costs in the "
+                          "scarcity scorer's terms (higher: scarcer), by request class");
+  fleet_pending_ = gauge(
+      "toposched_fleet_pending_pods",
+      "Pods asking for Neuron resources with no node, by the closest reason any node gives them "
+      "(fits, no-legal-set, too-few-free, reserved-for-gang, never-on-this-type, not-managed; "
+      "unclassified: beyond what one sample works out)");
+}
+
+void Metrics::SetFleet(const FleetSample& s) {
+  MutexLock lock(fleet_mu_);
+  std::set<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Labels>> now;
+  auto set = [&now](prometheus::Family<prometheus::Gauge>* family, prometheus::Labels labels,
+                    double value) {
+    family->Add(labels).Set(value);
+    now.emplace(family, std::move(labels));
+  };
+  fleet_time_->Set(static_cast<double>(s.time));
+  fleet_allocated_share_->Set(s.allocated_share);
+  for (const TypeSample& t : s.types) {
+    const prometheus::Labels type = {{"instance_type", t.instance_type}};
+    set(fleet_nodes_, type, t.nodes);
+    set(fleet_devices_, type, static_cast<double>(t.devices));
+    set(fleet_allocated_, type, t.allocated_devices);
+    set(fleet_fragmented_, type, t.fragmentation);
+    for (size_t c = 0; c < t.free_sets.size() && c < s.classes.size(); ++c) {
+      if (!t.free_sets[c]) continue;
+      set(fleet_free_sets_, {{"instance_type", t.instance_type}, {"request", s.classes[c].request}},
+          static_cast<double>(*t.free_sets[c]));
+    }
+  }
+  for (const ClassSample& c : s.classes)
+    set(fleet_set_cost_, {{"request", c.request}}, c.cost_per_set);
+  for (size_t k = 0; k < kWhyKinds.size(); ++k) {
+    set(fleet_pending_, {{"reason", std::string(kWhyKinds[k])}}, s.pending_by_kind[k]);
+  }
+  set(fleet_pending_, {{"reason", "unclassified"}}, s.pending_unclassified);
+  for (const auto& [family, labels] : fleet_labels_) {
+    if (!now.contains({family, labels})) family->Remove(&family->Add(labels));
+  }
+  fleet_labels_ = std::move(now);
+}
+
+void Metrics::CountBind(std::string_view outcome) {
+  binds_->Add({{"outcome", std::string(outcome)}}).Increment();
 }
 
 void Metrics::SetHttpServerStats(const net::HttpServerStats& stats) {

@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -14,6 +16,7 @@
 #include <prometheus/registry.h>
 
 #include "base/mutex.h"
+#include "extender/fleet_history.h"
 #include "net/http_server.h"
 
 namespace toposched::extender {
@@ -58,10 +61,21 @@ class Metrics {
   void SetGangsHeld(int count);
   void CountGangOutcome(std::string_view outcome);
 
+  // Each bind's end, by outcome: "bound" (the Binding is written), "failed" (answered with an
+  // error: no legal set left, an API error, a gang member refused...), "refused" (not started:
+  // shutting down, or a lone extender's restart fence).
+  void CountBind(std::string_view outcome);
+  // The fleet's gauges from the history's newest sample (docs/observability.md, "Metrics").
+  // Label sets are bounded: instance types and request classes the catalog knows, the fixed
+  // reason kinds; a type or class gone from the fleet is removed.
+  void SetFleet(const FleetSample& sample);
+
   // The Prometheus text exposition of every metric.
   std::string Serialize() const;
 
  private:
+  void BuildFleetMetrics();
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* latency_;
@@ -85,6 +99,19 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* http_refused_;
   prometheus::Counter* http_accept_fd_exhausted_;
   prometheus::Gauge* binds_pending_;
+  prometheus::Family<prometheus::Counter>* binds_;
+  prometheus::Gauge* fleet_time_;
+  prometheus::Gauge* fleet_allocated_share_;
+  prometheus::Family<prometheus::Gauge>* fleet_nodes_;
+  prometheus::Family<prometheus::Gauge>* fleet_devices_;
+  prometheus::Family<prometheus::Gauge>* fleet_allocated_;
+  prometheus::Family<prometheus::Gauge>* fleet_fragmented_;
+  prometheus::Family<prometheus::Gauge>* fleet_free_sets_;
+  prometheus::Family<prometheus::Gauge>* fleet_set_cost_;
+  prometheus::Family<prometheus::Gauge>* fleet_pending_;
+  Mutex fleet_mu_;  // one SetFleet at a time: the label sets it set last
+  std::set<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Labels>> fleet_labels_
+      TS_GUARDED_BY(fleet_mu_);
   Mutex http_mu_;
   net::HttpServerStats http_last_ TS_GUARDED_BY(http_mu_);  // counters already added
 };

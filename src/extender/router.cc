@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <thread>
 
 #include <boost/asio/post.hpp>
@@ -74,12 +75,23 @@ void Router::HandleView(std::string_view target, std::function<void(net::HttpRes
   }
   const bool page = query->path == "/fleet" || query->path == "/fleet/";
   const bool why = query->path == "/v1/why";
-  if (!page && !why && query->path != "/v1/fleet") {
-    return finish({404, "text/plain", "not found: the views are /fleet, /v1/fleet and /v1/why\n"});
+  const bool history = query->path == "/v1/history";
+  if (!page && !why && !history && query->path != "/v1/fleet") {
+    return finish({404, "text/plain",
+                   "not found: the views are /fleet, /v1/fleet, /v1/why and /v1/history\n"});
   }
   FleetQuery fleet;
   std::string pod = query->Get("pod").value_or("");
-  if (!why) {
+  int64_t since = INT64_MIN;
+  if (history) {
+    if (history_ == nullptr) return finish({404, "text/plain", "no fleet history is kept\n"});
+    if (auto text = query->Get("since")) {
+      const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), since);
+      if (ec != std::errc() || end != text->data() + text->size()) {
+        return finish({400, "text/plain", "since: give a unix time in seconds\n"});
+      }
+    }
+  } else if (!why) {
     fleet.node = query->Get("node").value_or("");
     fleet.instance_type = query->Get("type").value_or("");
     struct Count {
@@ -112,12 +124,22 @@ void Router::HandleView(std::string_view target, std::function<void(net::HttpRes
     return finish({503, "text/plain", "busy: other views are being built; retry\n"});
   }
   boost::asio::post(view_pool_->pool, [this, fleet = std::move(fleet), pod = std::move(pod), why,
-                                       page, finish = std::move(finish)] {
+                                       page, history, since, finish = std::move(finish)] {
     struct Done {
       std::atomic<int>& pending;
       ~Done() { pending.fetch_sub(1); }
     } done{views_pending_};
-    if (page) return finish({200, "text/html; charset=utf-8", service_.FleetPage(fleet, pod)});
+    if (history) {
+      std::vector<FleetSample> samples = history_->Snapshot();
+      std::erase_if(samples, [since](const FleetSample& s) { return s.time <= since; });
+      return finish(
+          {200, "application/json", HistoryJson(samples, history_interval_, history_->capacity())});
+    }
+    if (page) {
+      const std::vector<FleetSample> samples =
+          history_ != nullptr ? history_->Snapshot() : std::vector<FleetSample>{};
+      return finish({200, "text/html; charset=utf-8", service_.FleetPage(fleet, pod, samples)});
+    }
     if (!why) return finish({200, "application/json", service_.FleetView(fleet)});
     auto answer = service_.WhyPending(pod);
     if (!answer.ok()) return finish({404, "text/plain", answer.error() + "\n"});
@@ -174,7 +196,9 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
       metrics_.SetBindsPending(binds_pending_.load());
       return finish({200, "text/plain; version=0.0.4", metrics_.Serialize()});
     }
-    if (verb == "fleet" || verb == "why") return HandleView(request.target, finish);
+    if (verb == "fleet" || verb == "why" || verb == "history") {
+      return HandleView(request.target, finish);
+    }
     return finish({404, "text/plain", "not found\n"});
   }
   if (request.method != "POST") {

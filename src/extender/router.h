@@ -1,13 +1,13 @@
 // Maps HTTP requests to the extender's verbs: POST .../filter, .../prioritize, .../bind,
 // .../preempt (the last path segment names the verb, so any urlPrefix path works), GET /healthz,
-// /readyz and /metrics, and the operators' views GET /fleet (the page), /v1/fleet and
-// /v1/why?pod=NS/NAME (docs/observability.md). Binds run on their own thread pool so that a slow
-// API server never holds up filter and prioritize; at most `bind_queue` binds wait for or hold a
-// bind thread, and one more is answered 503 with an ExtenderBindingResult error ("busy"), which
-// kube-scheduler treats as a failed bind: the pod goes back to its queue and is retried, instead of
-// the queue growing without bound behind a slow API server. The views run on a thread of their own,
-// one at a time (at most kMaxViewsWaiting more wait; then 503), so that a 5,000-node view never
-// delays a filter on the io thread or a bind on the bind pool.
+// /readyz and /metrics, and the operators' views GET /fleet (the page), /v1/fleet,
+// /v1/why?pod=NS/NAME and /v1/history (docs/observability.md). Binds run on their own thread pool
+// so that a slow API server never holds up filter and prioritize; at most `bind_queue` binds wait
+// for or hold a bind thread, and one more is answered 503 with an ExtenderBindingResult error
+// ("busy"), which kube-scheduler treats as a failed bind: the pod goes back to its queue and is
+// retried, instead of the queue growing without bound behind a slow API server. The views run on
+// a thread of their own, one at a time (at most kMaxViewsWaiting more wait; then 503), so that a
+// 5,000-node view never delays a filter on the io thread or a bind on the bind pool.
 #ifndef TOPOSCHED_EXTENDER_ROUTER_H_
 #define TOPOSCHED_EXTENDER_ROUTER_H_
 
@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 
+#include "extender/fleet_history.h"
 #include "extender/metrics.h"
 #include "extender/service.h"
 #include "net/http_server.h"
@@ -47,6 +48,13 @@ class Router {
   // Set before serving; null (the default) reports none.
   void SetServerStats(std::function<net::HttpServerStats()> stats) {
     server_stats_ = std::move(stats);
+  }
+
+  // GET /v1/history answers from `history` (sampled every `interval`); null (the default): 404.
+  // Set before serving; `history` must outlive the router.
+  void SetHistory(const FleetHistory* history, std::chrono::milliseconds interval) {
+    history_ = history;
+    history_interval_ = interval;
   }
 
   // Binds accepted and not yet answered (waiting for a bind thread or running).
@@ -86,6 +94,8 @@ class Router {
   std::function<bool()> is_leader_;
   std::function<void(const kube::Pod&)> catch_up_;
   std::function<net::HttpServerStats()> server_stats_;
+  const FleetHistory* history_ = nullptr;
+  std::chrono::milliseconds history_interval_{0};
 };
 
 }  // namespace toposched::extender

@@ -29,6 +29,7 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
   if (options_.bind_gate) {
     if (Status open = options_.bind_gate(); !open.ok()) {
       spdlog::info("bind {}/{} refused: {}", args.pod_namespace, args.pod_name, open.error());
+      metrics_.CountBind("refused");
       return EncodeBindingResult(
           fmt::format("bind {}/{}: {}", args.pod_namespace, args.pod_name, open.error()));
     }
@@ -37,12 +38,15 @@ std::string ExtenderService::Bind(const BindingArgs& args) {
     MutexLock lock(binds_mu_);
     if (binds_stopped_) {
       spdlog::info("bind {}/{} refused: shutting down", args.pod_namespace, args.pod_name);
+      metrics_.CountBind("refused");
       return EncodeBindingResult(
           fmt::format("bind {}/{}: {}", args.pod_namespace, args.pod_name, kShuttingDownReason));
     }
     ++binds_in_flight_;
   }
   std::string answer = RunBind(args);
+  // One home for the outcome: every way through RunBind ends in its answer.
+  metrics_.CountBind(answer == EncodeBindingResult("") ? "bound" : "failed");
   {
     MutexLock lock(binds_mu_);
     --binds_in_flight_;

@@ -2,6 +2,7 @@
 // the tracker, and keeps the tracker in step with the cluster (nodes and pods from informers, or
 // from a file in offline mode). Thread-safe: HTTP threads and informer threads call it at once.
 // Parts: query_verbs.cc (filter, prioritize, preempt), bind.cc (bind and its partition step),
+// fleet_view.cc and fleet_sample.cc (the operators' views and the fleet history's sample),
 // gangs.cc (multi-node gangs), cluster_sync.cc (nodes, pods, rebuild, partition reconciliation),
 // node_facts.h.
 //
@@ -28,6 +29,7 @@
 #include "base/result.h"
 #include "claims/allocation_record.h"
 #include "claims/keys.h"
+#include "extender/fleet_history.h"
 #include "extender/metrics.h"
 #include "extender/node_facts.h"
 #include "extender/partition_steps.h"
@@ -214,9 +216,14 @@ class ExtenderService {
   // Per node, why the pod (namespace/name) is not placed there; an error when the extender does
   // not know the pod.
   Result<std::string> WhyPending(std::string_view pod_key) const;
-  // The fleet page (fleet_page.cc): the same state drawn as HTML, each node as its topology;
-  // `highlight_pod` (namespace/name) is drawn in colour and every other pod pale.
-  std::string FleetPage(const FleetQuery& query, std::string_view highlight_pod) const;
+  // The fleet page (fleet_page.cc): the same state drawn as HTML, each node as its topology, and
+  // the last hours from `history` (oldest first); `highlight_pod` (namespace/name) is drawn in
+  // colour and every other pod pale.
+  std::string FleetPage(const FleetQuery& query, std::string_view highlight_pod,
+                        std::span<const FleetSample> history = {}) const;
+  // The fleet history's sample at `unix_seconds` (fleet_sample.cc; the caller's clock): nullopt
+  // until the first sync is done.
+  std::optional<FleetSample> SampleFleet(int64_t unix_seconds) const;
 
   const tracker::Tracker& tracker() const { return tracker_; }
 
@@ -233,6 +240,11 @@ class ExtenderService {
     std::string partition;  // named once the partition step starts
     PartitionMade made = PartitionMade::kNone;
   };
+
+  // The closest kind (an index into kWhyKinds) any node gives `pod`: `views` and `names` are
+  // index-aligned; `not_managed` nodes are handed to the DRA driver.
+  size_t ClosestKind(const tracker::PodSpec& pod, std::span<const tracker::NodeView> views,
+                     std::span<const std::string> names, int not_managed) const;
 
   // Bind, once StopBinds has not refused it (bind.cc).
   std::string RunBind(const BindingArgs& args);

@@ -382,8 +382,10 @@ class Tracker {
 
   // Views of the named nodes (names it does not know are skipped), in the order given, under
   // one shared lock: each is consistent in itself. Callers batch a big fleet so that a bind's
-  // exclusive lock never waits for the whole of it.
-  std::vector<NodeView> NodeViews(std::span<const std::string> names) const TS_EXCLUDES(mu_);
+  // exclusive lock never waits for the whole of it. Without `holders` the views leave
+  // NodeView::holders empty (most of a view's cost: the fleet history needs only the usage).
+  std::vector<NodeView> NodeViews(std::span<const std::string> names, bool holders = true) const
+      TS_EXCLUDES(mu_);
   // What losing a free set of each expected class costs now (demand, supply and capacity read
   // together): the scarcity the scorer weighs.
   topology::SlotCosts Costs() const TS_EXCLUDES(mu_);

@@ -7,7 +7,7 @@
 
 namespace toposched::tracker {
 
-std::vector<NodeView> Tracker::NodeViews(std::span<const std::string> names) const {
+std::vector<NodeView> Tracker::NodeViews(std::span<const std::string> names, bool holders) const {
   ReaderLock lock(mu_);
   std::vector<NodeView> views;
   views.reserve(names.size());
@@ -21,6 +21,7 @@ std::vector<NodeView> Tracker::NodeViews(std::span<const std::string> names) con
     view.error = pool.error;
     view.usage = pool.usage;
     view.gang = entry->gang;
+    if (!holders) continue;
     view.holders.reserve(pool.pods.size());
     for (const std::string& uid : pool.pods) {
       auto it = holds_.find(uid);
