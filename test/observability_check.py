@@ -8,8 +8,8 @@
   observability_check.py dashboard TOPOSCHED_BINARY
       Every panel of deploy/grafana/toposched-dashboard.json has a query; every metric a query
       names is in the /metrics of a real `toposched extender --offline-nodes` after a filter and
-      a bind (a metric that only an error creates is allowed where the query says `or vector(0)`),
-      and GET /v1/history has a sample.
+      a bind (a metric that only an error creates is allowed where the query says `or vector(0)`);
+      the bind is counted as bound; GET /v1/history has a sample, and ?since= only newer ones.
   observability_check.py queries
       Prints each panel's queries with Grafana's variables filled in, one JSON string per line.
   observability_check.py prometheus URL
@@ -159,7 +159,13 @@ def check_dashboard(binary):
         if bound.get("Error"):
             fail(f"bind: {bound['Error']}")
         http("GET", base + "/metrics")  # the first scrape is counted in the next
-        names = exposed_names(http("GET", base + "/metrics"))
+        text = http("GET", base + "/metrics")
+        names = exposed_names(text)
+        if 'toposched_binds_total{outcome="bound"} 1' not in text:
+            fail("the bind is not counted as bound in toposched_binds_total")
+        newer = json.loads(http("GET", f"{base}/v1/history?since={history[-1]['time']}"))
+        if any(s["time"] <= history[-1]["time"] for s in newer["samples"]):
+            fail("/v1/history?since= returned a sample not newer than since")
     finally:
         extender.terminate()
         extender.wait(timeout=30)

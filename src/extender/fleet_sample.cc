@@ -3,7 +3,10 @@
 // fleet view: the tracker in batches of nodes under its shared lock (fleet_reads.h), so a bind
 // waits for one batch at most; the service's own maps copied under its leaf lock first.
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
