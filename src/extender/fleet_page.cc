@@ -334,7 +334,6 @@ std::string ExtenderService::FleetPage(const FleetQuery& query, std::string_view
   if (!highlight_pod.empty()) out += Focus(state, highlight_pod);
   out += PendingTable(state);
   out += ClassesTable(state);
-  out += HistoryCharts(history);
   out +=
       "<h2>Nodes</h2>\n<p class=\"muted\">Each node drawn as its topology, a box per device "
       "split into its cores; a colour per pod (hover for it, click to show it alone), grey is "
@@ -363,6 +362,7 @@ std::string ExtenderService::FleetPage(const FleetQuery& query, std::string_view
     }
     out += "</table>\n";
   }
+  out += HistoryCharts(history);
   out += "</body></html>\n";
   return out;
 }

@@ -11,10 +11,11 @@
 #   2. `kubectl neuron` against the same cluster, from the API server and from the extender,
 #      against golden files (fleet_kubectl.sh); a real Prometheus over the metrics, the
 #      dashboard's queries and the alert rules (fleet_prometheus.sh).
-# Exits 77 when chromium cannot be installed.
+# Exits 77 when chromium or prometheus cannot be installed.
 source "$(dirname "$0")/lib.sh"
 e2e_init fleet
 command -v chromium >/dev/null || e2e_apt_install chromium || skip "chromium cannot be installed"
+command -v prometheus >/dev/null || e2e_apt_install prometheus || skip "prometheus cannot be installed"
 e2e_control_plane
 e2e_node inf2-a inf2.48xlarge
 e2e_node trn1-a trn1.32xlarge
@@ -24,7 +25,8 @@ for d in 0 4 8 12; do prebound_pod "old-$d" trn1-a trn1.32xlarge aws.amazon.com/
 # The chart turns the views' port on (loopback, for kubectl port-forward); here on a port of ours.
 k -n kube-system get deploy k8s-neuron-scheduler -o jsonpath='{.spec.template.spec.containers[0].command}' |
   grep -q -- '"--views-listen","127.0.0.1:8090"' || die "the chart's extender does not serve the views on 127.0.0.1:8090"
-e2e_extender --views-listen "127.0.0.1:$VIEWS_PORT"
+# A sample of the fleet every second, so the page has its last minutes to draw.
+e2e_extender --views-listen "127.0.0.1:$VIEWS_PORT" --history-interval 1s
 e2e_scheduler
 # One at a time, each bound before the next: the same order gives the same ids (the goldens).
 for p in ring-4:neuron:4:inf2-a ring-2:neuron:2:inf2-a row-8:neuron:8:trn2-a \
@@ -48,11 +50,15 @@ PAGE="http://127.0.0.1:$VIEWS_PORT/"
 browse() { timeout 60 chromium --headless --no-sandbox --disable-gpu --no-first-run \
   --user-data-dir="$W/chromium" "$@" 2>>"$W/chromium.log"; }
 wait_for 30 "the views port" curl -sf "http://127.0.0.1:$VIEWS_PORT/healthz"
+# Three samples taken since the last pod was settled: the charts have lines to draw.
+settled=$(date +%s)
+history_since() { [ "$(curl -sf "http://127.0.0.1:$VIEWS_PORT/v1/history?since=$settled" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["samples"]))')" -ge 3 ]; }
+wait_for 30 "3 fleet samples" history_since
 browse --dump-dom "$PAGE" >"$W/page.html" || die "chromium could not load $PAGE: $(tail -5 "$W/chromium.log")"
 python3 "$E2E_DIR/fleet_page_check.py" "$W/page.html" "$W/pods.json" --pending default/wait-4 \
-  --pending-kind no-legal-set --pending-node trn1-a >"$W/page-check.txt" ||
+  --pending-kind no-legal-set --pending-node trn1-a --charts 4 >"$W/page-check.txt" ||
   die "the fleet page does not show the fleet:\n$(cat "$W/page-check.txt")"
-browse --screenshot="$ARTIFACTS/fleet-page-$E2E_K8S.png" --window-size=1400,1200 "$PAGE" >/dev/null ||
+browse --screenshot="$ARTIFACTS/fleet-page-$E2E_K8S.png" --window-size=1400,1900 "$PAGE" >/dev/null ||
   die "chromium could not take a screenshot"
 [ -s "$ARTIFACTS/fleet-page-$E2E_K8S.png" ] || die "the screenshot is empty"
 pass "fleet page in $(chromium --version 2>/dev/null | head -1): $(tail -1 "$W/page-check.txt"); screenshot $ARTIFACTS/fleet-page-$E2E_K8S.png"
@@ -68,7 +74,5 @@ pass "fleet page filtered by instance type: $(tail -1 "$W/type-check.txt")"
 # --- 2. the plugin and the dashboards ---
 source "$E2E_DIR/fleet_kubectl.sh"
 fleet_check_kubectl wait-4
-if [ -f "$E2E_DIR/fleet_prometheus.sh" ]; then
-  source "$E2E_DIR/fleet_prometheus.sh"
-  fleet_check_prometheus
-fi
+source "$E2E_DIR/fleet_prometheus.sh"
+fleet_check_prometheus

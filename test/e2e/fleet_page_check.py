@@ -26,6 +26,8 @@ class Page(HTMLParser):
         self._row = None
         self._kind = None
         self._focus = None
+        self.charts = 0         # figures of the last hours with at least one line
+        self._chart = False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -48,6 +50,11 @@ class Page(HTMLParser):
         if tag == "div" and self._row is not None and a.get("data-kind"):
             self._kind = a["data-kind"]
             self.pending[self._row][self._kind] = ""
+        if tag == "figure" and a.get("class") == "chart":
+            self._chart = True
+        if tag == "polyline" and self._chart:
+            self.charts += 1
+            self._chart = False
         if tag == "div" and a.get("data-focus"):
             self._focus = a["data-focus"]
             self.focus[self._focus] = ""
@@ -55,6 +62,8 @@ class Page(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "svg":
             self.node = None
+        if tag == "figure":
+            self._chart = False
         if tag == "tr":
             self._row = None
         if tag == "div":
@@ -88,6 +97,7 @@ def main():
     ap.add_argument("--pending-node")
     ap.add_argument("--focus")
     ap.add_argument("--only-nodes")
+    ap.add_argument("--charts", type=int, help="charts of the last hours, each with a line")
     args = ap.parse_args()
     page = Page()
     page.feed(open(args.page, encoding="utf-8").read())
@@ -137,6 +147,8 @@ def main():
                 if owner and (owner == args.focus) == pale:
                     bad.append(f"{node} core {c} of {owner} is {'pale' if pale else 'coloured'}")
                     break
+    if args.charts is not None and page.charts != args.charts:
+        bad.append(f"{page.charts} charts of the last hours have a line, expected {args.charts}")
     if page.rendered_ms is None:
         bad.append("the page never finished loading (no data-rendered-ms on body)")
     if bad:
@@ -144,6 +156,7 @@ def main():
         return 1
     print(f"{checked} bound pods drawn on exactly their records' units across {len(page.cores)} nodes"
           + (f"; {args.pending} pending ({args.pending_kind}: {page.pending[args.pending][args.pending_kind].strip()[:160]})" if args.pending else "")
+          + (f"; {page.charts} charts of the last minutes" if args.charts is not None else "")
           + f"; loaded in {page.rendered_ms} ms")
     return 0
 
