@@ -48,8 +48,6 @@ constexpr std::string_view kTiming =
     "<script>addEventListener('load',function(){document.body.dataset.renderedMs="
     "String(Math.round(performance.now()));});</script>\n";
 
-std::string PodKey(const tracker::HolderView& holder) { return holder.pod_name; }
-
 std::string PodLink(std::string_view key) { return "fleet?pod=" + net::UrlEncode(key); }
 
 // A colour per pod, by the order pods first appear on the page (nodes by name, holds by uid):
@@ -77,7 +75,7 @@ std::string NodeFigure(const tracker::NodeView& node, const topology::SlotCosts&
   picture.core_owner.assign(static_cast<size_t>(shape.cores), -1);
   std::vector<draw::Owner> owners;
   for (const auto& holder : node.holders) {
-    const std::string key = PodKey(holder);
+    const std::string& key = holder.pod_name;
     const bool pale = !highlight.empty() && key != highlight;
     for (const auto& c : holder.containers) {
       const int index = static_cast<int>(owners.size());
@@ -99,11 +97,11 @@ std::string NodeFigure(const tracker::NodeView& node, const topology::SlotCosts&
                                                                : std::string(),
                   free_devices, shape.devices);
   std::string sets;
-  for (const topology::Request& request : costs.classes) {
-    if (!topology::CanEverGrant(shape, request)) continue;
+  const auto free_sets = FreeSetsPerClass(shape, node.usage, costs);
+  for (size_t c = 0; c < free_sets.size(); ++c) {
+    if (!free_sets[c]) continue;
     fmt::format_to(std::back_inserter(sets), "{}{}: {}", sets.empty() ? "" : ", ",
-                   topology::RequestLabel(request),
-                   topology::FreeSlots(shape, node.usage, request));
+                   topology::RequestLabel(costs.classes[c]), *free_sets[c]);
   }
   const double fragmentation = topology::ExpectedFragmentation(shape, node.usage, costs);
   return fmt::format(

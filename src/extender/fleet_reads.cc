@@ -50,6 +50,18 @@ std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& 
   return "no-legal-set";
 }
 
+std::vector<std::optional<int64_t>> FreeSetsPerClass(const topology::NodeShape& shape,
+                                                     const topology::NodeUsage& usage,
+                                                     const topology::SlotCosts& costs) {
+  std::vector<std::optional<int64_t>> sets(costs.classes.size());
+  for (size_t c = 0; c < costs.classes.size(); ++c) {
+    if (topology::CanEverGrant(shape, costs.classes[c])) {
+      sets[c] = topology::FreeSlots(shape, usage, costs.classes[c]);
+    }
+  }
+  return sets;
+}
+
 void CapacityTally::Add(const tracker::NodeView& node) {
   if (!node.shape) return;
   devices += node.shape->devices;

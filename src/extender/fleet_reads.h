@@ -7,11 +7,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "topology/demand.h"
 #include "tracker/tracker.h"
 
 namespace toposched::extender {
@@ -43,6 +45,12 @@ size_t WhyKindIndex(std::string_view kind);
 // sentence is filter's own: one home).
 std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& pod,
                          const tracker::FitResult& fit);
+
+// Per request class of `costs` (index-aligned): the legal sets of it free on the node now, or
+// nullopt when the node's type can never serve it. What the views and the history show per node.
+std::vector<std::optional<int64_t>> FreeSetsPerClass(const topology::NodeShape& shape,
+                                                     const topology::NodeUsage& usage,
+                                                     const topology::SlotCosts& costs);
 
 // Devices and free capacity added up over nodes (cores counted as their share of a device).
 struct CapacityTally {

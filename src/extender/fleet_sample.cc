@@ -94,10 +94,9 @@ std::optional<FleetSample> ExtenderService::SampleFleet(int64_t unix_seconds) co
     // /v1/fleet's per-node measure (fleet_view.cc, AppendNode), added up.
     const double fragmentation = topology::ExpectedFragmentation(*view.shape, view.usage, costs);
     if (std::isfinite(fragmentation)) type.fragmentation += fragmentation;
-    for (size_t c = 0; c < costs.classes.size(); ++c) {
-      if (!topology::CanEverGrant(*view.shape, costs.classes[c])) continue;
-      type.free_sets[c] = type.free_sets[c].value_or(0) +
-                          topology::FreeSlots(*view.shape, view.usage, costs.classes[c]);
+    const auto sets = FreeSetsPerClass(*view.shape, view.usage, costs);
+    for (size_t c = 0; c < sets.size(); ++c) {
+      if (sets[c]) type.free_sets[c] = type.free_sets[c].value_or(0) + *sets[c];
     }
   }
   sample.nodes = static_cast<int>(views.size()) + sample.not_managed_nodes;

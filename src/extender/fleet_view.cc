@@ -29,7 +29,6 @@ namespace {
 using Json = nlohmann::ordered_json;
 using topology::NodeShape;
 using topology::NodeUsage;
-using topology::Request;
 using topology::Unit;
 
 constexpr std::string_view kApiVersion = "toposched.io/v1";
@@ -143,11 +142,11 @@ void AppendNode(std::string& out, const tracker::NodeView& node, const topology:
   fmt::format_to(std::back_inserter(out), ",\"cores\":{}}},\"free_sets\":{{",
                  shape.cores - node.usage.used_core_count());
   bool first = true;
-  for (const Request& request : costs.classes) {
-    if (!topology::CanEverGrant(shape, request)) continue;
+  const auto sets = FreeSetsPerClass(shape, node.usage, costs);
+  for (size_t c = 0; c < sets.size(); ++c) {
+    if (!sets[c]) continue;
     fmt::format_to(std::back_inserter(out), "{}\"{}\":{}", first ? "" : ",",
-                   topology::RequestLabel(request),
-                   topology::FreeSlots(shape, node.usage, request));
+                   topology::RequestLabel(costs.classes[c]), *sets[c]);
     first = false;
   }
   fmt::format_to(std::back_inserter(out), "}},\"fragmentation\":{}}}",
