@@ -1061,6 +1061,83 @@ TEST(NodeUsage, WorksOnA64DeviceNode) {
   EXPECT_THAT(MaskToIds(0), IsEmpty());
 }
 
+// --- Devices out of service -------------------------------------------------------------------
+
+TEST(OutOfService, ARingWithADeadDeviceOffersOnlyTheChainsLeft) {
+  const NodeShape inf2 = ShapeOf("inf2.48xlarge");  // 12 devices, contiguous
+  NodeUsage usage;
+  usage.SetOutOfService(inf2, MaskOf({2}));
+  EXPECT_EQ(usage.busy_devices(), MaskOf({2}));
+  EXPECT_EQ(usage.held_core_count(), 0);
+  for (Policy policy : kPolicies) {
+    const Decision d = Devices(inf2, usage, 4, policy);
+    ASSERT_TRUE(d.ok()) << d.reason;
+    EXPECT_EQ(d.placement.devices & MaskOf({2}), 0u);
+    EXPECT_TRUE(LegalDeviceSet(inf2, d.placement.devices));
+  }
+  // Every legal 4-set left lies in the chain 3-11; 0-1 is too short for any of them.
+  for (const Placement& p : LegalPlacements(inf2, usage, {Unit::kDevice, 4})) {
+    EXPECT_GE(p.ids.front(), 3) << FormatIdRanges(p.ids);
+  }
+  EXPECT_EQ(FreeSlots(inf2, usage, {Unit::kDevice, 4}), 2);  // 3-6, 7-10 (of 0-3, 4-7, 8-11)
+  EXPECT_EQ(FreeSlots(inf2, usage, {Unit::kDevice, 1}), 11);
+  EXPECT_EQ(FreeSlots(inf2, usage, {Unit::kDevice, 12}), 0);
+  const Decision all = Devices(inf2, usage, 12, Policy::kBestFit);
+  ASSERT_FALSE(all.ok());
+  EXPECT_FALSE(all.unresolvable);  // the device may come back
+  EXPECT_THAT(all.reason, HasSubstr("device 2 out of service"));
+  // Cores: none on the dead device.
+  const Decision cores = Cores(inf2, usage, 2, Policy::kFirstFit);
+  ASSERT_TRUE(cores.ok()) << cores.reason;
+  EXPECT_EQ(cores.placement.devices & MaskOf({2}), 0u);
+  EXPECT_FALSE(usage.AllFree(inf2, Unit::kCore, {2 * inf2.cores_per_device}));
+  EXPECT_FALSE(usage.AllFree(inf2, Unit::kDevice, {2}));
+}
+
+TEST(OutOfService, ATorusLosesTheRowsAndHalvesHoldingTheDeadDevice) {
+  const NodeShape trn1 = ShapeOf("trn1.32xlarge");  // rows of 4, halves of 8
+  NodeUsage usage;
+  usage.SetOutOfService(trn1, MaskOf({5}));
+  EXPECT_EQ(FreeSlots(trn1, usage, {Unit::kDevice, 4}), 3);
+  EXPECT_EQ(FreeSlots(trn1, usage, {Unit::kDevice, 8}), 1);
+  EXPECT_EQ(FreeSlots(trn1, usage, {Unit::kDevice, 16}), 0);
+  for (Policy policy : kPolicies) {
+    const Decision d = Devices(trn1, usage, 8, policy);
+    ASSERT_TRUE(d.ok()) << d.reason;
+    EXPECT_THAT(d.placement.ids, ElementsAreArray(Range(8, 15)));
+  }
+  usage.SetOutOfService(trn1, MaskOf({5, 9}));
+  const Decision half = Devices(trn1, usage, 8, Policy::kBestFit);
+  ASSERT_FALSE(half.ok());
+  EXPECT_THAT(half.reason, HasSubstr("devices 5,9 out of service"));
+}
+
+TEST(OutOfService, HoldsOnADeadDeviceStayUntilReleasedAndItsReturnFreesOnlyWhatIsUnheld) {
+  const NodeShape inf2 = ShapeOf("inf2.48xlarge");
+  const int cpd = inf2.cores_per_device;
+  NodeUsage usage = Usage(inf2, {0, 1, 2, 3});
+  usage.SetOutOfService(inf2, MaskOf({2, 7}));
+  // A recorded pod running on the dead device keeps its ids; no one else can take them.
+  EXPECT_FALSE(usage.Take(inf2, Unit::kDevice, {2}));
+  EXPECT_EQ(usage.held_core_count(), 4 * cpd);
+  EXPECT_EQ(usage.used_core_count(), 5 * cpd);
+  // A record naming ids on a dead device that no one holds is still taken (its pod runs there).
+  EXPECT_TRUE(usage.Take(inf2, Unit::kCore, {7 * cpd}));
+  usage.Release(inf2, Unit::kDevice, {0, 1, 2, 3});
+  EXPECT_EQ(usage.busy_devices(), MaskOf({2, 7}));  // 2 is released but still out of service
+  usage.Release(inf2, Unit::kCore, {7 * cpd});
+  EXPECT_EQ(usage.busy_devices(), MaskOf({2, 7}));
+  usage.SetOutOfService(inf2, 0);
+  EXPECT_EQ(usage.busy_devices(), 0u);
+  EXPECT_EQ(usage.used_core_count(), 0);
+  // Back in service while held: the holder keeps it.
+  usage = Usage(inf2, {4});
+  usage.SetOutOfService(inf2, MaskOf({4}));
+  usage.SetOutOfService(inf2, 0);
+  EXPECT_EQ(usage.busy_devices(), MaskOf({4}));
+  EXPECT_FALSE(usage.AllFree(inf2, Unit::kDevice, {4}));
+}
+
 // --- Placement geometry -----------------------------------------------------------------------
 
 TEST(PlacementGeometry, FromIdsFillsTheDevicesTheIdsTouch) {

@@ -987,5 +987,50 @@ TEST(TrackerPolicy, FirstFitTrackerUsesLowestIds) {
   EXPECT_THAT(b->containers[0].placement.ids, ElementsAre(5));
 }
 
+TEST_F(TrackerTest, DevicesOutOfServiceAreNeverChosenAndTheirHoldersKeepTheirIds) {
+  const auto supply_before = tracker_.Supply();
+  // A pod recorded on 0-3 of the inf2 ring; device 2 fails under it.
+  ASSERT_TRUE(tracker_.Adopt(Record("old", "inf", {DevicePlacement(Range(0, 3))})).ok());
+  NodeInfo info{"inf", "inf2.48xlarge", 0};
+  info.out_of_service = topology::DeviceMask{1} << 2 | topology::DeviceMask{1} << 9;
+  ASSERT_TRUE(tracker_.UpsertNode(info).ok());
+  EXPECT_EQ(BusyDevices("inf"), (std::vector<int>{0, 1, 2, 3, 9}));
+  ASSERT_TRUE(tracker_.Find("old").has_value());
+  // 4 devices: 4-7 is the one legal set left (0-3 held, 9 dead: 8 and 10-11 too short).
+  auto a = tracker_.Reserve(DevPod("a", 4), "inf", 100);
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_THAT(a->containers[0].placement.ids, ElementsAre(4, 5, 6, 7));
+  const FitResult b = tracker_.Fit(DevPod("b", 2), "inf");
+  ASSERT_TRUE(b.fits) << b.reason;
+  const FitResult c = tracker_.Fit(DevPod("c", 3), "inf");
+  EXPECT_FALSE(c.fits);
+  EXPECT_THAT(c.reason, HasSubstr("devices 2,9 out of service"));
+  // A new hold never starts on a dead device; a record there is still adopted after a restart.
+  EXPECT_FALSE(
+      tracker_.ReserveExact("d", "ns/d", {"inf", {{"main", DevicePlacement({9})}}}, 100).ok());
+  ASSERT_TRUE(tracker_.Adopt(Record("e", "inf", {DevicePlacement({9})})).ok());
+  // The old pod leaves: 0, 1 and 3 come back, 2 does not.
+  ASSERT_TRUE(tracker_.Forget("old"));
+  EXPECT_EQ(BusyDevices("inf"), (std::vector<int>{2, 4, 5, 6, 7, 9}));
+  // The devices return: 2 is free again, 9 stays with its holder.
+  info.out_of_service = 0;
+  ASSERT_TRUE(tracker_.UpsertNode(info).ok());
+  EXPECT_EQ(BusyDevices("inf"), (std::vector<int>{4, 5, 6, 7, 9}));
+  ASSERT_TRUE(tracker_.Forget("a"));
+  ASSERT_TRUE(tracker_.Forget("e"));
+  EXPECT_EQ(tracker_.Supply(), supply_before);
+}
+
+TEST_F(TrackerTest, ANodeAddedWithADeadDeviceCountsOnlyItsRealSupply) {
+  NodeInfo info{"trn-b", "trn1.32xlarge", 0};
+  info.out_of_service = topology::DeviceMask{1} << 5;
+  ASSERT_TRUE(tracker_.UpsertNode(info).ok());
+  const FitResult whole = tracker_.Fit(DevPod("w", 16), "trn-b");
+  EXPECT_FALSE(whole.fits);
+  auto row = tracker_.Reserve(DevPod("r", 8), "trn-b", 100);
+  ASSERT_TRUE(row.ok()) << row.error();
+  EXPECT_THAT(row->containers[0].placement.ids, ElementsAreArray(Range(8, 15)));
+}
+
 }  // namespace
 }  // namespace toposched::tracker

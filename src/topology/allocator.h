@@ -82,28 +82,43 @@ struct NodeShape {
   }
 };
 
-// What is in use on one node, kept as used cores (a device allocation uses all its cores) plus a
-// derived mask of devices with any core in use. Not thread-safe.
+// What is in use on one node: the cores pods hold (a device allocation holds all its cores), the
+// devices out of service (failed: unhealthy or gone), and derived from both the cores that cannot
+// be given now and a mask of devices with any such core. Not thread-safe.
+//
+// A device out of service is never free, but what pods hold on it stays held until they leave:
+// its pods still run there, and their ids must not go to anyone else when it comes back.
 class NodeUsage {
  public:
   NodeUsage() = default;
 
+  // Cores that cannot be given now: held, or on a device out of service.
   const CoreBits& used_cores() const { return used_cores_; }
   DeviceMask busy_devices() const { return busy_devices_; }
   int used_core_count() const { return static_cast<int>(used_cores_.count()); }
+  // Cores pods hold (what "allocated" means to an operator).
+  const CoreBits& held_cores() const { return held_cores_; }
+  int held_core_count() const { return static_cast<int>(held_cores_.count()); }
+  DeviceMask out_of_service() const { return out_of_service_; }
 
-  // REQUIRES: ids valid for `shape`. Returns false, changing nothing, if any is already in use.
+  // REQUIRES: ids valid for `shape`. Returns false, changing nothing, if any is already held.
+  // Ids on a device out of service can be taken: a recorded pod that runs there keeps them.
   bool Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids);
   // Frees the ids (freeing a free id is a no-op).
   void Release(const NodeShape& shape, Unit unit, const std::vector<int>& ids);
-  // True if every id is free.
+  // True if every id is free to give: neither held nor on a device out of service.
   bool AllFree(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const;
+  // Marks exactly the devices of `devices` (within the shape) out of service.
+  void SetOutOfService(const NodeShape& shape, DeviceMask devices);
 
  private:
-  void RecomputeBusy(const NodeShape& shape, int first_device, int last_device);
+  bool AllUnheld(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const;
+  void RecomputeUsed(const NodeShape& shape, int first_device, int last_device);
 
-  CoreBits used_cores_;
+  CoreBits held_cores_;
+  CoreBits used_cores_;  // held_cores_ plus every core of an out-of-service device
   DeviceMask busy_devices_ = 0;
+  DeviceMask out_of_service_ = 0;
 };
 
 struct Request {

@@ -59,14 +59,32 @@ bool NodeUsage::AllFree(const NodeShape& shape, Unit unit, const std::vector<int
   return true;
 }
 
+bool NodeUsage::AllUnheld(const NodeShape& shape, Unit unit, const std::vector<int>& ids) const {
+  const int cpd = shape.cores_per_device;
+  for (int id : ids) {
+    if (unit == Unit::kCore) {
+      if (held_cores_.test(static_cast<size_t>(id))) return false;
+      continue;
+    }
+    for (int c = id * cpd; c < (id + 1) * cpd; ++c) {
+      if (held_cores_.test(static_cast<size_t>(c))) return false;
+    }
+  }
+  return true;
+}
+
 bool NodeUsage::Take(const NodeShape& shape, Unit unit, const std::vector<int>& ids) {
-  if (!AllFree(shape, unit, ids)) return false;
+  if (!AllUnheld(shape, unit, ids)) return false;
   const int cpd = shape.cores_per_device;
   for (int id : ids) {
     if (unit == Unit::kDevice) {
-      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.set(static_cast<size_t>(c));
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) {
+        held_cores_.set(static_cast<size_t>(c));
+        used_cores_.set(static_cast<size_t>(c));
+      }
       busy_devices_ |= DeviceMask{1} << id;
     } else {
+      held_cores_.set(static_cast<size_t>(id));
       used_cores_.set(static_cast<size_t>(id));
       busy_devices_ |= DeviceMask{1} << (id / cpd);
     }
@@ -78,21 +96,30 @@ void NodeUsage::Release(const NodeShape& shape, Unit unit, const std::vector<int
   const int cpd = shape.cores_per_device;
   for (int id : ids) {
     if (unit == Unit::kDevice) {
-      for (int c = id * cpd; c < (id + 1) * cpd; ++c) used_cores_.reset(static_cast<size_t>(c));
-      RecomputeBusy(shape, id, id);
+      for (int c = id * cpd; c < (id + 1) * cpd; ++c) held_cores_.reset(static_cast<size_t>(c));
+      RecomputeUsed(shape, id, id);
     } else {
-      used_cores_.reset(static_cast<size_t>(id));
-      RecomputeBusy(shape, id / cpd, id / cpd);
+      held_cores_.reset(static_cast<size_t>(id));
+      RecomputeUsed(shape, id / cpd, id / cpd);
     }
   }
 }
 
-void NodeUsage::RecomputeBusy(const NodeShape& shape, int first_device, int last_device) {
+void NodeUsage::SetOutOfService(const NodeShape& shape, DeviceMask devices) {
+  out_of_service_ = devices & shape.AllDevices();
+  RecomputeUsed(shape, 0, shape.devices - 1);
+}
+
+void NodeUsage::RecomputeUsed(const NodeShape& shape, int first_device, int last_device) {
   const int cpd = shape.cores_per_device;
   for (int d = first_device; d <= last_device; ++d) {
-    bool any = false;
-    for (int c = d * cpd; c < (d + 1) * cpd && !any; ++c)
-      any = used_cores_.test(static_cast<size_t>(c));
+    const bool out = (out_of_service_ >> d & 1) != 0;
+    bool any = out;
+    for (int c = d * cpd; c < (d + 1) * cpd; ++c) {
+      const bool used = out || held_cores_.test(static_cast<size_t>(c));
+      used_cores_.set(static_cast<size_t>(c), used);
+      any = any || used;
+    }
     if (any) {
       busy_devices_ |= DeviceMask{1} << d;
     } else {

@@ -287,6 +287,12 @@ Decision Allocate(const NodeShape& shape, const NodeUsage& usage, const Request&
   const Policy base = policy == Policy::kScarcity ? Policy::kBestFit : policy;
   Decision d = request.unit == Unit::kDevice ? AllocateDevices(shape, usage, request, base)
                                              : AllocateCores(shape, usage, request, base);
+  if (!d.ok() && usage.out_of_service() != 0) {
+    const std::vector<int> out = MaskToIds(usage.out_of_service());
+    d.reason +=
+        fmt::format(" ({} {} out of service)",
+                    UnitName(Unit::kDevice, static_cast<int>(out.size())), FormatIdRanges(out));
+  }
   if (policy != Policy::kScarcity || costs == nullptr || !d.ok()) return d;
   return ChooseByCost(shape, usage, request, std::move(d), *costs);
 }

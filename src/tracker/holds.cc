@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "topology/id_ranges.h"
 #include "tracker/fitting.h"
 #include "tracker/gang_seats.h"
 #include "tracker/tracker.h"
@@ -134,7 +135,7 @@ bool Tracker::TakeLocked(PoolState& pool, const PodAllocation& allocation) {
   const NodeShape& shape = *pool.shape;
   topology::CoreBits mine;
   for (const auto& c : allocation.containers) mine |= topology::CoresOf(shape, c.placement);
-  if ((mine & pool.usage.used_cores()).any()) return false;
+  if ((mine & pool.usage.held_cores()).any()) return false;
   std::vector<int> cores;
   for (int c = 0; c < shape.cores; ++c) {
     if (mine.test(static_cast<size_t>(c))) cores.push_back(c);
@@ -185,6 +186,18 @@ Status Tracker::ReserveExact(const std::string& uid, const std::string& pod_name
   if (nit == nodes_.end()) return Error{fmt::format("node {} is not known", allocation.node)};
   NodeEntry& entry = nit->second;
   if (auto s = ValidateAllocation(entry.pool(), allocation); !s.ok()) return s;
+  // A new hold never starts on a failed device (holds already there are kept: Adopt, Rebuild).
+  const int cpd = entry.pool().shape->cores_per_device;
+  topology::DeviceMask touched = 0;
+  for (const auto& c : allocation.containers) {
+    for (int id : c.placement.ids) {
+      touched |= topology::DeviceMask{1} << (c.placement.unit == Unit::kDevice ? id : id / cpd);
+    }
+  }
+  if (const auto out = touched & entry.pool().usage.out_of_service(); out != 0) {
+    return Error{fmt::format("ids for pod {} on {} touch devices out of service: {}", pod_name,
+                             allocation.node, topology::FormatIdRanges(topology::MaskToIds(out)))};
+  }
   if (!InsertHoldLocked(
           entry.pool(), uid,
           Hold{pod_name, allocation, HoldState::kReserved, deadline_ns, entry.HoldPool()})) {

@@ -52,6 +52,7 @@ Status Tracker::UpsertNode(const NodeInfo& requested) {
           parked->second.size(), old.lnc, old.instance_type);
       info = old;
       info.groups = requested.groups;  // labels can change without the shape changing
+      info.out_of_service = requested.out_of_service;
     }
     departed_.erase(departed);
   }
@@ -73,6 +74,7 @@ Status Tracker::UpsertNode(const NodeInfo& requested) {
     auto shape = NodeShape::Make(*type, info.lnc);
     if (shape.ok()) {
       fresh.own.shape = shape.value();
+      fresh.own.usage.SetOutOfService(*fresh.own.shape, info.out_of_service);
     } else {
       fresh.own.error = shape.error();
     }
@@ -87,6 +89,11 @@ Status Tracker::UpsertNode(const NodeInfo& requested) {
         old.info.pool == info.pool) {
       old.info.groups = info.groups;  // labels can change without the shape changing
       if (!old.pool().shape) return Error{fmt::format("node {}: {}", info.name, old.pool().error)};
+      if (old.shared == nullptr && old.info.out_of_service != info.out_of_service) {
+        old.info.out_of_service = info.out_of_service;
+        old.own.usage.SetOutOfService(*old.own.shape, info.out_of_service);
+        RecountLocked(old.own);
+      }
       return OkStatus();
     }
     if (!old.own.pods.empty()) {

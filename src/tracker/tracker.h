@@ -102,6 +102,10 @@ struct NodeInfo {
   std::string pool{};
   // The multi-node groups the node belongs to (none: it takes only 1-node gang members).
   std::vector<NodeGroup> groups{};
+  // Its devices out of service (failed, as its node agent reports): never in a set chosen here,
+  // and counted in no supply; the pods holding ids on them keep their holds until they leave.
+  // Applies to the node's own devices (a shared pool's health is not reported per node).
+  topology::DeviceMask out_of_service = 0;
 };
 
 // A gang: `size` pods that must be placed all at once, one per node, in `size / group_nodes`
