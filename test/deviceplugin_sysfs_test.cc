@@ -248,5 +248,42 @@ TEST(DevicePluginSysfsTest, HealthFollowsDevNodeAndCoreCount) {
   EXPECT_TRUE(snapshot.healthy[3]);
 }
 
+// Issue 32: a failure takes a device out at once; it comes back only after `recover_after`
+// passing checks in a row, so a device that fails now and then stays out (no flapping).
+TEST(DevicePluginHealthTest, AFailureCountsAtOnceAndARecoveryWaitsForItsStreak) {
+  HealthBoard board(4, 3);
+  const Status ok = OkStatus();
+  const Status gone = Error{"/dev/neuron0 is missing"};
+  EXPECT_TRUE(board.Report(0, ok, "t0"));  // the first check decides either way
+  EXPECT_FALSE(board.Report(1, Error{"sysfs unreadable"}, "t0"));
+  EXPECT_TRUE(board.Report(2, ok, "t0"));
+  EXPECT_TRUE(board.Report(3, ok, "t0"));
+  EXPECT_TRUE(board.Report(0, gone, "t1"));
+  EXPECT_FALSE(board.Get().healthy[0]);
+  EXPECT_FALSE(board.Report(0, ok, "t2"));
+  EXPECT_FALSE(board.Report(0, gone, "t3"));  // flaps: the streak starts again
+  EXPECT_FALSE(board.Report(0, ok, "t4"));
+  EXPECT_FALSE(board.Report(0, ok, "t5"));
+  const std::vector<DeviceFault> faults = board.Faults();
+  ASSERT_EQ(faults.size(), 2u);
+  EXPECT_EQ(faults[0].device, 0);
+  EXPECT_EQ(faults[0].since, "t1") << "out of service since its first failure";
+  EXPECT_EQ(faults[0].reason, "/dev/neuron0 is missing");
+  EXPECT_EQ(faults[1].device, 1);
+  const auto annotations = FaultAnnotations(faults);
+  EXPECT_EQ(annotations.at("toposched.io/unhealthy-devices"), "0,1");
+  EXPECT_EQ(annotations.at("toposched.io/unhealthy-devices-why"),
+            "0: /dev/neuron0 is missing, since t1; 1: sysfs unreadable, since t0");
+  EXPECT_TRUE(board.Report(0, ok, "t6"));  // the third passing check in a row
+  EXPECT_TRUE(board.Get().healthy[0]);
+  EXPECT_EQ(board.Faults().size(), 1u);
+  EXPECT_TRUE(board.Report(1, ok, "t7") == false);
+  EXPECT_TRUE(board.Report(1, ok, "t8") == false);
+  EXPECT_TRUE(board.Report(1, ok, "t9"));
+  const auto none = FaultAnnotations(board.Faults());
+  EXPECT_FALSE(none.at("toposched.io/unhealthy-devices").has_value());
+  EXPECT_FALSE(none.at("toposched.io/unhealthy-devices-why").has_value());
+}
+
 }  // namespace
 }  // namespace toposched::deviceplugin

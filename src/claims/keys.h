@@ -123,6 +123,17 @@ inline bool ManagedByDra(const std::map<std::string, std::string, std::less<>>& 
   const auto it = node_labels.find(kLabelNeuronManagement);
   return it != node_labels.end() && it->second == kNeuronManagementDra;
 }
+// Set by the device plugin on its node while any of its devices is out of service (failed its
+// health check: device node gone, sysfs unreadable): their ids in the compact form ("2,9",
+// topology/id_ranges.h); removed when all are healthy again. The extender never chooses a set
+// containing them and tells the pods that hold them (docs/device-plugin.md, "When a device fails").
+inline constexpr std::string_view kAnnotationUnhealthyDevices = "toposched.io/unhealthy-devices";
+// Beside it, for people: each failed device, since when and why ("2: /dev/neuron2 is missing,
+// since 2026-11-29T12:00:00Z"). Quoted in the events about the pods on them, never parsed.
+inline constexpr std::string_view kAnnotationUnhealthyWhy = "toposched.io/unhealthy-devices-why";
+// The condition the extender sets on a pod holding ids on a device that failed ("False", reason
+// DeviceFailed) and sets back ("True", DevicesInService) when they return.
+inline constexpr std::string_view kConditionDevicesHealthy = "toposched.io/NeuronDevicesHealthy";
 // Set by the device plugin on its node while kubelet still lists DRA claims of toposched's
 // driver prepared in the node's pool (the node ran the DRA driver before its label was removed):
 // how many DRA devices they hold. Removed once none is left. The extender offers no node that

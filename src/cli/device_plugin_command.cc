@@ -34,6 +34,7 @@ struct DevicePluginOptions {
   std::string instance_type;
   std::string visible_cores = "container";
   int health_interval_ms = 250;
+  int health_recover_s = 30;
   int discovery_interval_s = 10;
   int reconcile_interval_s = 30;
   std::string probe_listen;
@@ -87,6 +88,13 @@ std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--health-interval-ms", opts->health_interval_ms, "Device health poll period")
       ->check(CLI::Range(50, 60000))
+      ->capture_default_str();
+  cmd->add_option("--health-recover-s", opts->health_recover_s,
+                  "A failed device is back in service only after passing every health check for "
+                  "this long (a device that fails now and then stays out instead of flapping). "
+                  "A failure takes it out at once; which devices are out is written on the Node "
+                  "(annotation toposched.io/unhealthy-devices) for the extender")
+      ->check(CLI::Range(0, 3600))
       ->capture_default_str();
   cmd->add_option("--discovery-interval-s", opts->discovery_interval_s,
                   "How often to look again for the driver while there are no devices")
@@ -155,6 +163,7 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
   options.socket_prefix = opts.socket_prefix;
   options.numbering = *numbering;
   options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
+  options.health_recover = std::chrono::seconds(opts.health_recover_s);
   options.discovery_interval = std::chrono::seconds(opts.discovery_interval_s);
   options.reconcile_interval = std::chrono::seconds(opts.reconcile_interval_s);
 

@@ -39,6 +39,11 @@ Status ApiPodSource::PatchNodeLabel(std::string_view key, const std::optional<st
   return kube::PatchNodeLabel(client_, node_name_, key, value);
 }
 
+Status ApiPodSource::PatchNodeAnnotations(
+    const std::map<std::string, std::optional<std::string>>& changes) {
+  return kube::PatchNodeAnnotations(client_, node_name_, changes);
+}
+
 Result<std::optional<std::string>> ApiPodSource::ReadNodeLabel(std::string_view key) {
   const std::string what = fmt::format("reading node {}", node_name_);
   auto response = client_.Get("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name_));

@@ -26,6 +26,8 @@ class ApiPodSource : public PodSource {
   Status PostWarning(const kube::Pod& pod, std::string_view reason,
                      std::string_view message) override;
   Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override;
+  Status PatchNodeAnnotations(
+      const std::map<std::string, std::optional<std::string>>& changes) override;
   Result<std::optional<std::string>> ReadNodeLabel(std::string_view key) override;
 
  private:
@@ -54,6 +56,10 @@ class WatchedPodSource : public PodSource {
   }
   Status PatchNodeLabel(std::string_view key, const std::optional<std::string>& value) override {
     return api_.PatchNodeLabel(key, value);
+  }
+  Status PatchNodeAnnotations(
+      const std::map<std::string, std::optional<std::string>>& changes) override {
+    return api_.PatchNodeAnnotations(changes);
   }
   Result<std::optional<std::string>> ReadNodeLabel(std::string_view key) override {
     return api_.ReadNodeLabel(key);

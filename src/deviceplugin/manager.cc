@@ -218,7 +218,37 @@ void DevicePluginManager::PublishDraClaims() {
 }
 
 void DevicePluginManager::HealthLoop(const std::atomic<bool>& stop) {
-  while (SleepUnlessStopped(stop, options_.health_interval)) PollHealth(options_.host, *health_);
+  while (SleepUnlessStopped(stop, options_.health_interval)) {
+    PollHealth(options_.host, *health_);
+    PublishFaults();
+  }
+}
+
+void DevicePluginManager::PublishFaults() {
+  const std::vector<DeviceFault> faults = health_->Faults();
+  auto annotations = FaultAnnotations(faults);
+  if (faults_published_ == annotations) return;
+  if (Status written = pods_.PatchNodeAnnotations(annotations); !written.ok()) {
+    if (written.error() != faults_error_) {
+      spdlog::warn(
+          "node {}: could not publish which devices are out of service ({}): {}; "
+          "retrying every health poll",
+          options_.node_name,
+          faults.empty() ? "none" : *annotations[std::string(claims::kAnnotationUnhealthyDevices)],
+          written.error());
+      faults_error_ = written.error();
+    }
+    return;
+  }
+  faults_error_.clear();
+  if (faults.empty()) {
+    if (faults_published_)
+      spdlog::info("node {}: every device is in service again", options_.node_name);
+  } else {
+    spdlog::warn("node {}: devices out of service published for the scheduler: {}",
+                 options_.node_name, *annotations[std::string(claims::kAnnotationUnhealthyWhy)]);
+  }
+  faults_published_ = std::move(annotations);
 }
 
 void DevicePluginManager::KickReconcile(const std::string& pod) {
@@ -501,8 +531,12 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
   }
   readiness_.Set(false, "waiting for the Neuron driver's devices");
   if (!WaitForDevices(stop)) return OkStatus();
-  health_ = std::make_unique<HealthBoard>(topology_->shape.devices);
+  const auto interval = std::max<int64_t>(1, options_.health_interval.count());
+  health_ = std::make_unique<HealthBoard>(
+      topology_->shape.devices,
+      static_cast<int>(std::max<int64_t>(1, options_.health_recover.count() / interval)));
   PollHealth(options_.host, *health_);
+  PublishFaults();
   AllocatorOptions allocator_options{options_.node_name, options_.numbering, options_.resources};
   allocations_ =
       std::make_unique<AllocationService>(pods_, topology_->shape, std::move(allocator_options));

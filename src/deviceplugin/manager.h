@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -43,6 +44,8 @@ struct PluginOptions {
   CoreNumbering numbering = CoreNumbering::kContainer;
 
   std::chrono::milliseconds health_interval{250};
+  // How long a failed device must pass its checks, without a failure, to be back in service.
+  std::chrono::milliseconds health_recover{30000};
   std::chrono::milliseconds discovery_interval{10000};
   // A found inventory is used only once a second scan this much later agrees (the driver makes
   // its sysfs entries one device at a time while it loads).
@@ -98,6 +101,9 @@ class DevicePluginManager {
   struct AllocatableWatch;
   bool WaitForDevices(const std::atomic<bool>& stop);
   void HealthLoop(const std::atomic<bool>& stop);
+  // Makes the node's annotations name the devices out of service now (FaultAnnotations), so
+  // that the extender stops choosing them; retried on the next poll when the write fails.
+  void PublishFaults();
   void ReconcileLoop(const std::atomic<bool>& stop);
   // Records what kubelet booked for `pod` (namespace/name) soon; empty: for every pod.
   void KickReconcile(const std::string& pod);
@@ -124,6 +130,10 @@ class DevicePluginManager {
 
   std::unique_ptr<NodeTopology> topology_;
   std::unique_ptr<HealthBoard> health_;
+  // The fault annotations last written (HealthLoop's thread, and Run's before it starts), and
+  // the last write error logged.
+  std::optional<std::map<std::string, std::optional<std::string>>> faults_published_;
+  std::string faults_error_;
   std::unique_ptr<AllocationService> allocations_;
   std::unique_ptr<PodResourcesClient> pod_resources_;  // null when PodResources is off
   Readiness readiness_;

@@ -39,6 +39,11 @@ class PodSource {
                                 const std::optional<std::string>& /*value*/) {
     return Error{"no API writer for node labels"};
   }
+  // Merge-patches annotations of this node (nullopt deletes one).
+  virtual Status PatchNodeAnnotations(
+      const std::map<std::string, std::optional<std::string>>& /*changes*/) {
+    return Error{"no API writer for node annotations"};
+  }
   // One label of this node as the API has it now (nullopt: the node has no such label).
   virtual Result<std::optional<std::string>> ReadNodeLabel(std::string_view /*key*/) {
     return Error{"no API reader for node labels"};

@@ -158,6 +158,30 @@ Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_v
 Status PatchNodeLabel(ApiClient& client, std::string_view node, std::string_view key,
                       const std::optional<std::string>& value);
 
+// JSON merge-patch of Node `node`'s annotations: a value sets the key, nullopt deletes it.
+Status PatchNodeAnnotations(ApiClient& client, std::string_view node,
+                            const std::map<std::string, std::optional<std::string>>& annotations);
+
+// A condition of a pod's status, as SetPodCondition writes it.
+struct PodCondition {
+  std::string type;
+  std::string status;  // "True" or "False"
+  std::string reason;
+  std::string message;
+};
+
+// Sets one condition on the pod's status (a strategic merge by type; the pod's uid is a
+// precondition). Other conditions stay.
+Status SetPodCondition(ApiClient& client, const Pod& pod, const PodCondition& condition);
+
+// Asks the Eviction API (policy/v1) to evict the pod, uid as a precondition: PodDisruptionBudgets
+// are honoured by the API server (its 429 is an error saying a budget blocks it now). A pod that
+// is gone already is not an error.
+Status EvictPod(ApiClient& client, const Pod& pod);
+
+// The wall clock now as RFC 3339 in UTC, to the second ("2026-11-29T12:00:00Z").
+std::string Rfc3339Now();
+
 // Creates a core/v1 Event about `pod` in its namespace. `type` is "Normal" or "Warning".
 Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
                     std::string_view reason, std::string_view message, std::string_view component);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -43,15 +44,6 @@ std::string AnnotationsJson(const std::map<std::string, std::string>& annotation
   return out;
 }
 
-std::string Rfc3339Now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
-
 // Cuts at a UTF-8 character boundary so the JSON stays valid text.
 std::string_view TruncateUtf8(std::string_view text, size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
@@ -74,6 +66,15 @@ Status HttpFailure(std::string_view what, const HttpResponse& response) {
 }
 
 }  // namespace
+
+std::string Rfc3339Now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
 
 std::string StatusMessage(std::string_view body) {
   std::string message;
@@ -186,15 +187,77 @@ Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_v
   return HttpFailure(what, *response);
 }
 
-Status PatchNodeLabel(ApiClient& client, std::string_view node, std::string_view key,
-                      const std::optional<std::string>& value) {
-  const std::string patch = fmt::format(R"({{"metadata":{{"labels":{{{}:{}}}}}}})", JsonQuote(key),
-                                        value ? JsonQuote(*value) : std::string("null"));
-  const std::string what = fmt::format("labelling node {} {}", node, key);
+namespace {
+
+// One merge-patch of a Node's metadata.<field> (labels or annotations).
+Status PatchNodeMetadata(ApiClient& client, std::string_view node, std::string_view field,
+                         const std::map<std::string, std::optional<std::string>>& changes,
+                         std::string_view what) {
+  std::string entries;
+  for (const auto& [key, value] : changes) {
+    if (!entries.empty()) entries += ',';
+    entries += JsonQuote(key) + ":" + (value ? JsonQuote(*value) : std::string("null"));
+  }
+  const std::string patch = fmt::format(R"({{"metadata":{{"{}":{{{}}}}}}})", field, entries);
   Result<HttpResponse> response = client.Patch("/api/v1/nodes/" + EscapeUrlComponent(node), patch,
                                                "application/merge-patch+json");
+  if (!response.ok()) return Error{std::string(what) + ": " + response.error()};
+  if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(std::string(what), *response);
+}
+
+}  // namespace
+
+Status PatchNodeLabel(ApiClient& client, std::string_view node, std::string_view key,
+                      const std::optional<std::string>& value) {
+  return PatchNodeMetadata(client, node, "labels", {{std::string(key), value}},
+                           fmt::format("labelling node {} {}", node, key));
+}
+
+Status PatchNodeAnnotations(ApiClient& client, std::string_view node,
+                            const std::map<std::string, std::optional<std::string>>& annotations) {
+  std::vector<std::string> keys;
+  keys.reserve(annotations.size());
+  for (const auto& [key, value] : annotations) keys.push_back(key);
+  return PatchNodeMetadata(client, node, "annotations", annotations,
+                           fmt::format("annotating node {} {}", node, fmt::join(keys, ", ")));
+}
+
+Status SetPodCondition(ApiClient& client, const Pod& pod, const PodCondition& condition) {
+  // A strategic merge patch of status.conditions merges by type: other conditions stay.
+  const std::string patch = fmt::format(
+      R"({{"metadata":{{"uid":{}}},"status":{{"conditions":[{{"type":{},"status":{},"reason":{},"message":{},"lastTransitionTime":{}}}]}}}})",
+      JsonQuote(pod.uid), JsonQuote(condition.type), JsonQuote(condition.status),
+      JsonQuote(condition.reason), JsonQuote(condition.message), JsonQuote(Rfc3339Now()));
+  const std::string what =
+      fmt::format("setting condition {} of pod {}/{}", condition.type, pod.ns, pod.name);
+  auto response =
+      client.Patch(fmt::format("/api/v1/namespaces/{}/pods/{}/status", EscapeUrlComponent(pod.ns),
+                               EscapeUrlComponent(pod.name)),
+                   patch, "application/strategic-merge-patch+json");
   if (!response.ok()) return Error{what + ": " + response.error()};
   if (response->status >= 200 && response->status < 300) return OkStatus();
+  return HttpFailure(what, *response);
+}
+
+Status EvictPod(ApiClient& client, const Pod& pod) {
+  const std::string body = fmt::format(
+      R"({{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":{},"namespace":{}}},"deleteOptions":{{"preconditions":{{"uid":{}}}}}}})",
+      JsonQuote(pod.name), JsonQuote(pod.ns), JsonQuote(pod.uid));
+  const std::string what = fmt::format("evicting pod {}/{}", pod.ns, pod.name);
+  auto response = client.Post(fmt::format("/api/v1/namespaces/{}/pods/{}/eviction",
+                                          EscapeUrlComponent(pod.ns), EscapeUrlComponent(pod.name)),
+                              body);
+  if (!response.ok()) return Error{what + ": " + response.error()};
+  // 404: gone already; 409: a pod of that name with another uid (this one is gone).
+  if ((response->status >= 200 && response->status < 300) || response->status == 404 ||
+      response->status == 409) {
+    return OkStatus();
+  }
+  if (response->status == 429) {
+    return Error{fmt::format("{}: a PodDisruptionBudget does not allow it now ({})", what,
+                             StatusMessage(response->body))};
+  }
   return HttpFailure(what, *response);
 }
 
