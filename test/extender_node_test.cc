@@ -3,6 +3,8 @@
 // known value), the extender's node facts and the tracker's shape one and the same, and the
 // truth of what a container got (toposched.io/granted, written by the plugin from kubelet's
 // books) adopted over the bind-time record.
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -326,6 +328,136 @@ TEST(TrackerParkedShapeTest, AReturningNodeKeepsTheShapeItsParkedHoldsWereTakenO
   EXPECT_TRUE(tracker.Forget("r-uid"));
   EXPECT_TRUE(tracker.UpsertNode({"trn2-a", "trn2.48xlarge", 2}).ok());
   EXPECT_EQ(tracker.Snapshot("trn2-a")->info.lnc, 2);
+}
+
+// A writer that records what the extender tells pods whose devices fail.
+class DeviceFailureWriter final : public ClusterWriter {
+ public:
+  Status Bind(const std::string&, const std::string&, const std::string&, const std::string&,
+              const std::map<std::string, std::string>&) override {
+    return OkStatus();
+  }
+  void Event(const std::string&, const std::string& name, const std::string&, std::string_view,
+             std::string_view reason, std::string_view message) override {
+    events.push_back(name + " " + std::string(reason) + ": " + std::string(message));
+  }
+  Status SetCondition(const std::string&, const std::string& name, const std::string&,
+                      const kube::PodCondition& condition) override {
+    conditions.push_back(name + " " + condition.type + "=" + condition.status + " " +
+                         condition.reason);
+    return OkStatus();
+  }
+  Status Evict(const std::string&, const std::string& name, const std::string&) override {
+    evictions.push_back(name);
+    if (budget_blocks > 0) {
+      --budget_blocks;
+      return Error{"a PodDisruptionBudget does not allow it now"};
+    }
+    return OkStatus();
+  }
+  std::vector<std::string> events, conditions, evictions;
+  int budget_blocks = 0;
+};
+
+class DeviceFailureTest : public ::testing::Test {
+ protected:
+  DeviceFailureTest()
+      : service_(
+            topology::Catalog::Embedded(), Options(), writer_, metrics_,
+            [this] { return steady_ns_; }, [] { return int64_t{1743574052764891534}; }) {}
+
+  static ExtenderOptions Options() {
+    ExtenderOptions options;
+    options.evict_on_device_failure = true;
+    return options;
+  }
+  static kube::Node Inf2(int version, std::optional<std::string> unhealthy) {
+    auto node = kube::DecodeNode(testing::EksNodeJson("inf2-a", "inf2.48xlarge", 12, 24));
+    EXPECT_TRUE(node.ok()) << node.error();
+    node->resource_version = std::to_string(version);
+    if (unhealthy) {
+      node->annotations["toposched.io/unhealthy-devices"] = *unhealthy;
+      node->annotations["toposched.io/unhealthy-devices-why"] =
+          "2: /dev/neuron2 is missing, since 2026-11-29T12:00:00Z";
+    }
+    return *node;
+  }
+  static kube::Pod DevicePod(const std::string& name, const std::string& ids) {
+    kube::Pod pod =
+        testing::MakePod(name, {{"main", "aws.amazon.com/neurondevice", 4}}, {}, "inf2-a");
+    pod.phase = "Running";
+    pod.annotations["toposched.io/allocation"] =
+        R"({"node":"inf2-a","instanceType":"inf2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neurondevice","ids":[)" +
+        ids + "]}]}";
+    pod.annotations["NEURON_ALLOC_TIME"] = "100";
+    return pod;
+  }
+  topology::DeviceMask OutOfService() {
+    auto snapshot = service_.tracker().Snapshot("inf2-a");
+    return snapshot ? snapshot->usage.out_of_service() : ~topology::DeviceMask{0};
+  }
+
+  int64_t steady_ns_ = 1'000'000'000;
+  DeviceFailureWriter writer_;
+  Metrics metrics_;
+  ExtenderService service_;
+};
+
+// Issue 32: the device plugin's annotation reaches the tracker (no new set contains the device),
+// the pod on it is told and evicted (a budget that blocks it is retried), a bad annotation keeps
+// what was known, and the device's return sets the condition back and drops the eviction.
+TEST_F(DeviceFailureTest, AFailedDeviceIsRefusedAndItsPodToldAndEvicted) {
+  service_.ReplaceNodes({Inf2(1, std::nullopt)});
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  ASSERT_EQ(OutOfService(), 0u);
+  writer_.budget_blocks = 1;
+  service_.UpsertNode(Inf2(2, "2"));
+  EXPECT_EQ(OutOfService(), topology::DeviceMask{1} << 2);
+  ASSERT_EQ(writer_.events.size(), 1u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("on-2 NeuronDeviceFailed: Neuron device(s) 2 "
+                                                      "of node inf2-a"));
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("/dev/neuron2 is missing"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));  // refused by the budget
+  service_.ExpireReservations();
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2")) << "not before the retry interval";
+  steady_ns_ += 6'000'000'000;
+  service_.ExpireReservations();
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2", "on-2"));
+  steady_ns_ += 6'000'000'000;
+  service_.ExpireReservations();
+  EXPECT_EQ(writer_.evictions.size(), 2u) << "evicted: not asked again";
+  // The holder keeps its ids until it leaves; the free 4-sets avoid 2.
+  ASSERT_TRUE(service_.tracker().Find("on-2-uid").has_value());
+  tracker::PodSpec four{"n-uid", "default/n", {{"main", {topology::Unit::kDevice, 4}}}};
+  const tracker::FitResult fit = service_.tracker().Fit(four, "inf2-a");
+  ASSERT_TRUE(fit.fits) << fit.reason;
+  const std::vector<int> ids = fit.allocation.containers.at(0).placement.ids;
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 0);
+  EXPECT_EQ(ids.back() - ids.front(), 3);
+
+  // A damaged annotation is no evidence that the device is back.
+  service_.UpsertNode(Inf2(3, "two"));
+  EXPECT_EQ(OutOfService(), topology::DeviceMask{1} << 2);
+  // Back in service: the condition is set back.
+  service_.UpsertNode(Inf2(4, std::nullopt));
+  EXPECT_EQ(OutOfService(), 0u);
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed",
+                          "on-2 toposched.io/NeuronDevicesHealthy=True DevicesInService"));
+}
+
+TEST_F(DeviceFailureTest, ADeviceBackBeforeTheBudgetAllowsItIsNotEvicted) {
+  service_.ReplaceNodes({Inf2(1, std::nullopt)});
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3")});
+  writer_.budget_blocks = 5;
+  service_.UpsertNode(Inf2(2, "2"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+  service_.UpsertNode(Inf2(3, std::nullopt));
+  steady_ns_ += 60'000'000'000;
+  service_.ExpireReservations();
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
 }
 
 }  // namespace

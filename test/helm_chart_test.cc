@@ -469,6 +469,27 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
               Not(Contains("--leader-elect=true")));
   EXPECT_FALSE(single.Get("Role", "k8s-neuron-scheduler").IsMap());
+  // A device that fails under a pod: told by default (pods/status), evicted on request.
+  const auto rules_of = [](const Rendered& rendered) {
+    std::vector<std::string> resources;
+    for (const YAML::Node& rule : rendered.Get("ClusterRole", "k8s-neuron-scheduler")["rules"]) {
+      for (const std::string& res : Strings(rule["resources"])) resources.push_back(res);
+    }
+    return resources;
+  };
+  EXPECT_THAT(rules_of(single), Contains("pods/status"));
+  EXPECT_THAT(rules_of(single), Not(Contains("pods/eviction")));
+  EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
+              Not(Contains("--on-device-failure")));
+  const Rendered evict("--set scheduler.enabled=true --set extender.onDeviceFailure=evict");
+  ASSERT_EQ(evict.outcome().exit_code, 0) << evict.outcome().err;
+  EXPECT_THAT(rules_of(evict), Contains("pods/eviction"));
+  const std::vector<std::string> evict_command =
+      Strings(Container(evict.Get("Deployment", "k8s-neuron-scheduler"))["command"]);
+  EXPECT_THAT(evict_command, Contains("--on-device-failure"));
+  EXPECT_THAT(evict_command, Contains("evict"));
+  const Rendered bad("--set scheduler.enabled=true --set extender.onDeviceFailure=reboot");
+  EXPECT_NE(bad.outcome().exit_code, 0);
 
   // No probe port: neither the flag nor a readinessProbe.
   const Rendered no_probe("--set devicePlugin.probePort=0");

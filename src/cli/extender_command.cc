@@ -53,6 +53,7 @@ struct ExtenderOptions {
   std::string policy = "scarcity";
   double reservation_timeout_s = 30;
   double gang_timeout_s = 120;
+  std::string on_device_failure = "event";
   double catch_up_wait_ms = 200;
   bool watch_list = true;
   size_t body_limit_mib = 256;
@@ -185,6 +186,15 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Seconds a bind may hold ids before they are released if it never completes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--on-device-failure", o->on_device_failure,
+                  "What happens to a pod when a Neuron device it holds fails (its node's device "
+                  "plugin marks it out of service): event = an Event and the pod condition "
+                  "toposched.io/NeuronDevicesHealthy=False, the pod keeps running; evict = the "
+                  "same, then an eviction through the Eviction API (PodDisruptionBudgets are "
+                  "honoured; retried every 5 s while one blocks it). Either way no new set "
+                  "contains the device")
+      ->check(CLI::IsMember({"event", "evict"}))
+      ->capture_default_str();
   cmd->add_option("--gang-timeout", o->gang_timeout_s,
                   "Seconds a multi-node gang's seats stay held without one of its members arriving "
                   "or binding; then the gang is released whole (docs/ultraserver.md)")
@@ -388,6 +398,7 @@ Result<extender::ExtenderOptions> ServiceOptionsFromFlags(const ExtenderOptions&
   options.policy = *policy;
   options.reservation_timeout = Seconds(o.reservation_timeout_s);
   options.gang_timeout = Seconds(o.gang_timeout_s);
+  options.evict_on_device_failure = o.on_device_failure == "evict";
   return options;
 }
 

@@ -133,13 +133,32 @@ Result<std::optional<kube::Pod>> ApiClusterWriter::ReadPod(const std::string& ns
   return kube::GetPod(client_, ns, name);
 }
 
-void ApiClusterWriter::Event(const std::string& ns, const std::string& name, const std::string& uid,
-                             std::string_view type, std::string_view reason,
-                             std::string_view message) {
+namespace {
+kube::Pod PodNamed(const std::string& ns, const std::string& name, const std::string& uid) {
   kube::Pod pod;
   pod.ns = ns;
   pod.name = name;
   pod.uid = uid;
+  return pod;
+}
+}  // namespace
+
+Status ApiClusterWriter::SetCondition(const std::string& ns, const std::string& name,
+                                      const std::string& uid, const kube::PodCondition& condition) {
+  if (may_write_ && !may_write_()) return Error{"not the leader"};
+  return kube::SetPodCondition(client_, PodNamed(ns, name, uid), condition);
+}
+
+Status ApiClusterWriter::Evict(const std::string& ns, const std::string& name,
+                               const std::string& uid) {
+  if (may_write_ && !may_write_()) return Error{"not the leader"};
+  return kube::EvictPod(client_, PodNamed(ns, name, uid));
+}
+
+void ApiClusterWriter::Event(const std::string& ns, const std::string& name, const std::string& uid,
+                             std::string_view type, std::string_view reason,
+                             std::string_view message) {
+  const kube::Pod pod = PodNamed(ns, name, uid);
   if (auto s = kube::PostPodEvent(client_, pod, type, reason, message, "toposched-extender");
       !s.ok()) {
     spdlog::warn("could not post event on pod {}/{}: {}", ns, name, s.error());

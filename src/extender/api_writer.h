@@ -35,6 +35,9 @@ class ApiClusterWriter final : public ClusterWriter {
   Result<std::optional<kube::Pod>> ReadPod(const std::string& ns, const std::string& name) override;
   void Event(const std::string& ns, const std::string& name, const std::string& uid,
              std::string_view type, std::string_view reason, std::string_view message) override;
+  Status SetCondition(const std::string& ns, const std::string& name, const std::string& uid,
+                      const kube::PodCondition& condition) override;
+  Status Evict(const std::string& ns, const std::string& name, const std::string& uid) override;
   std::chrono::milliseconds MaxWriteTime() const override {
     return client_.config().connect_timeout + client_.config().request_timeout;
   }

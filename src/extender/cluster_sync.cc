@@ -138,10 +138,15 @@ void ExtenderService::LearnNode(const kube::Node& node) {
     nodes_[node.name] = facts;
   }
   AdoptUnplaced(node.name);
-  if (auto s = tracker_.UpsertNode(
-          {node.name, node.instance_type, facts.lnc, facts.pool, facts.Groups()});
+  if (auto s = tracker_.UpsertNode({node.name, node.instance_type, facts.lnc, facts.pool,
+                                    facts.Groups(), facts.out_of_service});
       !s.ok()) {
     spdlog::warn("{}", s.error());
+  }
+  const topology::DeviceMask before = known ? previous->out_of_service : 0;
+  if (before != facts.out_of_service) {
+    TellPodsOnChangedDevices(node.name, facts.out_of_service & ~before,
+                             before & ~facts.out_of_service, facts.out_of_service_why);
   }
   // One source: the tracker may keep the old shape (pods hold ids on the node), and core ids
   // must then be read with the shape it uses, not the new facts'.

@@ -8,6 +8,7 @@
 
 #include "base/text.h"
 #include "claims/keys.h"
+#include "topology/id_ranges.h"
 
 namespace toposched::extender {
 namespace {
@@ -66,6 +67,29 @@ Lnc LncOf(const topology::InstanceType& type, const kube::Node& node, const Reso
   return {type.lnc.default_lnc, "default"};
 }
 
+// The devices the node agent reports out of service. An annotation that cannot be read keeps
+// what was known before (dropping it would offer dead devices again).
+void ReadOutOfService(const kube::Node& node, const topology::InstanceType& type,
+                      const NodeFacts* previous, NodeFacts& facts) {
+  const auto ids = node.annotations.find(claims::kAnnotationUnhealthyDevices);
+  if (ids == node.annotations.end()) return;
+  if (const auto why = node.annotations.find(claims::kAnnotationUnhealthyWhy);
+      why != node.annotations.end()) {
+    facts.out_of_service_why = why->second;
+  }
+  auto parsed = topology::ParseIdRanges(ids->second, type.devices);
+  if (!parsed.ok()) {
+    if (previous != nullptr) facts.out_of_service = previous->out_of_service;
+    spdlog::warn(
+        "node {}: annotation {}=\"{}\" is not a list of {}'s device ids ({}); keeping "
+        "the devices out of service known before: {}",
+        node.name, claims::kAnnotationUnhealthyDevices, ids->second, type.name, parsed.error(),
+        topology::FormatIdRanges(topology::MaskToIds(facts.out_of_service)));
+    return;
+  }
+  for (int id : *parsed) facts.out_of_service |= topology::DeviceMask{1} << id;
+}
+
 }  // namespace
 
 std::vector<tracker::NodeGroup> NodeFacts::Groups() const {
@@ -114,6 +138,7 @@ NodeFacts FactsOf(const kube::Node& node, const topology::Catalog& catalog,
     }
     auto shape = topology::NodeShape::Make(*type, facts.lnc);
     if (shape.ok()) facts.cores_per_device = shape->cores_per_device;
+    ReadOutOfService(node, *type, previous, facts);
     for (const auto& resource : resources.device) {
       auto it = node.allocatable.find(resource);
       if (it != node.allocatable.end() && it->second < type->devices) {

@@ -13,6 +13,7 @@
 #include "claims/ultraserver.h"
 #include "extender/pod_requests.h"
 #include "kube/objects.h"
+#include "topology/allocator.h"
 #include "topology/catalog.h"
 #include "topology/pools.h"
 
@@ -25,13 +26,17 @@ struct NodeFacts {
   int cores_per_device = 0;  // 0 when the type is unknown
   // Its place in an UltraServer (AWS's labels); empty for an ordinary node or unreadable labels.
   std::optional<claims::UltraServerPlace> ultraserver;
+  // Devices its node agent reports out of service (claims::kAnnotationUnhealthyDevices), and
+  // what it says of them (kAnnotationUnhealthyWhy, for people).
+  topology::DeviceMask out_of_service = 0;
+  std::string out_of_service_why;
 
   // The UltraServer groups a multi-node gang may use this node in (tracker::NodeInfo::groups).
   std::vector<tracker::NodeGroup> Groups() const;
   // The facts the tracker's node depends on (cores_per_device follows from them).
   bool SameNode(const NodeFacts& other) const {
     return instance_type == other.instance_type && lnc == other.lnc && pool == other.pool &&
-           Groups() == other.Groups();
+           out_of_service == other.out_of_service && Groups() == other.Groups();
   }
 };
 

@@ -86,6 +86,7 @@ void ExtenderService::ForgetPod(const std::string& uid) {
   std::string last_of_gang;
   {
     MutexLock lock(mu_);
+    evictions_.erase(uid);
     auto it = pods_.find(uid);
     if (it == pods_.end()) return;
     if (it->second.gang) {
@@ -112,6 +113,7 @@ void ExtenderService::ForgetPod(const std::string& uid) {
 void ExtenderService::ExpireReservations() {
   // First: a pod whose Binding's outcome is unknown has its hold extended or settled here.
   ResolveUnknownBinds();
+  if (options_.evict_on_device_failure) RetryEvictions();
   if (partitions_) {
     metrics_.SetPartitionRemovalsPending(static_cast<int>(partitions_->PendingRemovals()));
   }

@@ -107,6 +107,17 @@ class ClusterWriter {
   // Raises a Kubernetes Event on the pod; best effort.
   virtual void Event(const std::string& ns, const std::string& name, const std::string& uid,
                      std::string_view type, std::string_view reason, std::string_view message) = 0;
+  // Sets a condition on the pod's status (kube::SetPodCondition).
+  virtual Status SetCondition(const std::string& ns, const std::string& name,
+                              const std::string& uid, const kube::PodCondition& condition) {
+    (void)uid;
+    return Error{"pod " + ns + "/" + name + ": this writer cannot set " + condition.type};
+  }
+  // Evicts the pod through the Eviction API (kube::EvictPod).
+  virtual Status Evict(const std::string& ns, const std::string& name, const std::string& uid) {
+    (void)uid;
+    return Error{"pod " + ns + "/" + name + " cannot be evicted: this writer has no API server"};
+  }
 };
 
 struct ExtenderOptions {
@@ -127,6 +138,11 @@ struct ExtenderOptions {
   // How long a gang's seats stay held without a new member arriving or binding: a gang whose
   // members do not all come is released whole (docs/ultraserver.md).
   std::chrono::milliseconds gang_timeout{120000};
+  // What happens to a pod when a device it holds fails (--on-device-failure): it is always told
+  // (an Event and a pod condition); with this set it is also evicted through the Eviction API,
+  // which honours PodDisruptionBudgets (retried every eviction_retry while one blocks it).
+  bool evict_on_device_failure = false;
+  std::chrono::milliseconds eviction_retry{5000};
   // The size of a gang whose members carry none (GangMembership::size 0), read from the object
   // GangMembership::job_name names by its source: an MPIJob's Worker replicas, a PodGroup's or
   // a Workload pod group's gang minCount, where 0 means the group's policy is basic (its pods are
@@ -313,6 +329,14 @@ class ExtenderService {
   std::string FinishBind(const UnknownBind& bind);
   // Reads the pod of a Binding whose outcome is unknown back and acts on what it says.
   Resolution ResolveUnknownBind(UnknownBind& bind, std::string* message);
+  // device_failures.cc: tells the pods holding ids on the node's devices that `failed` (an
+  // Event and condition kConditionDevicesHealthy False, and with evict_on_device_failure an
+  // eviction) or `recovered` (the condition True again, a pending eviction dropped).
+  void TellPodsOnChangedDevices(const std::string& node, topology::DeviceMask failed,
+                                topology::DeviceMask recovered, const std::string& why)
+      TS_EXCLUDES(mu_);
+  // Retries the evictions a PodDisruptionBudget (or a failed write) put off; from the tick.
+  void RetryEvictions() TS_EXCLUDES(mu_);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
   // The steady clock `after` from now, in the tracker's nanoseconds: the one spelling of every
@@ -359,6 +383,13 @@ class ExtenderService {
   // Live bound pods whose record the tracker refused (AllocationConflict), by uid: the latest
   // version seen. Retried by AdoptContested.
   std::unordered_map<std::string, kube::Pod> contested_ TS_GUARDED_BY(mu_);
+  // Pods to evict off failed devices (by uid): their namespace/name and the steady time of the
+  // next try.
+  struct PendingEviction {
+    std::string pod;
+    int64_t next_ns = 0;
+  };
+  std::unordered_map<std::string, PendingEviction> evictions_ TS_GUARDED_BY(mu_);
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);

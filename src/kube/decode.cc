@@ -289,6 +289,7 @@ Status DecodeNodeMetadata(ondemand::value& value, const Path& path, Node& node) 
         if (key == "labels") {
           return DecodeStringMap(field, at, node.labels, IsNodeLabelWeRead);
         }
+        if (key == "annotations") return DecodeStringMap(field, at, node.annotations, IsOwnKey);
         return OkStatus();
       });
 }
@@ -508,6 +509,8 @@ bool IsNodeLabelWeRead(std::string_view key) {
   return key == "node.kubernetes.io/instance-type" || key == "beta.kubernetes.io/instance-type" ||
          key.starts_with(kOwnKeyPrefix) || key.starts_with(kNeuronLabelPrefix);
 }
+
+bool IsOwnKey(std::string_view key) { return key.starts_with(kOwnKeyPrefix); }
 
 bool IsPodLabelWeRead(std::string_view key) {
   return key.starts_with(kKubeflowTrainingLabelPrefix) ||

@@ -83,6 +83,8 @@ Result<std::vector<Node>> DecodeNodeListItems(simdjson::ondemand::value& value,
 // toposched.io/); decoding keeps only these, since a filter with full Node objects decodes
 // 5,000 label maps per call.
 bool IsNodeLabelWeRead(std::string_view key);
+// Keys under toposched.io/ (the node annotations toposched reads).
+bool IsOwnKey(std::string_view key);
 // The pod labels toposched reads: the keys under training.kubeflow.org/ (the MPI operator's),
 // leaderworkerset.sigs.k8s.io/ and toposched.io/, which name a pod's gang (claims/gang.h).
 bool IsPodLabelWeRead(std::string_view key);

@@ -84,6 +84,8 @@ struct Node {
       instance_type;  // node.kubernetes.io/instance-type, else beta.kubernetes.io/instance-type
   // Only the labels toposched reads (kube::IsNodeLabelWeRead): instance type, toposched.io/*.
   std::map<std::string, std::string, std::less<>> labels;
+  // Only toposched.io/* annotations (kube::IsOwnKey): what its node agent says of it.
+  std::map<std::string, std::string, std::less<>> annotations;
   ResourceCounts capacity;
   ResourceCounts allocatable;
   bool unschedulable = false;  // spec.unschedulable

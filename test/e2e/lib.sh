@@ -984,7 +984,7 @@ e2e_device_plugin() {
     --kubeconfig "$W/device-plugin.kubeconfig" --sysfs-root "$W/host/sys" --dev-root "$W/host/dev" \
     --opt-aws-root "$W/host/opt/aws" --kubelet-dir /var/lib/kubelet/device-plugins \
     --pod-resources-socket "$W/kubelet/pod-resources/kubelet.sock" --reconcile-interval-s 5 \
-    --probe-listen "127.0.0.1:$DP_PROBE_PORT"
+    --probe-listen "127.0.0.1:$DP_PROBE_PORT" ${TOPOSCHED_E2E_DP_ARGS:-}
 }
 # The device plugin's /readyz answers 200: registered, and kubelet holds its devices (where kubelet
 # offers GetAllocatableResources, 1.21+).

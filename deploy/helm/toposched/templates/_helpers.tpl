@@ -213,6 +213,9 @@ extenders:
 {{- $args = concat $args (list "--views-listen" (printf "127.0.0.1:%v" $e.viewsPort)) -}}
 {{- end -}}
 {{- $args = concat $args (list "--policy" (toString $e.scoringPolicy)) -}}
+{{- if ne (toString $e.onDeviceFailure) "event" -}}
+{{- $args = concat $args (list "--on-device-failure" (toString $e.onDeviceFailure)) -}}
+{{- end -}}
 {{- if ne (toString $e.logLevel) "info" -}}
 {{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}
 {{- end -}}

@@ -1,0 +1,128 @@
+// What the extender does when a node's agent reports devices out of service (or back): the
+// tracker already refuses them (NodeInfo::out_of_service); here the pods holding ids on them are
+// told, and evicted when the operator asked for it (--on-device-failure=evict).
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "claims/keys.h"
+#include "extender/service.h"
+#include "topology/id_ranges.h"
+
+namespace toposched::extender {
+
+namespace {
+
+std::string Ids(topology::DeviceMask mask) {
+  return topology::FormatIdRanges(topology::MaskToIds(mask));
+}
+
+// The devices a hold's ids touch.
+topology::DeviceMask DevicesOf(const tracker::HolderView& holder, int cores_per_device) {
+  topology::DeviceMask touched = 0;
+  for (const auto& c : holder.containers) {
+    for (int id : c.placement.ids) {
+      const int device = c.placement.unit == topology::Unit::kDevice ? id : id / cores_per_device;
+      touched |= topology::DeviceMask{1} << device;
+    }
+  }
+  return touched;
+}
+
+}  // namespace
+
+void ExtenderService::TellPodsOnChangedDevices(const std::string& node, topology::DeviceMask failed,
+                                               topology::DeviceMask recovered,
+                                               const std::string& why) {
+  if (failed != 0) {
+    spdlog::warn("node {}: device(s) {} out of service ({}); no new set will contain them", node,
+                 Ids(failed), why.empty() ? "no reason given" : why);
+  }
+  if (recovered != 0) spdlog::info("node {}: device(s) {} back in service", node, Ids(recovered));
+  const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&node, 1));
+  if (views.empty() || !views.front().shape) return;
+  const int cpd = views.front().shape->cores_per_device;
+  // One writer tells them: a standby sees the same and would write duplicates.
+  const bool write = !options_.may_reconcile || options_.may_reconcile();
+  for (const tracker::HolderView& holder : views.front().holders) {
+    // A gang's seat has no pod yet; its member will be placed by the gang's new choice.
+    if (holder.gang_seat) continue;
+    const topology::DeviceMask touched = DevicesOf(holder, cpd);
+    const auto slash = holder.pod_name.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string ns = holder.pod_name.substr(0, slash);
+    const std::string name = holder.pod_name.substr(slash + 1);
+    kube::PodCondition condition;
+    condition.type = std::string(claims::kConditionDevicesHealthy);
+    if ((touched & failed) != 0) {
+      const std::string message = fmt::format(
+          "Neuron device(s) {} of node {}, which this pod holds, are out of service ({}). {}",
+          Ids(touched & failed), node, why.empty() ? "reported by the node's device plugin" : why,
+          options_.evict_on_device_failure
+              ? "The pod is being evicted (PodDisruptionBudgets are honoured)"
+              : "The pod keeps its devices until it ends; delete it to place it again on "
+                "healthy ones");
+      spdlog::warn("pod {}: {}", holder.pod_name, message);
+      if (!write) continue;
+      writer_.Event(ns, name, holder.uid, "Warning", "NeuronDeviceFailed", message);
+      condition.status = "False";
+      condition.reason = "DeviceFailed";
+      condition.message = message;
+      if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
+        spdlog::warn("pod {}: {}", holder.pod_name, s.error());
+      }
+      if (options_.evict_on_device_failure) {
+        MutexLock lock(mu_);
+        evictions_[holder.uid] = PendingEviction{holder.pod_name, 0};
+      }
+    } else if ((touched & recovered) != 0 &&
+               (touched & views.front().usage.out_of_service()) == 0) {
+      if (!write) continue;
+      condition.status = "True";
+      condition.reason = "DevicesInService";
+      condition.message = fmt::format("Neuron device(s) {} of node {} are back in service",
+                                      Ids(touched & recovered), node);
+      if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
+        spdlog::warn("pod {}: {}", holder.pod_name, s.error());
+      }
+      MutexLock lock(mu_);
+      if (evictions_.erase(holder.uid) != 0) {
+        spdlog::info("pod {}: its devices are back in service; not evicting it", holder.pod_name);
+      }
+    }
+  }
+  if (options_.evict_on_device_failure && failed != 0) RetryEvictions();
+}
+
+void ExtenderService::RetryEvictions() {
+  std::vector<std::pair<std::string, std::string>> due;  // uid, pod
+  const int64_t now = steady_ns_();
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [uid, pending] : evictions_) {
+      if (pending.next_ns <= now) due.emplace_back(uid, pending.pod);
+    }
+  }
+  for (const auto& [uid, pod] : due) {
+    const auto slash = pod.find('/');
+    const Status evicted = writer_.Evict(pod.substr(0, slash), pod.substr(slash + 1), uid);
+    MutexLock lock(mu_);
+    auto it = evictions_.find(uid);
+    if (it == evictions_.end()) continue;  // its devices came back meanwhile
+    if (evicted.ok()) {
+      spdlog::warn("pod {}: evicted off its failed Neuron device(s)", pod);
+      evictions_.erase(it);
+    } else {
+      spdlog::warn("pod {}: not evicted yet ({}); trying again in {} s", pod, evicted.error(),
+                   std::chrono::duration<double>(options_.eviction_retry).count());
+      it->second.next_ns =
+          now +
+          std::chrono::duration_cast<std::chrono::nanoseconds>(options_.eviction_retry).count();
+    }
+  }
+}
+
+}  // namespace toposched::extender
