@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <optional>
 #include <string>
@@ -15,12 +16,15 @@
 #include <nlohmann/json.hpp>
 
 #include "extender/fleet_history.h"
+#include "extender/fleet_reads.h"
 #include "extender/offline.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
 #include "net/url_query.h"
+#include "topology/catalog.h"
+#include "topology/demand.h"
 
 namespace toposched::extender {
 namespace {
@@ -431,6 +435,52 @@ TEST(UrlQueryTest, RefusesBadEscapesControlBytesAndFloods) {
   std::string flood = "/v1/fleet?";
   for (int i = 0; i < 40; ++i) flood += "a=1&";
   EXPECT_THAT(net::ParseTarget(flood).error(), HasSubstr("more than 32"));
+}
+
+// The views' memo (NodeFreeMemo) answers each node as FreeSetsPerClass and ExpectedFragmentation
+// would on their own: nodes of the same type and usage share one answer, others never do.
+TEST(NodeFreeMemoTest, AnswersEachNodeAsTheDirectComputation) {
+  const auto& catalog = topology::Catalog::Embedded();
+  const auto trn1 = topology::NodeShape::Make(*catalog.Find("trn1.32xlarge"));
+  const auto inf2 = topology::NodeShape::Make(*catalog.Find("inf2.48xlarge"));
+  ASSERT_TRUE(trn1.ok() && inf2.ok());
+  topology::SlotCosts costs;
+  costs.classes = {{topology::Unit::kDevice, 1},
+                   {topology::Unit::kDevice, 4},
+                   {topology::Unit::kDevice, 12},
+                   {topology::Unit::kCore, 2}};
+  costs.shares = {0.4, 0.3, 0.2, 0.1};
+  costs.per_slot = {1, 1, 1, 1};
+  struct Node {
+    topology::NodeShape shape;
+    topology::NodeUsage usage;
+  };
+  std::vector<Node> nodes;
+  for (int i = 0; i < 12; ++i) {
+    Node& n = nodes.emplace_back(Node{i % 2 == 0 ? *trn1 : *inf2, {}});
+    // Three usages per type, each on two nodes: empty, device 0, devices 0-3 plus a core.
+    if (i % 6 >= 2) {
+      ASSERT_TRUE(n.usage.Take(n.shape, topology::Unit::kDevice, {0}));
+    }
+    if (i % 6 >= 4) {
+      ASSERT_TRUE(n.usage.Take(n.shape, topology::Unit::kDevice, {1, 2, 3}));
+      ASSERT_TRUE(n.usage.Take(n.shape, topology::Unit::kCore, {9}));
+    }
+  }
+  NodeFreeMemo memo(costs);
+  for (const Node& n : nodes) {
+    const NodeFreeMemo::Answer& answer = memo.Of(n.shape, n.usage);
+    EXPECT_EQ(answer.sets, FreeSetsPerClass(n.shape, n.usage, costs));
+    const double direct = topology::ExpectedFragmentation(n.shape, n.usage, costs);
+    if (std::isnan(direct)) {
+      EXPECT_TRUE(std::isnan(answer.fragmentation));
+    } else {
+      EXPECT_EQ(answer.fragmentation, direct);
+    }
+  }
+  // Asked again, the same answer object: worked out once.
+  EXPECT_EQ(&memo.Of(nodes[0].shape, nodes[0].usage), &memo.Of(nodes[6].shape, nodes[6].usage));
+  EXPECT_NE(&memo.Of(nodes[0].shape, nodes[0].usage), &memo.Of(nodes[2].shape, nodes[2].usage));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "draw/html.h"
 #include "draw/line_chart.h"
 #include "draw/node_svg.h"
+#include "extender/fleet_reads.h"
 #include "extender/fleet_state.h"
 #include "extender/service.h"
 #include "net/url_query.h"
@@ -65,7 +66,7 @@ class Palette {
 
 // The node as draw::NodeSvg wants it: each core's owner, one owner per container hold.
 std::string NodeFigure(const tracker::NodeView& node, const topology::SlotCosts& costs,
-                       std::string_view highlight, Palette& palette) {
+                       NodeFreeMemo& free, std::string_view highlight, Palette& palette) {
   const topology::NodeShape& shape = *node.shape;
   draw::NodePicture picture;
   picture.name = node.info.name;
@@ -97,13 +98,14 @@ std::string NodeFigure(const tracker::NodeView& node, const topology::SlotCosts&
                                                                : std::string(),
                   free_devices, shape.devices);
   std::string sets;
-  const auto free_sets = FreeSetsPerClass(shape, node.usage, costs);
+  const NodeFreeMemo::Answer& free_now = free.Of(shape, node.usage);
+  const auto& free_sets = free_now.sets;
   for (size_t c = 0; c < free_sets.size(); ++c) {
     if (!free_sets[c]) continue;
     fmt::format_to(std::back_inserter(sets), "{}{}: {}", sets.empty() ? "" : ", ",
                    topology::RequestLabel(costs.classes[c]), *free_sets[c]);
   }
-  const double fragmentation = topology::ExpectedFragmentation(shape, node.usage, costs);
+  const double fragmentation = free_now.fragmentation;
   return fmt::format(
       "<figure>{}<figcaption>free sets: {}<br>fragmentation {:.2f} devices{}</figcaption>"
       "</figure>\n",
@@ -337,6 +339,7 @@ std::string ExtenderService::FleetPage(const FleetQuery& query, std::string_view
       "split into its cores; a colour per pod (hover for it, click to show it alone), grey is "
       "free.</p>\n<div class=\"nodes\">\n";
   Palette palette;
+  NodeFreeMemo free(state.costs);
   const size_t first = std::min(static_cast<size_t>(query.first_node), state.views.size());
   const size_t last = std::min(first + static_cast<size_t>(query.max_nodes), state.views.size());
   if (first > 0 || last < state.views.size()) {
@@ -344,7 +347,7 @@ std::string ExtenderService::FleetPage(const FleetQuery& query, std::string_view
   }
   for (const auto& view : std::span(state.views).subspan(first, last - first)) {
     if (view.shape) {
-      out += NodeFigure(view, state.costs, highlight_pod, palette);
+      out += NodeFigure(view, state.costs, free, highlight_pod, palette);
     } else {
       fmt::format_to(std::back_inserter(out),
                      "<figure><b>{}</b><figcaption>{}</figcaption></figure>\n",

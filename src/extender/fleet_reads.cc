@@ -62,6 +62,16 @@ std::vector<std::optional<int64_t>> FreeSetsPerClass(const topology::NodeShape& 
   return sets;
 }
 
+const NodeFreeMemo::Answer& NodeFreeMemo::Of(const topology::NodeShape& shape,
+                                             const topology::NodeUsage& usage) {
+  auto [it, fresh] = answers_.try_emplace(topology::NodeStateKey{&shape, &usage});
+  if (fresh) {
+    it->second.sets = FreeSetsPerClass(shape, usage, costs_);
+    it->second.fragmentation = topology::ExpectedFragmentation(shape, usage, costs_);
+  }
+  return it->second;
+}
+
 void CapacityTally::Add(const tracker::NodeView& node) {
   if (!node.shape) return;
   devices += node.shape->devices;

@@ -11,9 +11,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "topology/demand.h"
+#include "topology/node_state.h"
 #include "tracker/tracker.h"
 
 namespace toposched::extender {
@@ -51,6 +53,29 @@ std::string_view WhyKind(const tracker::NodeView& node, const tracker::PodSpec& 
 std::vector<std::optional<int64_t>> FreeSetsPerClass(const topology::NodeShape& shape,
                                                      const topology::NodeUsage& usage,
                                                      const topology::SlotCosts& costs);
+
+// FreeSetsPerClass and topology::ExpectedFragmentation of nodes, worked out once per node state
+// (topology::NodeStateKey) within one read of the fleet: nodes in the same state (empty ones, full
+// ones, ones running the same workload) share the answer, and both walk every legal set. One per
+// read, owned by its thread: nothing shared, no lock. Keeps pointers to the shapes and usages it
+// is asked about, which must outlive it (the read's views).
+class NodeFreeMemo {
+ public:
+  struct Answer {
+    std::vector<std::optional<int64_t>> sets;  // FreeSetsPerClass
+    double fragmentation = 0;                  // ExpectedFragmentation, as it is (may be NaN)
+  };
+
+  explicit NodeFreeMemo(const topology::SlotCosts& costs) : costs_(costs) {}
+
+  // Valid as long as the memo.
+  const Answer& Of(const topology::NodeShape& shape, const topology::NodeUsage& usage);
+
+ private:
+  const topology::SlotCosts& costs_;
+  std::unordered_map<topology::NodeStateKey, Answer, topology::NodeStateHash, topology::NodeStateEq>
+      answers_;
+};
 
 // Devices and free capacity added up over nodes (cores counted as their share of a device).
 struct CapacityTally {

@@ -81,6 +81,7 @@ std::optional<FleetSample> ExtenderService::SampleFleet(int64_t unix_seconds) co
 
   std::map<std::string, TypeTally> types;
   CapacityTally fleet;
+  NodeFreeMemo memo(costs);  // nodes in the same state share their free sets and fragmentation
   std::vector<std::string> names;  // of `views`, for the fits below
   names.reserve(views.size());
   for (const tracker::NodeView& view : views) {
@@ -92,9 +93,9 @@ std::optional<FleetSample> ExtenderService::SampleFleet(int64_t unix_seconds) co
     fleet.Add(view);
     type.capacity.Add(view);
     // /v1/fleet's per-node measure (fleet_view.cc, AppendNode), added up.
-    const double fragmentation = topology::ExpectedFragmentation(*view.shape, view.usage, costs);
-    if (std::isfinite(fragmentation)) type.fragmentation += fragmentation;
-    const auto sets = FreeSetsPerClass(*view.shape, view.usage, costs);
+    const NodeFreeMemo::Answer& free = memo.Of(*view.shape, view.usage);
+    if (std::isfinite(free.fragmentation)) type.fragmentation += free.fragmentation;
+    const auto& sets = free.sets;
     for (size_t c = 0; c < sets.size(); ++c) {
       if (sets[c]) type.free_sets[c] = type.free_sets[c].value_or(0) + *sets[c];
     }

@@ -45,7 +45,26 @@ struct FleetState {
 
 // "reserved", "committed", "releasing".
 std::string_view HoldStateName(tracker::HoldState state);
-// The devices a placement touches (a core placement's devices, once each).
+// Calls fn(device) for each device a placement touches (a core placement's devices, once each),
+// without building a list: the fleet view asks this for every hold.
+template <typename Fn>
+void ForEachDeviceOf(const topology::NodeShape& shape, const topology::Placement& placement,
+                     Fn&& fn) {
+  if (placement.unit == topology::Unit::kDevice) {
+    for (int d : placement.ids) fn(d);
+    return;
+  }
+  bool any = false;
+  int last = 0;
+  for (int core : placement.ids) {
+    const int device = shape.cores_per_device > 0 ? core / shape.cores_per_device : -1;
+    if (any && last == device) continue;
+    any = true;
+    last = device;
+    fn(device);
+  }
+}
+// The same as a list.
 std::vector<int> DevicesOf(const topology::NodeShape& shape, const topology::Placement& placement);
 
 }  // namespace toposched::extender

@@ -5,7 +5,9 @@
 // waits for a whole 5,000-node walk, and each node is consistent in itself. The reasons are
 // filter's own (Tracker::ForEachFit, NotOfferedReason): one home computes them.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <string>
@@ -49,15 +51,34 @@ Json RequestsJson(const tracker::PodSpec& pod) {
 
 // The nodes are most of a fleet view (7 MB at 5,000 nodes): written straight into the answer,
 // where a JSON tree of them cost ~4x the rest of the view (bench/extender_bench.cc,
-// BM_FleetView5000).
+// BM_FleetView5000). Integers go in through fmt::format_int (no format string to parse), and
+// what every node needs (the request classes' labels, one per-device list of holds, the free sets
+// and fragmentation per node state) is made once per view, not per node.
+void AppendInt(std::string& out, int64_t value) {
+  const fmt::format_int text(value);
+  out.append(text.data(), text.size());
+}
+
 void AppendInts(std::string& out, const std::vector<int>& ids) {
   out += '[';
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i != 0) out += ',';
-    out += fmt::format_int(ids[i]).c_str();
+    AppendInt(out, ids[i]);
   }
   out += ']';
 }
+
+// What writing the nodes of one view reuses from node to node.
+struct NodeWriter {
+  explicit NodeWriter(const topology::SlotCosts& costs) : free(costs) {
+    labels.reserve(costs.classes.size());
+    for (const auto& c : costs.classes) labels.push_back(topology::RequestLabel(c));
+  }
+
+  NodeFreeMemo free;
+  std::vector<std::string> labels;           // per request class of the costs
+  std::vector<std::vector<int>> per_device;  // the holds on each device of the current node
+};
 
 void AppendHolds(std::string& out, const tracker::NodeView& node) {
   out += "\"holds\":[";
@@ -70,12 +91,14 @@ void AppendHolds(std::string& out, const tracker::NodeView& node) {
       AppendJsonQuoted(out, holder.pod_name);
       out += ",\"uid\":";
       AppendJsonQuoted(out, holder.uid);
-      fmt::format_to(std::back_inserter(out),
-                     ",\"gang_seat\":{},\"state\":\"{}\",\"container\":", holder.gang_seat,
-                     HoldStateName(holder.state));
+      out += ",\"gang_seat\":";
+      out += holder.gang_seat ? "true" : "false";
+      out += ",\"state\":\"";
+      out += HoldStateName(holder.state);
+      out += "\",\"container\":";
       AppendJsonQuoted(out, c.container);
-      fmt::format_to(std::back_inserter(out), ",\"unit\":\"{}\",\"ids\":",
-                     c.placement.unit == Unit::kDevice ? "device" : "core");
+      out += c.placement.unit == Unit::kDevice ? ",\"unit\":\"device\",\"ids\":"
+                                               : ",\"unit\":\"core\",\"ids\":";
       AppendInts(out, c.placement.ids);
       out += '}';
     }
@@ -84,15 +107,19 @@ void AppendHolds(std::string& out, const tracker::NodeView& node) {
 }
 
 // Per device: the holds (indexes into "holds") touching it and how many of its cores are used.
-void AppendUnits(std::string& out, const tracker::NodeView& node) {
+void AppendUnits(std::string& out, const tracker::NodeView& node, NodeWriter& writer) {
   const NodeShape& shape = *node.shape;
-  std::vector<std::vector<int>> holders(static_cast<size_t>(shape.devices));
+  auto& holders = writer.per_device;
+  if (holders.size() < static_cast<size_t>(shape.devices)) {
+    holders.resize(static_cast<size_t>(shape.devices));
+  }
+  for (auto& h : holders) h.clear();
   int index = 0;
   for (const auto& holder : node.holders) {
     for (const auto& c : holder.containers) {
-      for (int d : DevicesOf(shape, c.placement)) {
+      ForEachDeviceOf(shape, c.placement, [&](int d) {
         if (d >= 0 && d < shape.devices) holders[static_cast<size_t>(d)].push_back(index);
-      }
+      });
       ++index;
     }
   }
@@ -102,8 +129,11 @@ void AppendUnits(std::string& out, const tracker::NodeView& node) {
     for (int c = d * shape.cores_per_device; c < (d + 1) * shape.cores_per_device; ++c) {
       used += node.usage.used_cores().test(static_cast<size_t>(c)) ? 1 : 0;
     }
-    fmt::format_to(std::back_inserter(out),
-                   "{}{{\"device\":{},\"cores_used\":{},\"holds\":", d == 0 ? "" : ",", d, used);
+    out += d == 0 ? "{\"device\":" : ",{\"device\":";
+    AppendInt(out, d);
+    out += ",\"cores_used\":";
+    AppendInt(out, used);
+    out += ",\"holds\":";
     AppendInts(out, holders[static_cast<size_t>(d)]);
     out += '}';
   }
@@ -112,7 +142,7 @@ void AppendUnits(std::string& out, const tracker::NodeView& node) {
 
 double Finite(double x) { return std::isfinite(x) ? x : 0.0; }
 
-void AppendNode(std::string& out, const tracker::NodeView& node, const topology::SlotCosts& costs) {
+void AppendNode(std::string& out, const tracker::NodeView& node, NodeWriter& writer) {
   out += "{\"name\":";
   AppendJsonQuoted(out, node.info.name);
   out += ",\"instance_type\":";
@@ -132,25 +162,33 @@ void AppendNode(std::string& out, const tracker::NodeView& node, const topology:
     return;
   }
   const NodeShape& shape = *node.shape;
-  fmt::format_to(std::back_inserter(out), ",\"lnc\":{},\"devices\":{},\"cores_per_device\":{},",
-                 shape.lnc, shape.devices, shape.cores_per_device);
+  out += ",\"lnc\":";
+  AppendInt(out, shape.lnc);
+  out += ",\"devices\":";
+  AppendInt(out, shape.devices);
+  out += ",\"cores_per_device\":";
+  AppendInt(out, shape.cores_per_device);
+  out += ',';
   AppendHolds(out, node);
   out += ',';
-  AppendUnits(out, node);
+  AppendUnits(out, node, writer);
   out += ",\"free\":{\"devices\":";
   AppendInts(out, topology::MaskToIds(shape.AllDevices() & ~node.usage.busy_devices()));
-  fmt::format_to(std::back_inserter(out), ",\"cores\":{}}},\"free_sets\":{{",
-                 shape.cores - node.usage.used_core_count());
+  out += ",\"cores\":";
+  AppendInt(out, shape.cores - node.usage.used_core_count());
+  out += "},\"free_sets\":{";
+  const NodeFreeMemo::Answer& free = writer.free.Of(shape, node.usage);
   bool first = true;
-  const auto sets = FreeSetsPerClass(shape, node.usage, costs);
-  for (size_t c = 0; c < sets.size(); ++c) {
-    if (!sets[c]) continue;
-    fmt::format_to(std::back_inserter(out), "{}\"{}\":{}", first ? "" : ",",
-                   topology::RequestLabel(costs.classes[c]), *sets[c]);
+  for (size_t c = 0; c < free.sets.size(); ++c) {
+    if (!free.sets[c]) continue;
+    if (!first) out += ',';
     first = false;
+    out += '"';
+    out += writer.labels[c];
+    out += "\":";
+    AppendInt(out, *free.sets[c]);
   }
-  fmt::format_to(std::back_inserter(out), "}},\"fragmentation\":{}}}",
-                 Finite(topology::ExpectedFragmentation(shape, node.usage, costs)));
+  fmt::format_to(std::back_inserter(out), "}},\"fragmentation\":{}}}", Finite(free.fragmentation));
 }
 
 Json ClassesJson(const topology::SlotCosts& costs, std::span<const int64_t> supply) {
@@ -179,12 +217,8 @@ std::string_view HoldStateName(tracker::HoldState state) {
 }
 
 std::vector<int> DevicesOf(const NodeShape& shape, const topology::Placement& placement) {
-  if (placement.unit == Unit::kDevice) return placement.ids;
   std::vector<int> devices;
-  for (int core : placement.ids) {
-    const int device = shape.cores_per_device > 0 ? core / shape.cores_per_device : -1;
-    if (devices.empty() || devices.back() != device) devices.push_back(device);
-  }
+  ForEachDeviceOf(shape, placement, [&](int d) { devices.push_back(d); });
   return devices;
 }
 
@@ -240,14 +274,21 @@ FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
     PendingPod entry{std::move(pod), false, {}};
     if (static_cast<int>(state.pending.size()) < query.explain_pending) {
       entry.explained = true;
-      // Per kind: how many nodes, and the first node's words (filter's) as an example.
+      // Per kind: how many nodes, and the first node's words (filter's) as an example. Counted
+      // per index of kWhyKinds (no map lookup per node), then kept by name.
+      std::array<WhyExample, kWhyKinds.size()> kinds;
       tracker_.ForEachFit(entry.pod.spec, names, [&](size_t i, tracker::FitResult&& fit) {
-        WhyExample& kind = entry.kinds[std::string(WhyKind(state.views[i], entry.pod.spec, fit))];
+        const size_t k = WhyKindIndex(WhyKind(state.views[i], entry.pod.spec, fit));
+        if (k >= kinds.size()) return;  // every word WhyKind gives is in kWhyKinds
+        WhyExample& kind = kinds[k];
         if (kind.nodes++ == 0) {
           kind.node = names[i];
           kind.reason = std::move(fit.reason);
         }
       });
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        if (kinds[k].nodes > 0) entry.kinds[std::string(kWhyKinds[k])] = std::move(kinds[k]);
+      }
       if (!state.not_offered.empty()) {
         entry.kinds["not-managed"] = {static_cast<int>(state.not_offered.size()),
                                       state.not_offered[0].first, state.not_offered[0].second};
@@ -260,24 +301,6 @@ FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
 
 std::string ExtenderService::FleetView(const FleetQuery& query) const {
   const FleetState state = CollectFleet(query);
-  std::string nodes = "[";
-  nodes.reserve(state.views.size() * 1600);  // a half-full 16-device node writes ~1.4 KB
-  for (const auto& view : state.views) {
-    if (nodes.size() > 1) nodes += ',';
-    AppendNode(nodes, view, state.costs);
-  }
-  for (const auto& [name, reason] : state.not_offered) {
-    if (nodes.size() > 1) nodes += ',';
-    const auto type = state.not_offered_types.find(name);
-    nodes += Json{
-        {"name", name},
-        {"instance_type", type != state.not_offered_types.end() ? type->second : std::string()},
-        {"managed_by", "dra"},
-        {"not_offered",
-         reason}}.dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
-  nodes += ']';
-
   Json pending = Json::array();
   for (const PendingPod& p : state.pending) {
     Json entry = {{"pod", p.pod.ns + "/" + p.pod.name}, {"uid", p.pod.spec.uid}};
@@ -314,13 +337,31 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
                     {"pending_explained", explained}};
   out["classes"] = ClassesJson(state.costs, state.supply);
   out["instance_types"] = std::move(instance_types);
-  // The nodes go in as written (AppendNode); the pending pods after them.
   std::string answer = out.dump(-1, ' ', false, Json::error_handler_t::replace);
   answer.pop_back();  // the closing brace
-  answer.reserve(answer.size() + nodes.size() + 64);
-  answer += ",\"nodes\":";
-  answer += nodes;
-  answer += ",\"pending\":";
+  // The nodes are written straight into the answer (AppendNode), after the rest of it and before
+  // the pending pods: a half-full 16-device node writes ~1.4 KB.
+  answer.reserve(answer.size() + state.views.size() * 1600 + state.not_offered.size() * 200 + 4096);
+  answer += ",\"nodes\":[";
+  bool first = true;
+  NodeWriter writer(state.costs);
+  for (const auto& view : state.views) {
+    if (!first) answer += ',';
+    first = false;
+    AppendNode(answer, view, writer);
+  }
+  for (const auto& [name, reason] : state.not_offered) {
+    if (!first) answer += ',';
+    first = false;
+    const auto type = state.not_offered_types.find(name);
+    answer += Json{
+        {"name", name},
+        {"instance_type", type != state.not_offered_types.end() ? type->second : std::string()},
+        {"managed_by", "dra"},
+        {"not_offered",
+         reason}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  answer += "],\"pending\":";
   answer += pending.dump(-1, ' ', false, Json::error_handler_t::replace);
   answer += "}\n";
   return answer;

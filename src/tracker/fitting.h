@@ -12,6 +12,7 @@
 
 #include "topology/allocator.h"
 #include "topology/demand.h"
+#include "topology/node_state.h"
 #include "tracker/tracker.h"
 
 namespace toposched::tracker {
@@ -31,29 +32,11 @@ FitResult FitOnUsage(const topology::NodeShape& shape, topology::NodeUsage usage
                      const PodSpec& pod, Policy policy, bool with_ids,
                      const topology::SlotCosts* costs);
 
-// A node's state as fitting sees it (its shape and which cores are used), for answering nodes in
-// the same state once: big clusters have many (empty ones, full ones, ones running the same
-// workload), and fitting is most of the cost of a query over thousands of nodes.
-struct NodeStateKey {
-  const topology::NodeShape* shape;
-  const topology::NodeUsage* usage;
-};
-struct NodeStateHash {
-  size_t operator()(const NodeStateKey& k) const {
-    // The first 64 cores tell most states apart and cost one word to read; equality compares all.
-    const uint64_t low = (k.usage->used_cores() & topology::CoreBits(~uint64_t{0})).to_ullong();
-    return std::hash<uint64_t>()(low * 0x9E3779B97F4A7C15ULL ^
-                                 reinterpret_cast<uintptr_t>(k.shape->type)) +
-           static_cast<size_t>(k.shape->cores_per_device);
-  }
-};
-struct NodeStateEq {
-  bool operator()(const NodeStateKey& a, const NodeStateKey& b) const {
-    return a.shape->type == b.shape->type &&
-           a.shape->cores_per_device == b.shape->cores_per_device &&
-           a.usage->used_cores() == b.usage->used_cores();
-  }
-};
+// A node's state as fitting sees it, for answering nodes in the same state once
+// (topology/node_state.h).
+using topology::NodeStateEq;
+using topology::NodeStateHash;
+using topology::NodeStateKey;
 
 // True if any set of `a` shares a core with any set of `b`.
 bool Overlaps(const topology::NodeShape& shape, const PodAllocation& a, const PodAllocation& b);
