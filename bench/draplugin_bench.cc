@@ -39,7 +39,8 @@ constexpr char kNode[] = "node-a";
 
 class NullPublisher : public UsagePublisher {
  public:
-  Status Publish(topology::DeviceMask, const topology::NodeUsage& usage) override {
+  Status Publish(topology::DeviceMask, const dra::DeviceFaults&,
+                 const topology::NodeUsage& usage) override {
     benchmark::DoNotOptimize(usage.used_core_count());
     return OkStatus();
   }

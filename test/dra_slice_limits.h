@@ -1,6 +1,7 @@
 // Checks a ResourceSlice (as JSON text) against resource.k8s.io/v1's per-slice limits, for the
-// dra and draplugin tests: devices per slice, counter sets, consumptions, counters, attributes,
-// and that a slice carries either devices or shared counters, never both.
+// dra and draplugin tests: devices per slice (64 with counters or taints), counter sets,
+// consumptions, counters, attributes, taints, and that a slice carries either devices or shared
+// counters, never both.
 #ifndef TOPOSCHED_TEST_DRA_SLICE_LIMITS_H_
 #define TOPOSCHED_TEST_DRA_SLICE_LIMITS_H_
 
@@ -42,6 +43,16 @@ inline void ExpectSliceWithinLimits(const nlohmann::json& slice) {
       }
       const size_t slash = key.find('/');
       EXPECT_LE(key.size() - (slash == std::string::npos ? 0 : slash + 1), 32u) << key;
+    }
+    if (device.contains("taints")) {
+      consumes = true;  // taints lower the device limit as counters do
+      EXPECT_LE(device["taints"].size(), 16u) << device_name;
+      for (const auto& taint : device["taints"]) {
+        EXPECT_LE(taint.value("value", std::string()).size(), 63u) << device_name;
+        EXPECT_TRUE(taint["effect"] == "NoSchedule" || taint["effect"] == "NoExecute" ||
+                    taint["effect"] == "None")
+            << device_name;
+      }
     }
     if (!device.contains("consumesCounters")) continue;
     consumes = true;

@@ -218,8 +218,8 @@ TEST(DraOffers, AutoSetOffersLeaveOutOnlySetsTheGroupAttributesName) {
       EXPECT_NE(type.rule, topology::LegalSetRule::kAligned);
       continue;
     }
-    const auto slices =
-        BuildSlices(facts, shape, LegalOffers(shape, OfferScope::kWholeDevices), {false, 1});
+    const auto slices = BuildSlices(facts, shape, LegalOffers(shape, OfferScope::kWholeDevices),
+                                    {.partitionable = false, .generation = 1});
     ASSERT_EQ(slices.size(), 1u);
     const nlohmann::json devices = nlohmann::json::parse(slices[0].json)["spec"]["devices"];
     for (int n = 2; n <= shape.devices; ++n) {
@@ -385,7 +385,8 @@ TEST(DraSlices, WithinTheLimitsInPublishOrder) {
       SCOPED_TRACE(label + (partitionable ? " partitionable" : " whole devices"));
       const std::vector<Offer> ordered = LegalOffers(
           shape, partitionable ? OfferScope::kDeviceSetsAndCores : OfferScope::kWholeDevices);
-      const auto slices = BuildSlices(facts, shape, ordered, {partitionable, 7});
+      const auto slices =
+          BuildSlices(facts, shape, ordered, {.partitionable = partitionable, .generation = 7});
       std::vector<std::string> published;
       std::set<std::string> counter_sets;
       std::vector<std::string> names;
@@ -412,6 +413,73 @@ TEST(DraSlices, WithinTheLimitsInPublishOrder) {
       EXPECT_EQ(counter_sets.size(), partitionable ? CounterSetsOf(shape, true).size() : 0u);
     }
   }
+}
+
+// A failed device's offers carry the taint (effect per policy, value and time from the fault);
+// every other offer's JSON is byte for byte what it is with no fault; the slices stay valid.
+TEST(DraSlices, FailedDeviceTaintsExactlyTheOffersTouchingIt) {
+  NodeFacts facts;
+  facts.node_name = "node-a";
+  facts.dra_driver_version = "1.2.3";
+  const DeviceFaults faults = {{3, {"device-node-missing", "2026-11-29T12:00:00Z"}},
+                               {5, {"sysfs-unreadable", "2026-11-29T11:00:00Z"}}};
+  const topology::DeviceMask dead = (topology::DeviceMask{1} << 3) | (topology::DeviceMask{1} << 5);
+  for (const auto& [label, shape] : Shapes()) {
+    for (bool partitionable : {true, false}) {
+      for (TaintEffect effect : {TaintEffect::kNoSchedule, TaintEffect::kNoExecute}) {
+        SCOPED_TRACE(label + (partitionable ? " partitionable " : " whole devices ") +
+                     std::string(TaintEffectName(effect)));
+        const std::vector<Offer> ordered = LegalOffers(
+            shape, partitionable ? OfferScope::kDeviceSetsAndCores : OfferScope::kWholeDevices);
+        auto devices_of = [&](const SliceOptions& options) {
+          std::map<std::string, nlohmann::json> out;
+          for (const ResourceSliceObject& slice : BuildSlices(facts, shape, ordered, options)) {
+            const nlohmann::json json = nlohmann::json::parse(slice.json);
+            testing::ExpectSliceWithinLimits(json);
+            for (const auto& device : json["spec"].value("devices", nlohmann::json::array())) {
+              out[device["name"]] = device;
+            }
+          }
+          return out;
+        };
+        const auto healthy = devices_of({.partitionable = partitionable, .generation = 7});
+        const auto tainted = devices_of(
+            {.partitionable = partitionable, .generation = 7, .faults = faults, .effect = effect});
+        ASSERT_EQ(tainted.size(), ordered.size());  // nothing withdrawn
+        int with_taint = 0;
+        for (const Offer& offer : ordered) {
+          const nlohmann::json& device = tainted.at(offer.name);
+          if ((offer.placement.devices & dead) == 0) {
+            EXPECT_EQ(device.dump(), healthy.at(offer.name).dump()) << offer.name;
+            continue;
+          }
+          ++with_taint;
+          ASSERT_TRUE(device.contains("taints")) << offer.name;
+          ASSERT_EQ(device["taints"].size(), 1u) << offer.name;
+          const nlohmann::json& taint = device["taints"][0];
+          EXPECT_EQ(taint["key"], "toposched.io/unhealthy");
+          EXPECT_EQ(taint["effect"],
+                    effect == TaintEffect::kNoExecute ? "NoExecute" : "NoSchedule");
+          const bool has3 = (offer.placement.devices >> 3 & 1) != 0;
+          EXPECT_EQ(taint["value"],
+                    has3 ? "neuron3-device-node-missing" : "neuron5-sysfs-unreadable")
+              << offer.name;
+          // The earliest failure among the offer's devices.
+          const bool has5 = (offer.placement.devices >> 5 & 1) != 0;
+          EXPECT_EQ(taint["timeAdded"], has5 ? "2026-11-29T11:00:00Z" : "2026-11-29T12:00:00Z")
+              << offer.name;
+          nlohmann::json without = device;
+          without.erase("taints");
+          EXPECT_EQ(without.dump(), healthy.at(offer.name).dump()) << offer.name;
+        }
+        EXPECT_GE(with_taint, 2);
+      }
+    }
+  }
+  // The dry-run probe: one tainted device, named apart from the node's slices.
+  const nlohmann::json probe = nlohmann::json::parse(TaintProbeSlice(facts));
+  EXPECT_EQ(probe["metadata"]["name"], "node-a-neuron-taint-probe");
+  EXPECT_EQ(probe["spec"]["devices"][0]["taints"][0]["key"], "toposched.io/unhealthy");
 }
 
 }  // namespace

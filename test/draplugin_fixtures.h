@@ -32,11 +32,14 @@ inline std::string DraNodeJson() {
 
 class FakePublisher : public draplugin::UsagePublisher {
  public:
-  // `unhealthy` is every device the plugin withheld: unhealthy, or held outside DRA.
-  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override {
+  // `unhealthy()` is every device the plugin withheld or reported failed.
+  Status Publish(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
+                 const topology::NodeUsage& usage) override {
     std::lock_guard lock(mutex_);
     ++publishes_;
-    unhealthy_ = unhealthy;
+    unhealthy_ = withheld;
+    for (const auto& [device, fault] : faults) unhealthy_ |= topology::DeviceMask{1} << device;
+    faults_ = faults;
     used_cores_ = usage.used_core_count();
     if (fail_) return Error{"the API server is away"};
     return OkStatus();
@@ -56,6 +59,10 @@ class FakePublisher : public draplugin::UsagePublisher {
   topology::DeviceMask unhealthy() const {
     std::lock_guard lock(mutex_);
     return unhealthy_;
+  }
+  dra::DeviceFaults faults() const {
+    std::lock_guard lock(mutex_);
+    return faults_;
   }
   std::vector<topology::Request> requests() const {
     std::lock_guard lock(mutex_);
@@ -81,6 +88,7 @@ class FakePublisher : public draplugin::UsagePublisher {
   int publishes_ = 0;
   int used_cores_ = 0;
   topology::DeviceMask unhealthy_ = 0;
+  dra::DeviceFaults faults_;
   bool sets_offered_ = true;
   bool fail_ = false;
   std::vector<topology::Request> requests_;

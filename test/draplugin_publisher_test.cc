@@ -4,7 +4,9 @@
 // or refused) leaves whole devices only, a conflicting update is retried, failures name the
 // slice and the next call reads afresh, paginated reads, DeleteAll.
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -442,6 +444,149 @@ TEST(PublisherFlags, Parse) {
   EXPECT_EQ(*dra::ParseSetOffers("on"), dra::SetOffers::kOn);
   EXPECT_EQ(*dra::ParseSetOffers("off"), dra::SetOffers::kOff);
   EXPECT_FALSE(dra::ParseSetOffers("sets").ok());
+}
+
+// On a cluster that serves device taints (1.37), a failed device's offers stay published with the
+// taint, found out by one dry-run create; every other offer is as before; recovery removes it.
+TEST_F(PublisherTest, FailedDeviceTaintsItsOffersWhereTheClusterServesTaints) {
+  for (const bool evict : {false, true}) {
+    SCOPED_TRACE(evict ? "evict" : "event");
+    FakeApiServer server;
+    kube::ClientConfig client_config;
+    client_config.server = server.url();
+    client_config.ca_pem = server.ca_pem();
+    client_config.token = "test-token";
+    auto client = kube::ApiClient::Create(client_config);
+    ASSERT_TRUE(client.ok()) << client.error();
+    PublisherConfig config = Config();
+    if (evict) config.failure_effect = dra::TaintEffect::kNoExecute;
+    SlicePublisher publisher(**client, config);
+    ASSERT_TRUE(publisher.Publish(0, {}, {}).ok());
+    EXPECT_FALSE(publisher.taints_served().has_value());  // nothing failed: nothing asked
+    auto devices_now = [&] {
+      std::map<std::string, json> out;
+      for (const std::string& name : server.ResourceSliceNames()) {
+        const json slice = json::parse(*server.GetResourceSliceJson(name));
+        testing::ExpectSliceWithinLimits(slice);
+        for (const json& device : slice["spec"].value("devices", json::array())) {
+          out[device["name"]] = device;
+        }
+      }
+      return out;
+    };
+    const auto healthy = devices_now();
+
+    const dra::DeviceFaults faults = {{3, {"device-node-missing", "2026-11-29T12:00:00Z"}}};
+    ASSERT_TRUE(publisher.Publish(0, faults, {}).ok());
+    EXPECT_EQ(publisher.taints_served(), std::optional<bool>(true));
+    EXPECT_EQ(server.RequestsMatching("POST", kSlices).back().query, "dryRun=All");
+    EXPECT_EQ(publisher.generation(), 2);
+    const auto tainted = devices_now();
+    ASSERT_EQ(tainted.size(), healthy.size());  // nothing withdrawn
+    const auto shape = ShapeOf("inf2.48xlarge");
+    int with_taint = 0;
+    for (const auto& [name, device] : tainted) {
+      auto offer = dra::OfferFromName(shape, name);
+      ASSERT_TRUE(offer.ok()) << offer.error();
+      const bool touches = (offer->placement.devices >> 3 & 1) != 0;
+      EXPECT_EQ(device.contains("taints"), touches) << name;
+      if (!touches) {
+        EXPECT_EQ(device.dump(), healthy.at(name).dump()) << name;
+        continue;
+      }
+      ++with_taint;
+      EXPECT_EQ(device["taints"][0]["key"], "toposched.io/unhealthy");
+      EXPECT_EQ(device["taints"][0]["effect"], evict ? "NoExecute" : "NoSchedule");
+      EXPECT_EQ(device["taints"][0]["value"], "neuron3-device-node-missing");
+      EXPECT_EQ(device["taints"][0]["timeAdded"], "2026-11-29T12:00:00Z");
+    }
+    EXPECT_GT(with_taint, 3);  // the device, sets through it, its core ranges
+
+    // The same fault again: nothing written, nothing asked.
+    const size_t before = server.requests().size();
+    ASSERT_TRUE(publisher.Publish(0, faults, {}).ok());
+    EXPECT_EQ(server.requests().size(), before);
+
+    // A device also held outside DRA stays withdrawn.
+    ASSERT_TRUE(publisher.Publish(topology::DeviceMask{1} << 3, faults, {}).ok());
+    for (const auto& [name, device] : devices_now()) {
+      EXPECT_FALSE(device.contains("taints")) << name;
+      EXPECT_EQ(dra::OfferFromName(shape, name)->placement.devices >> 3 & 1, 0u) << name;
+    }
+
+    // Healthy again: the taint goes, every offer as before.
+    ASSERT_TRUE(publisher.Publish(0, {}, {}).ok());
+    const auto recovered = devices_now();
+    ASSERT_EQ(recovered.size(), healthy.size());
+    for (const auto& [name, device] : recovered) EXPECT_EQ(device.dump(), healthy.at(name).dump());
+  }
+}
+
+// Where the cluster drops device taints (1.34), a failed device's offers are withdrawn as before,
+// and the probe is not repeated.
+TEST_F(PublisherTest, FailedDeviceWithdrawnWhereTheClusterDropsTaints) {
+  server_.set_device_taints_mode(testing::DeviceTaintsMode::kDrop);
+  SlicePublisher publisher(*client_, Config());
+  ASSERT_TRUE(publisher.Publish(0, {}, {}).ok());
+  const dra::DeviceFaults faults = {{3, {"device-node-missing", "2026-11-29T12:00:00Z"}}};
+  ASSERT_TRUE(publisher.Publish(0, faults, {}).ok());
+  EXPECT_EQ(publisher.taints_served(), std::optional<bool>(false));
+  const auto shape = ShapeOf("inf2.48xlarge");
+  const topology::DeviceMask dead = topology::DeviceMask{1} << 3;
+  const std::vector<std::string> devices = CheckPool(2);
+  EXPECT_EQ(devices.size(),
+            dra::LegalOffers(shape, dra::OfferScope::kDeviceSetsAndCores, dead).size());
+  for (const std::string& name : devices) {
+    EXPECT_EQ(dra::OfferFromName(shape, name)->placement.devices & dead, 0u) << name;
+  }
+  for (const json& slice : StoredSlices()) {
+    for (const json& device : slice["spec"].value("devices", json::array())) {
+      EXPECT_FALSE(device.contains("taints"));
+    }
+  }
+  // Another device fails: decided already, no second probe.
+  auto probes = [&] {
+    int n = 0;
+    for (const auto& request : server_.RequestsMatching("POST", kSlices)) {
+      n += request.query == "dryRun=All" ? 1 : 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(probes(), 1);
+  ASSERT_TRUE(publisher.Publish(0, {{3, faults.at(3)}, {4, faults.at(3)}}, {}).ok());
+  EXPECT_EQ(probes(), 1);
+  // Recovery brings every offer back.
+  ASSERT_TRUE(publisher.Publish(0, {}, {}).ok());
+  EXPECT_EQ(CheckPool(4).size(),
+            dra::LegalOffers(shape, dra::OfferScope::kDeviceSetsAndCores).size());
+}
+
+// --device-taints off withdraws without asking; on taints without asking.
+TEST_F(PublisherTest, DeviceTaintsFlagDecidesWithoutAProbe) {
+  const dra::DeviceFaults faults = {{0, {"device-node-missing", "2026-11-29T12:00:00Z"}}};
+  PublisherConfig off = Config();
+  off.device_taints = DeviceTaints::kOff;
+  SlicePublisher withdrawing(*client_, off);
+  ASSERT_TRUE(withdrawing.Publish(0, faults, {}).ok());
+  EXPECT_EQ(withdrawing.taints_served(), std::optional<bool>(false));
+  for (const std::string& name : CheckPool(1)) EXPECT_NE(name, "neurondevice0");
+  PublisherConfig on = Config();
+  on.device_taints = DeviceTaints::kOn;
+  SlicePublisher tainting(*client_, on);
+  ASSERT_TRUE(tainting.Publish(0, faults, {}).ok());
+  const std::vector<std::string> names = CheckPool(2);
+  EXPECT_NE(std::find(names.begin(), names.end(), "neurondevice0"), names.end());
+  for (const auto& request : server_.RequestsMatching("POST", kSlices)) {
+    EXPECT_EQ(request.query, "") << request.target;
+  }
+}
+
+TEST(PublisherFlags, OnDeviceFailureAndDeviceTaintsParse) {
+  EXPECT_EQ(ParseOnDeviceFailure("event").value(), dra::TaintEffect::kNoSchedule);
+  EXPECT_EQ(ParseOnDeviceFailure("evict").value(), dra::TaintEffect::kNoExecute);
+  EXPECT_THAT(ParseOnDeviceFailure("drain").error(), HasSubstr("event or evict"));
+  EXPECT_EQ(ParseDeviceTaints("auto").value(), DeviceTaints::kAuto);
+  EXPECT_THAT(ParseDeviceTaints("yes").error(), HasSubstr("auto, on or off"));
 }
 
 }  // namespace

@@ -705,6 +705,17 @@ TEST_F(DraPluginServerTest, HealthChangeRepublishes) {
   ASSERT_TRUE(
       WaitUntil([&] { return publisher_.unhealthy() == (topology::DeviceMask{1} << 3); }, 5s));
   EXPECT_EQ(plugin_->unhealthy(), topology::DeviceMask{1} << 3);
+  // Reported as a fault, for the publisher's taint: why and since when.
+  const dra::DeviceFaults faults = publisher_.faults();
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_EQ(faults.at(3).reason, "device-node-missing");
+  EXPECT_THAT(faults.at(3).time_added,
+              ::testing::MatchesRegex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"));
+  // Back: no fault left.
+  testing::WriteFile(host_.dev() + "/neuron3", "");
+  ASSERT_TRUE(WaitUntil([&] { return publisher_.unhealthy() == 0; }, 5s));
+  EXPECT_TRUE(publisher_.faults().empty());
+  EXPECT_EQ(plugin_->unhealthy(), 0u);
 }
 
 }  // namespace

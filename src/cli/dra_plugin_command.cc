@@ -38,6 +38,8 @@ struct DraPluginOptions {
   bool core_offers = false;
   std::string set_offers = "auto";
   std::string order = "scarcity";
+  std::string on_device_failure = "event";
+  std::string device_taints = "auto";
   std::string visible_cores = "container";
   int health_interval_ms = 1000;
   int resync_interval_s = 60;
@@ -116,14 +118,33 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
                   "(first the offer that takes least from the requests still expected) or index")
       ->check(CLI::IsMember({"scarcity", "index"}))
       ->capture_default_str();
+  cmd->add_option(
+         "--on-device-failure", opts->on_device_failure,
+         "What a device that fails its health check (its /dev/neuronN or sysfs entry "
+         "gone) does to the pods on it, where the cluster serves device taints "
+         "(Kubernetes 1.37): its offers stay published with the device taint "
+         "toposched.io/unhealthy, effect NoSchedule for event (new claims avoid it; pods "
+         "already on it keep running) or NoExecute for evict (kube-controller-manager's "
+         "device-taint eviction controller also evicts the pods whose claims use it, "
+         "unless they tolerate the taint). Where it does not (1.34), either way its offers "
+         "are withdrawn from the slices and running pods keep it. Recovery removes the "
+         "taint")
+      ->check(CLI::IsMember({"event", "evict"}))
+      ->capture_default_str();
+  cmd->add_option("--device-taints", opts->device_taints,
+                  "Taint a failed device's offers (on) or withdraw them (off); auto: taint when "
+                  "the API server keeps devices[].taints, asked with a dry-run create the first "
+                  "time a device fails")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--visible-cores", opts->visible_cores,
                   "NEURON_RT_VISIBLE_CORES numbering in the CDI specs: container (0-based over "
                   "the container's devices, Neuron K8s >= 2.16.18) or host (node-wide ids)")
       ->check(CLI::IsMember({"container", "host"}))
       ->capture_default_str();
   cmd->add_option("--health-interval-ms", opts->health_interval_ms,
-                  "Device health poll period; a change republishes the slices without the "
-                  "unhealthy devices")
+                  "Device health poll period; a change republishes the slices (a failed device's "
+                  "offers tainted or withdrawn: --on-device-failure)")
       ->check(CLI::Range(50, 60000))
       ->capture_default_str();
   cmd->add_option("--resync-interval-s", opts->resync_interval_s,
@@ -177,6 +198,10 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   if (!order.ok()) return fail(order.error());
   auto set_offers = dra::ParseSetOffers(opts.set_offers);
   if (!set_offers.ok()) return fail(set_offers.error());
+  auto failure_effect = draplugin::ParseOnDeviceFailure(opts.on_device_failure);
+  if (!failure_effect.ok()) return fail(failure_effect.error());
+  auto device_taints = draplugin::ParseDeviceTaints(opts.device_taints);
+  if (!device_taints.ok()) return fail(device_taints.error());
   if (*set_offers == dra::SetOffers::kOff && opts.core_offers) {
     return fail(
         "--set-offers off and --core-offers together: core ranges need the shared counters "
@@ -244,6 +269,8 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   config.core_offers = opts.core_offers;
   config.set_offers = *set_offers;
   config.order = *order;
+  config.device_taints = *device_taints;
+  config.failure_effect = *failure_effect;
   spdlog::info(
       "node {} (uid {}): {} with {} devices, {} cores each{}; Neuron driver {}", node_name,
       node->uid, shape.type->name, shape.devices, shape.cores_per_device,

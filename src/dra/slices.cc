@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cstdint>
 #include <numeric>
 
@@ -84,7 +85,8 @@ class AttributeWriter {
 };
 
 void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& shape,
-                  const Offer& offer, bool partitionable) {
+                  const Offer& offer, const SliceOptions& options) {
+  const bool partitionable = options.partitionable;
   out += "{\"name\":";
   AppendJsonQuoted(out, offer.name);
   out += ',';
@@ -145,6 +147,20 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
     }
     out += ']';
   }
+  // Only a failed device's offers carry the field: a healthy offer's JSON is unchanged.
+  if (const std::optional<OfferTaint> taint = TaintOf(offer, options.faults)) {
+    out += ",\"taints\":[{\"key\":";
+    AppendJsonQuoted(out, kUnhealthyTaintKey);
+    out += ",\"value\":";
+    AppendJsonQuoted(out, taint->value);
+    out += ",\"effect\":";
+    AppendJsonQuoted(out, TaintEffectName(options.effect));
+    if (!taint->time_added.empty()) {
+      out += ",\"timeAdded\":";
+      AppendJsonQuoted(out, taint->time_added);
+    }
+    out += "}]";
+  }
   out += '}';
 }
 
@@ -171,6 +187,39 @@ std::string SliceHeader(const NodeFacts& facts, std::string_view name, int64_t g
 }
 
 }  // namespace
+
+std::string_view TaintEffectName(TaintEffect effect) {
+  return effect == TaintEffect::kNoExecute ? "NoExecute" : "NoSchedule";
+}
+
+std::optional<OfferTaint> TaintOf(const Offer& offer, const DeviceFaults& faults) {
+  if (faults.empty()) return std::nullopt;
+  std::optional<OfferTaint> taint;
+  for (const auto& [device, fault] : faults) {  // ascending ids: the first failed device first
+    if (device < 0 || device >= 64 || (offer.placement.devices >> device & 1) == 0) continue;
+    if (!taint) {
+      std::string value = fmt::format("neuron{}-{}", device, fault.reason);
+      if (value.size() > 63) value.resize(63);  // a label value
+      while (!value.empty() && !std::isalnum(static_cast<unsigned char>(value.back()))) {
+        value.pop_back();
+      }
+      taint = OfferTaint{std::move(value), fault.time_added};
+    } else if (!fault.time_added.empty() &&
+               (taint->time_added.empty() || fault.time_added < taint->time_added)) {
+      taint->time_added = fault.time_added;  // RFC 3339 in UTC sorts as text
+    }
+  }
+  return taint;
+}
+
+std::string TaintProbeSlice(const NodeFacts& facts) {
+  // Never stored (dry run), and named apart from the node's real slices all the same.
+  std::string out = SliceHeader(facts, SliceNamePrefix(facts.node_name) + "-taint-probe", 1, 1);
+  out += ",\"devices\":[{\"name\":\"probe\",\"taints\":[{\"key\":";
+  AppendJsonQuoted(out, kUnhealthyTaintKey);
+  out += ",\"value\":\"probe\",\"effect\":\"NoSchedule\"}]}]}}";
+  return out;
+}
 
 topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand, const NodeShape& shape,
                                    const NodeUsage& usage) {
@@ -287,8 +336,13 @@ std::string SliceNamePrefix(std::string_view node_name) {
 std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeShape& shape,
                                              const std::vector<Offer>& ordered,
                                              const SliceOptions& options) {
+  // Counters or taints lower the limit (a tainted slice without counters: whole devices only, at
+  // most 64 of them on any type of the catalog, so one slice either way).
+  const bool tainted = std::any_of(ordered.begin(), ordered.end(), [&](const Offer& o) {
+    return TaintOf(o, options.faults).has_value();
+  });
   const int per_slice =
-      options.partitionable ? kMaxDevicesPerSliceWithCounters : kMaxDevicesPerSlice;
+      options.partitionable || tainted ? kMaxDevicesPerSliceWithCounters : kMaxDevicesPerSlice;
   const int device_slices =
       std::max<int>(1, static_cast<int>((ordered.size() + per_slice - 1) / per_slice));
   // Core counters only where core ranges are offered: every counter is validated per pod per node.
@@ -312,7 +366,7 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
     const size_t end = std::min(ordered.size(), begin + per_slice);
     for (size_t i = begin; i < end; ++i) {
       if (i > begin) slice.json += ',';
-      AppendDevice(slice.json, facts, shape, ordered[i], options.partitionable);
+      AppendDevice(slice.json, facts, shape, ordered[i], options);
     }
     slice.json += "]}}";
     slice.devices = static_cast<int>(end - begin);

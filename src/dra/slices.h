@@ -18,7 +18,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -78,9 +80,36 @@ std::map<std::string, std::map<std::string, int64_t>> CounterSetsOf(
     const topology::NodeShape& shape, bool core_counters);
 std::vector<CounterUse> CountersConsumedBy(const topology::NodeShape& shape, const Offer& offer);
 
+// Device taints (resource.k8s.io/v1 `devices[].taints[]`, KEP-5055, GA in Kubernetes 1.37): a
+// failed device's offers stay published but tainted, so kube-scheduler allocates none of them to a
+// claim that does not tolerate the taint, and with NoExecute kube-controller-manager's
+// device-taint eviction controller evicts the pods whose claims use them.
+inline constexpr std::string_view kUnhealthyTaintKey = "toposched.io/unhealthy";
+enum class TaintEffect { kNoSchedule, kNoExecute };
+std::string_view TaintEffectName(TaintEffect effect);  // the API's NoSchedule | NoExecute
+
+// Why a device failed and since when, as its offers' taint says it.
+struct DeviceFault {
+  std::string reason;      // a label value (<= 63 of [A-Za-z0-9-_.]), e.g. device-node-missing
+  std::string time_added;  // RFC 3339 (UTC, seconds), kept while the device stays failed
+};
+using DeviceFaults = std::map<int, DeviceFault>;  // by device id
+
+// The taint an offer touching a failed device carries: value `neuronN-<reason>` of its first
+// failed device, timeAdded the earliest of its failed devices. Nullopt when it touches none.
+struct OfferTaint {
+  std::string value;
+  std::string time_added;
+};
+std::optional<OfferTaint> TaintOf(const Offer& offer, const DeviceFaults& faults);
+
 struct SliceOptions {
   bool partitionable = false;  // offers carry consumesCounters; counter slices are published
   int64_t generation = 1;      // the pool's generation
+  // Failed devices whose offers are published tainted (the cluster serves device taints); a slice
+  // with a tainted device holds at most kMaxDevicesPerSliceWithCounters devices.
+  DeviceFaults faults = {};
+  TaintEffect effect = TaintEffect::kNoSchedule;
 };
 
 struct ResourceSliceObject {
@@ -95,6 +124,10 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts,
                                              const topology::NodeShape& shape,
                                              const std::vector<Offer>& ordered,
                                              const SliceOptions& options);
+
+// A slice of one tainted device, for a dry-run create (`?dryRun=All`) that shows whether the API
+// server keeps `devices[].taints` (1.37; a server with DRADeviceTaints off drops the field).
+std::string TaintProbeSlice(const NodeFacts& facts);
 
 // The prefix of the node's slice names: the node name when it fits a DNS subdomain with room for
 // the suffixes, else its start plus a hash of the whole name.

@@ -4,12 +4,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 
+#include "base/clock.h"
 #include "claims/keys.h"
 #include "deviceplugin/pod_resources.h"
 #include "dra.grpc.pb.h"
@@ -28,6 +30,22 @@ std::string Absolute(const std::string& path) {
   std::error_code error;
   const fs::path absolute = fs::absolute(path, error);
   return error ? path : absolute.lexically_normal().string();
+}
+
+topology::DeviceMask MaskOf(const dra::DeviceFaults& faults) {
+  topology::DeviceMask mask = 0;
+  for (const auto& [device, fault] : faults) mask |= topology::DeviceMask{1} << device;
+  return mask;
+}
+
+// Now, as a taint's timeAdded: RFC 3339 in UTC, to the second.
+std::string Rfc3339Now() {
+  const std::time_t now = static_cast<std::time_t>(WallNs() / 1'000'000'000);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
 }
 
 std::vector<ClaimRef> RefsOf(const google::protobuf::RepeatedPtrField<dra_v1::Claim>& claims) {
@@ -163,10 +181,11 @@ Status DraPlugin::Start() {
       prepared_[claim.uid] = std::move(claim);
     }
   }
-  const topology::DeviceMask unhealthy = CheckHealth();
   {
+    dra::DeviceFaults faults = CheckHealth();
     MutexLock lock(mutex_);
-    unhealthy_ = unhealthy;
+    unhealthy_ = MaskOf(faults);
+    faults_ = std::move(faults);
   }
   SyncClaimsLabel(/*refresh=*/true);
   PublishNow("start");
@@ -373,7 +392,7 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   // Devices containers outside DRA hold are not ours to offer.
   const topology::DeviceMask held =
       holders != nullptr ? holders->withheld : holders_.Refresh().first.withheld;
-  topology::DeviceMask unhealthy = 0;
+  dra::DeviceFaults faults;
   topology::DeviceMask unpublished = 0;
   std::string unpublished_why;
   topology::NodeUsage usage;
@@ -385,7 +404,7 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   }
   {
     MutexLock lock(mutex_);
-    unhealthy = unhealthy_;
+    faults = faults_;
     for (const auto& [uid, claim] : prepared_) {
       AddClaimUnits(shape_, claim, usage);
       for (const PreparedDevice& device : claim.devices) {
@@ -407,7 +426,9 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
           topology::FormatIdRanges(topology::MaskToIds(unpublished)), unpublished_why);
     }
   }
-  const Status status = publisher_.Publish(unhealthy | held | unpublished, usage);
+  // Failed devices go as faults: the publisher taints their offers where the cluster serves
+  // device taints and withdraws them elsewhere; held and unpublished ones are always withdrawn.
+  const Status status = publisher_.Publish(held | unpublished, faults, usage);
   if (!status.ok()) {
     publish_pending_ = true;
     spdlog::warn("publishing ResourceSlices after {} failed (retried every health check): {}", why,
@@ -419,26 +440,31 @@ void DraPlugin::PublishNow(std::string_view why, const HolderView* holders) {
   UpdateReadiness();
 }
 
-topology::DeviceMask DraPlugin::CheckHealth() {
-  topology::DeviceMask unhealthy = 0;
-  topology::DeviceMask before = 0;
+dra::DeviceFaults DraPlugin::CheckHealth() {
+  dra::DeviceFaults faults;
+  dra::DeviceFaults before;
   {
     MutexLock lock(mutex_);
-    before = unhealthy_;
+    before = faults_;
   }
   for (int d = 0; d < shape_.devices; ++d) {
     const Status status = deviceplugin::CheckDeviceHealth(options_.host, d);
-    const topology::DeviceMask bit = topology::DeviceMask{1} << d;
-    if (!status.ok()) unhealthy |= bit;
-    if ((before & bit) != (unhealthy & bit)) {
-      if (status.ok()) {
-        spdlog::info("neuron{} is healthy again", d);
-      } else {
-        spdlog::warn("neuron{} is unhealthy: {}", d, status.error());
-      }
+    auto was = before.find(d);
+    if (status.ok()) {
+      if (was != before.end()) spdlog::info("neuron{} is healthy again", d);
+      continue;
     }
+    if (was != before.end()) {
+      faults.emplace(d, was->second);  // still failed: the same reason and time
+      continue;
+    }
+    std::error_code error;
+    const bool node_gone = !fs::exists(options_.host.DeviceNode(d), error);
+    faults.emplace(
+        d, dra::DeviceFault{node_gone ? "device-node-missing" : "sysfs-unreadable", Rfc3339Now()});
+    spdlog::warn("neuron{} is unhealthy: {}", d, status.error());
   }
-  return unhealthy;
+  return faults;
 }
 
 void DraPlugin::HealthLoop() {
@@ -453,12 +479,14 @@ void DraPlugin::HealthLoop() {
         return;
       }
     }
-    const topology::DeviceMask unhealthy = CheckHealth();
+    dra::DeviceFaults faults = CheckHealth();
     bool changed = false;
     {
       MutexLock lock(mutex_);
+      const topology::DeviceMask unhealthy = MaskOf(faults);
       changed = unhealthy != unhealthy_;
       unhealthy_ = unhealthy;
+      faults_ = std::move(faults);
     }
     const bool holders_changed = holders_.Refresh().second;
     const bool resync_tick = ++ticks % resync_every == 0;

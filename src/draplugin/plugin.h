@@ -22,6 +22,7 @@
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/readiness.h"
 #include "deviceplugin/sysfs.h"
+#include "dra/slices.h"
 #include "draplugin/node_holders.h"
 #include "draplugin/prepare.h"
 #include "draplugin/usage_publisher.h"
@@ -110,7 +111,9 @@ class DraPlugin {
   // or (`refresh`) when its count changed; a failed write is retried at the next health check.
   void SyncClaimsLabel(bool refresh) TS_EXCLUDES(label_mutex_, mutex_);
   Status WriteClaimsLabel(const std::optional<std::string>& value) TS_REQUIRES(label_mutex_);
-  topology::DeviceMask CheckHealth();
+  // Every failed device, with the reason and time it was first seen failed (kept while it stays
+  // failed, so its taint does not change); logs each change.
+  dra::DeviceFaults CheckHealth() TS_EXCLUDES(mutex_);
   void HealthLoop();
   void UpdateReadiness() TS_EXCLUDES(mutex_);
   void OnRegistrationStatus(bool registered, const std::string& error);
@@ -136,6 +139,7 @@ class DraPlugin {
   mutable Mutex mutex_;
   std::map<std::string, PreparedClaim> prepared_ TS_GUARDED_BY(mutex_);  // by claim uid
   topology::DeviceMask unhealthy_ TS_GUARDED_BY(mutex_) = 0;
+  dra::DeviceFaults faults_ TS_GUARDED_BY(mutex_);  // the devices of unhealthy_, why and since when
   bool stopping_ TS_GUARDED_BY(mutex_) = false;
   CondVar stop_cv_;
 

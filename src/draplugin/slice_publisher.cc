@@ -162,11 +162,25 @@ Result<PublishOrder> ParsePublishOrder(std::string_view text) {
   return Error{fmt::format("--order '{}': expected scarcity or index", text)};
 }
 
+Result<DeviceTaints> ParseDeviceTaints(std::string_view text) {
+  if (text == "auto") return DeviceTaints::kAuto;
+  if (text == "on") return DeviceTaints::kOn;
+  if (text == "off") return DeviceTaints::kOff;
+  return Error{fmt::format("--device-taints '{}': expected auto, on or off", text)};
+}
+
+Result<dra::TaintEffect> ParseOnDeviceFailure(std::string_view text) {
+  if (text == "event") return dra::TaintEffect::kNoSchedule;
+  if (text == "evict") return dra::TaintEffect::kNoExecute;
+  return Error{fmt::format("--on-device-failure '{}': expected event or evict", text)};
+}
+
 // The node's slices as they should be: names in write order (counter slices first, so a device
 // never names a counter set the pool does not have yet), with the digest of each.
 struct SlicePublisher::Plan {
   bool partitionable = false;
   std::vector<dra::Offer> ordered;
+  dra::DeviceFaults tainted;  // failed devices whose offers are published tainted
   struct Entry {
     std::string name;
     std::string digest;
@@ -180,6 +194,9 @@ SlicePublisher::SlicePublisher(kube::ApiClient& api, PublisherConfig config)
   if (config_.partitionable != Partitionable::kAuto) {
     decided_ = true;
     partitionable_ = config_.partitionable == Partitionable::kOn;
+  }
+  if (config_.device_taints != DeviceTaints::kAuto) {
+    taints_served_ = config_.device_taints == DeviceTaints::kOn;
   }
   // Whole devices only need no counters, so there is nothing to find out about the cluster.
   if (ScopeWith(true) == dra::OfferScope::kWholeDevices) {
@@ -212,18 +229,59 @@ int64_t SlicePublisher::generation() const {
   return generation_;
 }
 
+std::optional<bool> SlicePublisher::taints_served() const {
+  MutexLock lock(mu_);
+  return taints_served_;
+}
+
+bool SlicePublisher::TaintsServedLocked() {
+  if (taints_served_.has_value()) return *taints_served_;
+  // A dry run: validated and defaulted as a create would be (a server with DRADeviceTaints off
+  // drops the field), never stored.
+  Result<kube::HttpResponse> answer =
+      api_.Post(fmt::format("{}?dryRun=All", kSlicesPath), dra::TaintProbeSlice(config_.facts));
+  if (!answer.ok() || !(Is2xx(answer->status) || answer->status == 400 || answer->status == 422)) {
+    spdlog::warn(
+        "DRA publisher: could not find out whether the API server keeps device taints ({}); "
+        "withdrawing the failed devices' offers for now, asking again at the next publish",
+        answer.ok() ? fmt::format("HTTP {}: {}", answer->status, kube::StatusMessage(answer->body))
+                    : answer.error());
+    return false;
+  }
+  taints_served_ =
+      Is2xx(answer->status) &&
+      answer->body.find(fmt::format("\"{}\"", dra::kUnhealthyTaintKey)) != std::string::npos;
+  if (*taints_served_) {
+    spdlog::info(
+        "DRA publisher: the API server keeps devices[].taints: a failed device's offers stay "
+        "published with taint {} ({})",
+        dra::kUnhealthyTaintKey, dra::TaintEffectName(config_.failure_effect));
+  } else {
+    spdlog::info(
+        "DRA publisher: the API server {} devices[].taints (DRADeviceTaints off, Kubernetes "
+        "before 1.37?): a failed device's offers are withdrawn from the slices",
+        Is2xx(answer->status)
+            ? std::string("dropped")
+            : fmt::format("refused ({}: {})", answer->status, kube::StatusMessage(answer->body)));
+  }
+  return *taints_served_;
+}
+
 void SlicePublisher::ObserveRequest(const topology::Request& request) {
   MutexLock lock(demand_mu_);
   demand_.Observe(request);
 }
 
-SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::DeviceMask unhealthy,
+SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::DeviceMask withdrawn,
+                                              dra::DeviceFaults tainted,
                                               const topology::NodeUsage& usage) {
   const topology::NodeShape& shape = config_.shape;
+  topology::DeviceMask unusable = withdrawn;
+  for (const auto& [device, fault] : tainted) unusable |= topology::DeviceMask{1} << device;
   // An unhealthy device counts as taken: its slots are no home for anything.
   topology::NodeUsage effective = usage;
   for (int d = 0; d < shape.devices; ++d) {
-    if ((unhealthy >> d & 1) == 0) continue;
+    if ((unusable >> d & 1) == 0) continue;
     for (int k = 0; k < shape.cores_per_device; ++k) {
       const int core = d * shape.cores_per_device + k;
       if (effective.AllFree(shape, topology::Unit::kCore, {core})) {
@@ -233,7 +291,8 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   }
   Plan plan;
   plan.partitionable = partitionable;
-  std::vector<dra::Offer> offers = dra::LegalOffers(shape, ScopeWith(partitionable), unhealthy);
+  plan.tainted = std::move(tainted);
+  std::vector<dra::Offer> offers = dra::LegalOffers(shape, ScopeWith(partitionable), withdrawn);
   if (config_.order == PublishOrder::kIndex) {
     plan.ordered = dra::OrderForFirstFit(std::move(offers), shape, effective, nullptr);
   } else {
@@ -246,7 +305,8 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   }
   // Digests over the slices at generation 0: the generation alone never makes a change.
   const auto slices =
-      dra::BuildSlices(config_.facts, shape, plan.ordered, dra::SliceOptions{partitionable, 0});
+      dra::BuildSlices(config_.facts, shape, plan.ordered,
+                       dra::SliceOptions{partitionable, 0, plan.tainted, config_.failure_effect});
   const std::string counter_prefix = dra::SliceNamePrefix(config_.facts.node_name) + "-zc-";
   for (const dra::ResourceSliceObject& slice : slices) {
     plan.entries.push_back(
@@ -257,17 +317,34 @@ SlicePublisher::Plan SlicePublisher::MakePlan(bool partitionable, topology::Devi
   return plan;
 }
 
-Status SlicePublisher::Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) {
+Status SlicePublisher::Publish(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
+                               const topology::NodeUsage& usage) {
   MutexLock lock(mu_);
-  Status status = PublishLocked(unhealthy, usage);
+  Status status = PublishLocked(withheld, faults, usage);
   if (!status.ok()) known_.reset();  // the next call starts from a fresh read
   return status;
 }
 
-Status SlicePublisher::PublishLocked(topology::DeviceMask unhealthy,
+Status SlicePublisher::PublishLocked(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
                                      const topology::NodeUsage& usage) {
   const bool want_counters = !decided_ || partitionable_;
-  Plan plan = MakePlan(want_counters, unhealthy, usage);
+  // A failed device's offers: tainted where the cluster serves taints, else withdrawn (a device
+  // also withheld for another reason stays withdrawn).
+  topology::DeviceMask withdrawn = withheld;
+  dra::DeviceFaults tainted;
+  if (!faults.empty()) {
+    const bool taints = TaintsServedLocked();
+    for (const auto& [device, fault] : faults) {
+      if (device < 0 || device >= config_.shape.devices) continue;
+      const topology::DeviceMask bit = topology::DeviceMask{1} << device;
+      if (taints && (withheld & bit) == 0) {
+        tainted.emplace(device, fault);
+      } else {
+        withdrawn |= bit;
+      }
+    }
+  }
+  Plan plan = MakePlan(want_counters, withdrawn, std::move(tainted), usage);
   if (!known_.has_value()) TOPOSCHED_RETURN_IF_ERROR(ReadSlicesLocked());
 
   // Unchanged: the same names with the same digests, all at one generation.
@@ -304,8 +381,9 @@ Status SlicePublisher::PublishLocked(topology::DeviceMask unhealthy,
   }
 
   const int64_t generation = highest + 1;
-  const auto slices = dra::BuildSlices(config_.facts, config_.shape, plan.ordered,
-                                       dra::SliceOptions{plan.partitionable, generation});
+  const auto slices = dra::BuildSlices(
+      config_.facts, config_.shape, plan.ordered,
+      dra::SliceOptions{plan.partitionable, generation, plan.tainted, config_.failure_effect});
   std::map<std::string, const dra::ResourceSliceObject*> by_name;
   for (const dra::ResourceSliceObject& slice : slices) by_name[slice.name] = &slice;
   int written = 0;
@@ -335,7 +413,7 @@ Status SlicePublisher::PublishLocked(topology::DeviceMask unhealthy,
                   : std::string("dropped"),
               entry.name);
           if (Is2xx(answer.status)) TOPOSCHED_RETURN_IF_ERROR(DeleteSliceLocked(entry.name));
-          return PublishLocked(unhealthy, usage);  // decided now: whole devices
+          return PublishLocked(withheld, faults, usage);  // decided now: whole devices
         }
       }
     } else if (entry.counters && partitionable_ && Is2xx(answer.status) &&

@@ -28,6 +28,15 @@ Result<Partitionable> ParsePartitionable(std::string_view text);  // auto|on|off
 enum class PublishOrder { kScarcity, kIndex };
 Result<PublishOrder> ParsePublishOrder(std::string_view text);  // scarcity|index
 
+// Whether a failed device's offers are published with a device taint (the cluster serves
+// `devices[].taints`, Kubernetes 1.37) or withdrawn: auto finds out with a dry-run create the
+// first time a device fails.
+enum class DeviceTaints { kAuto, kOn, kOff };
+Result<DeviceTaints> ParseDeviceTaints(std::string_view text);  // auto|on|off
+// --on-device-failure: event (NoSchedule: new claims avoid the device, running pods keep it) or
+// evict (NoExecute: the device-taint eviction controller evicts the pods whose claims use it).
+Result<dra::TaintEffect> ParseOnDeviceFailure(std::string_view text);  // event|evict
+
 struct PublisherConfig {
   dra::NodeFacts facts;
   topology::NodeShape shape;
@@ -35,6 +44,8 @@ struct PublisherConfig {
   bool core_offers = false;  // with partitionable devices, also core ranges (dra::OfferScope)
   dra::SetOffers set_offers = dra::SetOffers::kAuto;  // with partitionable devices, sets too
   PublishOrder order = PublishOrder::kScarcity;
+  DeviceTaints device_taints = DeviceTaints::kAuto;
+  dra::TaintEffect failure_effect = dra::TaintEffect::kNoSchedule;
 };
 
 // Thread-safe: Publish may be called from the health loop and from Prepare/Unprepare at once.
@@ -42,11 +53,17 @@ class SlicePublisher : public UsagePublisher {
  public:
   SlicePublisher(kube::ApiClient& api, PublisherConfig config);
 
-  // Makes the node's slices say what it offers now: devices in `unhealthy` left out, publish
-  // order by the scarcity cost of each offer given `usage` (the units held by prepared claims).
-  // Nothing is written when the plan equals what was last published. On a partial failure the
-  // next call starts over from a fresh read of the slices.
-  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) override;
+  // Makes the node's slices say what it offers now: devices in `withheld` left out; the offers of
+  // the devices in `faults` tainted where the cluster serves device taints, else left out too;
+  // publish order by the scarcity cost of each offer given `usage` (the units held by prepared
+  // claims), failed devices counted as taken. Nothing is written when the plan equals what was
+  // last published. On a partial failure the next call starts over from a fresh read.
+  Status Publish(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
+                 const topology::NodeUsage& usage) override;
+  // No failed devices: `unhealthy` is left out.
+  Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) {
+    return Publish(unhealthy, {}, usage);
+  }
   // A claim of this shape was prepared on the node: it feeds the demand model behind the order.
   void ObserveRequest(const topology::Request& request) override;
   // The next Publish reads the slices afresh instead of trusting what it last wrote, so a slice
@@ -60,6 +77,8 @@ class SlicePublisher : public UsagePublisher {
   // cluster keeps them, and the node offers sets or core ranges).
   bool partitionable() const;
   int64_t generation() const;
+  // Whether failed devices' offers are tainted (nullopt: not known yet).
+  std::optional<bool> taints_served() const;
 
   // One of our slices as the API server has it.
   struct KnownSlice {
@@ -73,11 +92,15 @@ class SlicePublisher : public UsagePublisher {
  private:
   struct Plan;
 
-  Status PublishLocked(topology::DeviceMask unhealthy, const topology::NodeUsage& usage)
-      TS_REQUIRES(mu_);
+  Status PublishLocked(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
+                       const topology::NodeUsage& usage) TS_REQUIRES(mu_);
+  // Whether the cluster keeps device taints: decided by the config, else by one dry-run create
+  // (repeated at the next failure while the answer says nothing either way).
+  bool TaintsServedLocked() TS_REQUIRES(mu_);
   // What the node offers with and without shared counters (the one place that decides it).
   dra::OfferScope ScopeWith(bool counters) const;
-  Plan MakePlan(bool partitionable, topology::DeviceMask unhealthy,
+  // Offers of `withdrawn` left out, of `tainted` published tainted; both count as taken.
+  Plan MakePlan(bool partitionable, topology::DeviceMask withdrawn, dra::DeviceFaults tainted,
                 const topology::NodeUsage& usage) TS_EXCLUDES(demand_mu_);
   Status ReadSlicesLocked() TS_REQUIRES(mu_);
   // Creates or replaces one slice (re-reading it once on a conflict); the server's answer, which
@@ -96,6 +119,7 @@ class SlicePublisher : public UsagePublisher {
   bool decided_ TS_GUARDED_BY(mu_) = false;  // whether counters are kept is known
   bool partitionable_ TS_GUARDED_BY(mu_) = false;
   int64_t generation_ TS_GUARDED_BY(mu_) = 0;
+  std::optional<bool> taints_served_ TS_GUARDED_BY(mu_);
 
   // A leaf lock of its own, so ObserveRequest never waits for a Publish's API calls.
   Mutex demand_mu_;

@@ -4,6 +4,7 @@
 
 #include "base/result.h"
 #include "dra/offers.h"
+#include "dra/slices.h"
 #include "topology/allocator.h"
 
 namespace toposched::draplugin {
@@ -12,9 +13,11 @@ namespace toposched::draplugin {
 class UsagePublisher {
  public:
   virtual ~UsagePublisher() = default;
-  // Publishes the node's offers without the devices in `unhealthy`, ordered for `usage` (the
-  // units prepared claims hold).
-  virtual Status Publish(topology::DeviceMask unhealthy, const topology::NodeUsage& usage) = 0;
+  // Publishes the node's offers without the devices in `withheld`, the offers of failed devices
+  // (`faults`) tainted or left out (SlicePublisher: as the cluster serves device taints), ordered
+  // for `usage` (the units prepared claims hold).
+  virtual Status Publish(topology::DeviceMask withheld, const dra::DeviceFaults& faults,
+                         const topology::NodeUsage& usage) = 0;
   // A claim of this shape was prepared: it feeds the demand behind the publish order.
   virtual void ObserveRequest(const topology::Request& request) = 0;
   // The next Publish reads what the API server holds instead of trusting what it last wrote

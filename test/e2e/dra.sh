@@ -10,7 +10,8 @@
 #   (c) a NeuronCore claim (neuroncores.toposched.io, coreCount == 2): a core range in one device
 #   (e) the plugin SIGKILLed as a claim's prepare starts: no half-written CDI file; it restarts
 #       and the pod starts
-#   (f) a device made unhealthy in the fake sysfs leaves the node's ResourceSlices, and comes back
+#   (f) a device made unhealthy in the fake tree: its offers tainted (DeviceTaints, 1.37), a claim
+#       only it matches unallocated; back, the taint goes and the claim gets it
 #   (b) a 3-device set on trn2.48xlarge (sizes 1, 4, 8, 16) is never allocated
 #   (d) AWS's own 1x4-connected-neurons template, as AWS publishes it: 4 devices of one row
 source "$(dirname "$0")/lib.sh"
@@ -97,7 +98,9 @@ container_pid() {
 # "devices=… cores=… allocated=…".
 check_container() {
   local pod="$1" cpd="$2" claim pid
-  claim=$(pod_claim "$pod"); [ -n "$claim" ] || die "$pod: no ResourceClaim in its status"
+  # A template's claim is named in the pod's status; a claim by name only in its spec.
+  claim=$(pod_claim "$pod"); [ -n "$claim" ] || claim=$(pod_field "$pod" '{.spec.resourceClaims[0].resourceClaimName}')
+  [ -n "$claim" ] || die "$pod: no ResourceClaim in its status or spec"
   claim_json "$claim" >"$W/claim-$pod.json"
   pid=$(container_pid "$pod"); [ -n "$pid" ] || die "$pod: no running task for its container"
   tr '\0' '\n' <"/proc/$pid/environ" >"$W/env-$pod.txt" || die "$pod: cannot read /proc/$pid/environ"
@@ -199,7 +202,10 @@ inflight="after kubelet had its answer"
 grep -q 'Failed to prepare dynamic resources.*pod="default/dev-1"' "$KUBELET_LOG" && inflight="before kubelet had its answer (kubelet: $(grep -m1 'Failed to prepare dynamic resources.*pod="default/dev-1"' "$KUBELET_LOG" | grep -o 'err="[^"]*' | cut -c6-110))"
 pass "(e) plugin SIGKILLed at dev-1's prepare, $inflight, and restarted: it removed a half-written spec ($(grep -m1 "a CDI spec write that did not finish" "$DRA_LOG" | sed 's/^.*\] //' | cut -c1-200)); dev-1 Running ($out); the CDI dir holds 3 whole specs and nothing else"
 
-# (f) a device the driver stops showing leaves the ResourceSlices, and returns when it is back.
+# (f) a device that fails (its /dev/neuronN gone from the fake tree): on 1.37 its offers stay in
+# the ResourceSlices with the device taint toposched.io/unhealthy, NoSchedule (--on-device-failure
+# event, the default), and no other offer has a taint; a claim that only that device matches stays
+# unallocated; back, the taint goes and the claim gets the device.
 used=$(cat "$W"/claim-*.json | python3 -c '
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -214,18 +220,73 @@ print(" ".join(map(str, sorted(used))))' "$E2E_DIR" "$cpd")
 victim=""
 for d in 11 10 9 8 7 6 5 4; do grep -qw "$d" <<<"$used" || { victim=$d; break; }; done
 [ -n "$victim" ] || die "no unused device to make unhealthy (used: $used)"
-# No device offer may include the victim: whole device, a set spanning it, a core range in it.
-none_with() { [ -n "$(node_slice_devices kn)" ] && [ -z "$(offers_with kn "$1" "$cpd")" ]; }
+# slice_taints NODE DEVICE CPD tainted|clean: every offer holding DEVICE carries exactly our
+# NoSchedule taint (tainted) or none (clean); no other offer has any. Prints what it saw.
+slice_taints() {
+  node_slices_json "$1" | python3 -c '
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from dra_names import devices_of
+victim, cpd, mode = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+devs = [d for s in json.load(sys.stdin)["items"] for d in (s["spec"].get("devices") or [])]
+holding, value = 0, ""
+for d in devs:
+    name, taints = d["name"], d.get("taints") or []
+    if victim not in devices_of(name, cpd) or mode == "clean":
+        if taints: sys.exit(f"{name} carries taints {taints}")
+        holding += victim in devices_of(name, cpd)
+        continue
+    holding += 1
+    if len(taints) != 1 or taints[0].get("key") != "toposched.io/unhealthy" or taints[0].get("effect") != "NoSchedule" or not taints[0].get("timeAdded"):
+        sys.exit(f"{name} holds device {victim}, its taints: {taints}")
+    value = taints[0].get("value", "")
+if holding == 0 or f"neurondevice{victim}" not in {d["name"] for d in devs}: sys.exit(f"device {victim} is not published")
+print(f"{holding} offers of {len(devs)} hold device {victim}" + (f", all tainted toposched.io/unhealthy={value}:NoSchedule" if mode == "tainted" else ", none tainted"))' "$E2E_DIR" "$2" "$3" "$4"
+}
+slice_taints kn "$victim" "$cpd" clean >/dev/null || die "kn's slices before the failure: $(slice_taints kn "$victim" "$cpd" clean 2>&1)"
+t_fail=$(date +%s.%N)
 mv "$DRA_HOST/dev/neuron$victim" "$DRA_HOST/dev/neuron$victim.gone"
-wait_for 60 "neurondevice$victim and every offer holding device $victim to leave kn's ResourceSlices" none_with "$victim"
+wait_for 30 "every offer holding device $victim tainted in kn's ResourceSlices" slice_taints kn "$victim" "$cpd" tainted
+t_taint=$(date +%s.%N)
+seen=$(slice_taints kn "$victim" "$cpd" tainted 2>&1) || die "kn's slices: $seen"
+to_taint=$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t_fail" "$t_taint")
+# A claim only the failed device matches: kube-scheduler must not allocate it.
+k apply -f - >/dev/null <<YAML || die "create ResourceClaim failed-device"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: failed-device, namespace: default}
+spec:
+  devices:
+    requests:
+      - name: neurons
+        exactly:
+          deviceClassName: neuron.aws.com
+          count: 1
+          selectors:
+            - cel: {expression: 'device.attributes["neuron.aws.com"].deviceId == $victim'}
+YAML
+dra_pod dev-f kn claim failed-device
+refused() { [ "$(pod_field dev-f '{.status.conditions[?(@.type=="PodScheduled")].status}')" = False ]; }
+wait_for 60 "dev-f's PodScheduled=False (its claim matches only the tainted device $victim)" refused
+[ -z "$(k -n default get resourceclaim failed-device -o jsonpath='{.status.allocation}')" ] ||
+  die "claim failed-device was allocated the tainted device $victim: $(k -n default get resourceclaim failed-device -o jsonpath='{.status.allocation}')"
+why=$(pod_field dev-f '{.status.conditions[?(@.type=="PodScheduled")].message}')
+t_back=$(date +%s.%N)
 mv "$DRA_HOST/dev/neuron$victim.gone" "$DRA_HOST/dev/neuron$victim"
-wait_for 60 "neurondevice$victim back in kn's ResourceSlices" node_slices_have kn "neurondevice$victim"
-pass "(f) /dev/neuron$victim removed from the fake tree: every offer holding device $victim left kn's ResourceSlices; back: $(offers_with kn "$victim" "$cpd" | wc -w) offers hold it again"
+wait_for 30 "the taint gone from kn's ResourceSlices" slice_taints kn "$victim" "$cpd" clean
+t_clean=$(date +%s.%N)
+to_clean=$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t_back" "$t_clean")
+wait_for 90 "pod dev-f Running once device $victim is back" phase_is dev-f Running
+out=$(check_container dev-f "$cpd") || die "dev-f: $out"
+grep -q "^allocated=neurondevice$victim " <<<"$out" || die "dev-f: not device $victim: $out"
+probe=$(grep -h -m1 "devices\[\].taints" "$W"/dra-plugin-*.log | sed 's/^.*\] //' | cut -c1-160 || true)
+grep -q "keeps devices" <<<"$probe" || die "the plugin did not find that the API server keeps device taints: '$probe'"
+pass "(f) /dev/neuron$victim removed from the fake tree: tainted in ${to_taint}s (health poll 500 ms): $seen; dev-f, whose claim matches only device $victim, unscheduled ($why); back: the taint gone in ${to_clean}s, dev-f Running ($out); the plugin's probe: $probe"
 
 # Deleting the pods unprepares their claims: their CDI specs go.
-k -n default delete pod dev-2 cores-2 dev-1 --wait=false >/dev/null
+k -n default delete pod dev-2 cores-2 dev-1 dev-f --wait=false >/dev/null
 pod_gone() { ! k -n default get pod "$1" >/dev/null 2>&1; }
-for p in dev-2 cores-2 dev-1; do wait_for 60 "pod $p deleted" pod_gone "$p"; done
+for p in dev-2 cores-2 dev-1 dev-f; do wait_for 60 "pod $p deleted" pod_gone "$p"; done
 no_specs() { [ -z "$(find "$E2E_CDI_DIR" -name 'neuron.aws.com-*.json')" ]; }
 wait_for 60 "the CDI specs removed by NodeUnprepareResources" no_specs
 pass "the pods deleted: every claim unprepared, no CDI spec left"

@@ -52,7 +52,8 @@ int Slices(const std::string& type, const std::string& node, int lnc, const std:
       *shape, form == "sets" ? dra::SetOffers::kOn : dra::SetOffers::kAuto, form == "cores");
   const auto ordered = dra::OrderForFirstFit(dra::LegalOffers(*shape, scope), *shape,
                                              topology::NodeUsage{}, nullptr);
-  const dra::SliceOptions options{scope != dra::OfferScope::kWholeDevices, 1};
+  const dra::SliceOptions options{.partitionable = scope != dra::OfferScope::kWholeDevices,
+                                  .generation = 1};
   for (const auto& slice : dra::BuildSlices(facts, *shape, ordered, options)) {
     std::printf("%s\n", slice.json.c_str());
   }

@@ -293,6 +293,7 @@ class FakeApiServer::Impl {
   // resource.k8s.io/v1 ResourceSlices, by name
   std::map<std::string, json::value> resource_slices_;
   SharedCountersMode shared_counters_mode_ = SharedCountersMode::kKeep;
+  DeviceTaintsMode device_taints_mode_ = DeviceTaintsMode::kKeep;
   int64_t resource_version_ = 100;
   int64_t compacted_ = 0;  // watches from before this are too old
 
@@ -1117,6 +1118,19 @@ void DropPartitionableFields(json::value& slice) {
   }
 }
 
+// What a server with DRADeviceTaints off does to devices' taints on a write.
+void DropDeviceTaints(json::value& slice) {
+  json::object* spec = slice.as_object().if_contains("spec") != nullptr
+                           ? slice.as_object()["spec"].if_object()
+                           : nullptr;
+  if (spec == nullptr) return;
+  if (json::array* devices = spec->contains("devices") ? (*spec)["devices"].if_array() : nullptr) {
+    for (json::value& device : *devices) {
+      if (json::object* d = device.if_object()) d->erase("taints");
+    }
+  }
+}
+
 // The few checks of the real validation a test of a publisher can trip: the name, the driver,
 // a slice count, devices or counters (not both) and the device limit.
 std::string InvalidSlice(const json::value& slice) {
@@ -1137,9 +1151,12 @@ std::string InvalidSlice(const json::value& slice) {
     return "spec: Invalid value: only one of devices and sharedCounters may be set";
   }
   if (devices != nullptr) {
-    bool consumes = false;
+    bool consumes = false;  // consumesCounters or taints: the lower limit
     for (const json::value& device : *devices) {
-      if (device.is_object() && device.as_object().contains("consumesCounters")) consumes = true;
+      if (device.is_object() && (device.as_object().contains("consumesCounters") ||
+                                 device.as_object().contains("taints"))) {
+        consumes = true;
+      }
     }
     if (devices->size() > (consumes ? 64u : 128u)) return "spec.devices: Too many";
   }
@@ -1174,6 +1191,7 @@ Response FakeApiServer::Impl::HandleResourceSlice(
       }
     }
     if (shared_counters_mode_ == SharedCountersMode::kDrop) DropPartitionableFields(slice);
+    if (device_taints_mode_ == DeviceTaintsMode::kDrop) DropDeviceTaints(slice);
     if (std::string why = InvalidSlice(slice); !why.empty()) {
       return StatusResponse(request, 422, "ResourceSlice.resource.k8s.io is invalid: " + why);
     }
@@ -1223,6 +1241,9 @@ Response FakeApiServer::Impl::HandleResourceSlice(
     if (resource_slices_.count(name) != 0) {
       return StatusResponse(request, 409,
                             "resourceslices.resource.k8s.io \"" + name + "\" already exists");
+    }
+    if (auto dry = params.find("dryRun"); dry != params.end() && dry->second == "All") {
+      return MakeResponse(request, 201, json::serialize(slice));
     }
     json::object& metadata = slice.as_object()["metadata"].as_object();
     metadata["resourceVersion"] = std::to_string(++resource_version_);
@@ -1395,6 +1416,11 @@ int64_t FakeApiServer::PutResourceSlice(std::string_view text) {
   SetResourceVersion(slice, ++impl_->resource_version_);
   impl_->resource_slices_[name] = std::move(slice);
   return impl_->resource_version_;
+}
+
+void FakeApiServer::set_device_taints_mode(DeviceTaintsMode mode) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->device_taints_mode_ = mode;
 }
 
 void FakeApiServer::set_shared_counters_mode(SharedCountersMode mode) {

@@ -43,6 +43,12 @@ enum class SharedCountersMode {
   kRefuse,  // a server that does not know the field: 400, strict decoding error
 };
 
+// What a write of a ResourceSlice whose devices carry taints gets (DRADeviceTaints, GA in 1.37).
+enum class DeviceTaintsMode {
+  kKeep,  // 1.37: stored as sent
+  kDrop,  // the gate off (1.34): devices' taints silently dropped
+};
+
 struct RecordedRequest {
   std::string method;
   std::string target;  // path and query, as sent
@@ -130,6 +136,8 @@ class FakeApiServer {
   std::vector<std::string> ResourceSliceNames() const;  // sorted
   int64_t PutResourceSlice(std::string_view json);
   void set_shared_counters_mode(SharedCountersMode mode);
+  // A create with ?dryRun=All is answered as a create would be and not stored.
+  void set_device_taints_mode(DeviceTaintsMode mode);
 
   // Sends a BOOKMARK at the current resourceVersion to every open watch of `kind`.
   void SendBookmark(Kind kind);
