@@ -437,6 +437,9 @@ TEST_F(DeviceFailureTest, AFailedDeviceIsRefusedAndItsPodToldAndEvicted) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 0);
   EXPECT_EQ(ids.back() - ids.front(), 3);
 
+  // The operators' views show it: the JSON names it, the page crosses it out and says so.
+  EXPECT_THAT(service_.FleetView({}), ::testing::HasSubstr("\"out_of_service\":[2]"));
+  EXPECT_THAT(service_.FleetPage({}, ""), ::testing::HasSubstr("out of service: 2"));
   // A damaged annotation is no evidence that the device is back.
   service_.UpsertNode(Inf2(3, "two"));
   EXPECT_EQ(OutOfService(), topology::DeviceMask{1} << 2);

@@ -92,11 +92,15 @@ std::string NodeFigure(const tracker::NodeView& node, const topology::SlotCosts&
     }
   }
   const int free_devices = std::popcount(shape.AllDevices() & ~node.usage.busy_devices());
-  picture.caption =
-      fmt::format("{}{} · {}/{} devices free", node.info.instance_type,
-                  shape.type != nullptr && shape.type->has_lnc ? fmt::format(" · LNC {}", shape.lnc)
-                                                               : std::string(),
-                  free_devices, shape.devices);
+  picture.marked_devices = topology::MaskToIds(node.usage.out_of_service());
+  picture.caption = fmt::format(
+      "{}{} · {}/{} devices free{}", node.info.instance_type,
+      shape.type != nullptr && shape.type->has_lnc ? fmt::format(" · LNC {}", shape.lnc)
+                                                   : std::string(),
+      free_devices, shape.devices,
+      picture.marked_devices.empty()
+          ? std::string()
+          : fmt::format(" · out of service: {}", topology::FormatIdRanges(picture.marked_devices)));
   std::string sets;
   const NodeFreeMemo::Answer& free_now = free.Of(shape, node.usage);
   const auto& free_sets = free_now.sets;

@@ -176,7 +176,12 @@ void AppendNode(std::string& out, const tracker::NodeView& node, NodeWriter& wri
   AppendInts(out, topology::MaskToIds(shape.AllDevices() & ~node.usage.busy_devices()));
   out += ",\"cores\":";
   AppendInt(out, shape.cores - node.usage.used_core_count());
-  out += "},\"free_sets\":{";
+  out += '}';
+  if (node.usage.out_of_service() != 0) {
+    out += ",\"out_of_service\":";
+    AppendInts(out, topology::MaskToIds(node.usage.out_of_service()));
+  }
+  out += ",\"free_sets\":{";
   const NodeFreeMemo::Answer& free = writer.free.Of(shape, node.usage);
   bool first = true;
   for (size_t c = 0; c < free.sets.size(); ++c) {

@@ -50,7 +50,7 @@ import json, sys
 node = json.load(sys.stdin)["nodes"][0]
 dead = int(sys.argv[1])
 assert dead in node.get("out_of_service", []), node.get("out_of_service")
-assert dead not in node["free_devices"], node["free_devices"]
+assert dead not in node["free"]["devices"], node["free"]["devices"]
 ' "$dead" || die "the fleet view does not show device $dead out of service"
 pass "device $dead failed: annotated in $((t_annotated - t0)) ms, out of service in the extender $((t_refused - t0)) ms after the failure (poll 250 ms)"
 echo "failure-to-refusal-ms $((t_refused - t0))" >>"$W/devicehealth-timings.txt"
