@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claims/keys.h"
+#include "extender/fleet_state.h"
 #include "extender/service.h"
 #include "topology/id_ranges.h"
 
@@ -21,13 +22,11 @@ std::string Ids(topology::DeviceMask mask) {
 }
 
 // The devices a hold's ids touch.
-topology::DeviceMask DevicesOf(const tracker::HolderView& holder, int cores_per_device) {
+topology::DeviceMask DevicesOf(const tracker::HolderView& holder,
+                               const topology::NodeShape& shape) {
   topology::DeviceMask touched = 0;
   for (const auto& c : holder.containers) {
-    for (int id : c.placement.ids) {
-      const int device = c.placement.unit == topology::Unit::kDevice ? id : id / cores_per_device;
-      touched |= topology::DeviceMask{1} << device;
-    }
+    ForEachDeviceOf(shape, c.placement, [&](int d) { touched |= topology::DeviceMask{1} << d; });
   }
   return touched;
 }
@@ -44,13 +43,13 @@ void ExtenderService::TellPodsOnChangedDevices(const std::string& node, topology
   if (recovered != 0) spdlog::info("node {}: device(s) {} back in service", node, Ids(recovered));
   const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&node, 1));
   if (views.empty() || !views.front().shape) return;
-  const int cpd = views.front().shape->cores_per_device;
+  const topology::NodeShape& shape = *views.front().shape;
   // One writer tells them: a standby sees the same and would write duplicates.
   const bool write = !options_.may_reconcile || options_.may_reconcile();
   for (const tracker::HolderView& holder : views.front().holders) {
     // A gang's seat has no pod yet; its member will be placed by the gang's new choice.
     if (holder.gang_seat) continue;
-    const topology::DeviceMask touched = DevicesOf(holder, cpd);
+    const topology::DeviceMask touched = DevicesOf(holder, shape);
     const auto slash = holder.pod_name.find('/');
     if (slash == std::string::npos) continue;
     const std::string ns = holder.pod_name.substr(0, slash);
