@@ -1032,5 +1032,20 @@ TEST_F(TrackerTest, ANodeAddedWithADeadDeviceCountsOnlyItsRealSupply) {
   EXPECT_THAT(row->containers[0].placement.ids, ElementsAreArray(Range(8, 15)));
 }
 
+TEST_F(TrackerTest, ADeviceFailingWhileTheNodeKeepsItsOldShapeIsRefusedToo) {
+  // Pods hold ids, the node comes back at another LNC (kept: their ids name the old shape's
+  // cores), and one of its devices fails in the same update: no new set may contain it.
+  ASSERT_TRUE(tracker_.UpsertNode({"trn2", "trn2.48xlarge", 1}).ok());
+  std::vector<int> others = Range(2, 15);
+  others.insert(others.begin(), 0);
+  ASSERT_TRUE(tracker_.Adopt(Record("held", "trn2", {DevicePlacement(others)})).ok());
+  NodeInfo info{"trn2", "trn2.48xlarge", 2};
+  info.out_of_service = topology::DeviceMask{1} << 1;
+  EXPECT_FALSE(tracker_.UpsertNode(info).ok());  // the shape is kept, and says so
+  const FitResult one = tracker_.Fit(DevPod("one", 1), "trn2");
+  EXPECT_FALSE(one.fits) << "device 1, the one left, is out of service";
+  EXPECT_THAT(one.reason, HasSubstr("device 1 out of service"));
+}
+
 }  // namespace
 }  // namespace toposched::tracker

@@ -89,14 +89,12 @@ Status Tracker::UpsertNode(const NodeInfo& requested) {
         old.info.pool == info.pool) {
       old.info.groups = info.groups;  // labels can change without the shape changing
       if (!old.pool().shape) return Error{fmt::format("node {}: {}", info.name, old.pool().error)};
-      if (old.shared == nullptr && old.info.out_of_service != info.out_of_service) {
-        old.info.out_of_service = info.out_of_service;
-        old.own.usage.SetOutOfService(*old.own.shape, info.out_of_service);
-        RecountLocked(old.own);
-      }
+      TakeOutOfServiceLocked(old, info.out_of_service);
       return OkStatus();
     }
     if (!old.own.pods.empty()) {
+      // The shape stays, but failed devices count now: a new set must never contain one.
+      TakeOutOfServiceLocked(old, info.out_of_service);
       return Error{fmt::format(
           "node {} changed from {} (LNC {}) to {} (LNC {}{}) while {} pods hold ids on it; "
           "keeping the old shape until they are gone",
@@ -116,6 +114,13 @@ Status Tracker::UpsertNode(const NodeInfo& requested) {
   if (!kept.empty()) problems.insert(problems.begin(), std::move(kept));
   if (!problems.empty()) return Error{fmt::format("{}", fmt::join(problems, "; "))};
   return OkStatus();
+}
+
+void Tracker::TakeOutOfServiceLocked(NodeEntry& node, topology::DeviceMask devices) {
+  if (node.shared != nullptr || !node.own.shape || node.info.out_of_service == devices) return;
+  node.info.out_of_service = devices;
+  node.own.usage.SetOutOfService(*node.own.shape, devices);
+  RecountLocked(node.own);
 }
 
 void Tracker::RemoveNode(const std::string& name) {

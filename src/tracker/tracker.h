@@ -434,6 +434,8 @@ class Tracker {
   void RecountLocked(PoolState& pool) TS_REQUIRES(mu_);
   void UncountLocked(PoolState& pool) TS_REQUIRES(mu_);
   void RecountAllLocked() TS_REQUIRES(mu_);
+  // Marks the node's own devices out of service (NodeInfo::out_of_service) and recounts.
+  void TakeOutOfServiceLocked(NodeEntry& node, topology::DeviceMask devices) TS_REQUIRES(mu_);
   const NodeEntry* FindNode(const std::string& name) const TS_REQUIRES_SHARED(mu_);
   void VisitFits(const PodSpec& pod, std::span<const std::string> nodes, bool with_ids,
                  const std::function<void(size_t, FitResult&&)>& fn) const TS_EXCLUDES(mu_);
