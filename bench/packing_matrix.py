@@ -25,6 +25,10 @@ JOBS = int(os.environ.get("JOBS", "2"))
 # RAW=file keeps every run's JSON there (written after a run, read instead of running when it
 # exists), so the tables can be printed again without the 20 minutes.
 RAW = os.environ.get("RAW", "")
+# FAILURES=RATE:HOURS[:evict] runs every row with devices failing (--device-failure-rate RATE
+# --device-repair-hours HOURS, --on-device-failure evict or event) and adds what failures cost
+# each policy against its own run without them.
+FAILURES = os.environ.get("FAILURES", "")
 
 OURS = "scarcity"
 BASELINES = ["fgd", "fgd-scarcity-sets", "first-fit", "spread", "binpack"]
@@ -57,6 +61,10 @@ def run(mode, source, order, seed, size):
         src = ["--trace", source]
     cmd = [BIN, "simulate", *src, "--mode", mode, "--seed", seed, "--fleet", fleet,
            "--policy", ",".join([OURS] + BASELINES), "--json"]
+    if FAILURES:
+        rate, hours, *policy = FAILURES.split(":")
+        cmd += ["--device-failure-rate", rate, "--device-repair-hours", hours,
+                "--on-device-failure", policy[0] if policy else "event"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     policies = {p["name"]: p for p in json.loads(out)["policies"]}
     return {"mode": mode, "source": source, "order": order, "seed": seed, "size": size,
@@ -163,6 +171,35 @@ def summary(mode, rows, verdict, unit):
     total = sum(1 for r in rows if verdict(r)[3])
     print(f"\n{mode}: {len(rows)} rows, ours loses {total} "
           f"({'by more than 0.5 points' if mode == 'fill' else 'by more than 1% or 0.01 h'}).\n")
+    if FAILURES:
+        failure_cost(mode, groups)
+
+
+def failure_cost(mode, groups):
+    """What failures cost each policy: its measure with failures less its own without them."""
+    if mode == "fill":
+        key, healthy_key, scale, unit = ("unallocated_share", "unallocated_share_at_first_failure",
+                                         100, " points")
+    else:
+        key, healthy_key, scale, unit = "mean_wait_hours", "mean_wait_hours", 1, " h"
+    print(f"### {mode}: what failures ({FAILURES}) cost each policy, means over the rows "
+          f"(its own run without failures subtracted; lower is better)\n")
+    print("| workload | nodes | scarcity (ours) | " + " | ".join(BASELINES) + " | ours least? |")
+    print("|---" * (4 + len(BASELINES)) + "|")
+    least = 0
+    for (source, nodes), group in groups.items():
+        def cost(name):
+            return sum(scale * (r["policies"][name][key] -
+                                r["policies"][name]["failures"]["without_failures"][healthy_key])
+                       for r in group) / len(group)
+        costs = {n: cost(n) for n in [OURS] + BASELINES}
+        ours_least = costs[OURS] <= min(costs[b] for b in BASELINES) + 1e-9
+        least += ours_least
+        cells = " | ".join(f"{costs[b]:+.3f}" for b in BASELINES)
+        print(f"| {source} | {nodes} | {costs[OURS]:+.3f} | {cells} | "
+              f"{'yes' if ours_least else 'no'} |")
+    print(f"\n{mode}: ours pays the least for failures in {least} of {len(groups)} groups "
+          f"(cost in{unit}).\n")
 
 
 def main():

@@ -36,6 +36,8 @@ struct SimulateOptions {
   sim::GangSimOptions gang;
   // --dra: a DRA cluster, where the driver's publish order is the only lever (sim/dra.h).
   bool dra = false;
+  sim::FailureOptions failures;
+  std::string on_failure = "event";
 };
 
 std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
@@ -167,9 +169,35 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{31}, int64_t{7 * 86400}))
       ->needs(gangs);
-  for (const char* name : {"--synthetic", "--synthetic-tasks", "--fleet", "--mode", "--policy"}) {
+  auto* rate =
+      cmd->add_option(
+             "--device-failure-rate", opts->failures.per_device_day,
+             "Devices fail: mean failures per device per day, each device on its own (a Poisson "
+             "process drawn from --seed, the same for every policy); 0 = none. Each policy is then "
+             "also run without failures and the table adds what failures cost it. In fill mode "
+             "(no time) the long-run share of devices is out of service from the start. E.g. "
+             "0.01: one failure per device every 100 days")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--device-repair-hours", opts->failures.repair_hours,
+                  "With --device-failure-rate: mean hours a failed device stays out of service "
+                  "(exponential) before it is back")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 8760.0))
+      ->needs(rate);
+  cmd->add_option("--on-device-failure", opts->on_failure,
+                  "With --device-failure-rate, what becomes of a pod holding a device that fails, "
+                  "as the extender's flag of the same name: event = it keeps its devices until it "
+                  "ends; evict = it is removed and starts again from the beginning (queue mode: it "
+                  "waits again; dynamic mode: placed again at once or dropped)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"event", "evict"}))
+      ->needs(rate);
+  for (const char* name : {"--synthetic", "--synthetic-tasks", "--fleet", "--mode", "--policy",
+                           "--device-failure-rate"}) {
     gangs->excludes(cmd->get_option(name));
   }
+  dra->excludes(rate);
   return opts;
 }
 
@@ -298,6 +326,8 @@ int RunSimulate(const SimulateOptions& opts, const std::string& catalog_path) {
   options.policies = policies.value();
   options.seed = opts.seed;
   options.record_report_data = !opts.report.empty();
+  options.failures = opts.failures;
+  options.failures.evict = opts.on_failure == "evict";
   ProgressBar bar;
   // Only a person at a terminal wants the bar; pipes and JSON consumers get clean output.
   if (!opts.json && isatty(STDERR_FILENO) == 1) {

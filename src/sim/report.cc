@@ -63,6 +63,53 @@ Row MakeRow(const SimResult& result, std::string label, Fn&& cell, bool indent =
   return row;
 }
 
+// The same policy's run without failures (Options::failures).
+const PolicyResult& Healthy(const SimResult& r, const PolicyResult& p) {
+  for (const auto& h : r.without_failures) {
+    if (h.policy == p.policy) return h;
+  }
+  return p;
+}
+
+// With failures on: what they did to each policy's pods, and what they cost it against the same
+// policy's run without them (the measure each mode's verdict reads).
+void AddFailureRows(const SimResult& r, std::vector<Row>& rows) {
+  if (!r.failures.enabled()) return;
+  if (r.mode != Mode::kFill) {
+    rows.push_back(MakeRow(r, "pods on a device that failed",
+                           [](const PolicyResult& p) { return Grouped(p.pods_hit); }));
+  }
+  if (r.failures.evict && r.mode != Mode::kFill) {
+    rows.push_back(MakeRow(
+        r, "evicted, started again", [](const PolicyResult& p) { return Grouped(p.evicted); },
+        true));
+    if (r.mode == Mode::kDynamic) {
+      rows.push_back(MakeRow(
+          r, "evicted, no node took it",
+          [](const PolicyResult& p) { return Grouped(p.dropped_after_eviction); }, true));
+    }
+    rows.push_back(MakeRow(
+        r, "work lost (device-hours)",
+        [](const PolicyResult& p) { return GroupedFixed(p.lost_device_hours, 1); }, true));
+  }
+  if (r.mode == Mode::kQueue) {
+    rows.push_back(MakeRow(r, "cost: mean wait added (hours)", [&r](const PolicyResult& p) {
+      return GroupedFixed((p.mean_wait_s - Healthy(r, p).mean_wait_s) / 3600, 2);
+    }));
+    rows.push_back(MakeRow(r, "cost: p95 wait added (hours)", [&r](const PolicyResult& p) {
+      return GroupedFixed((p.p95_wait_s - Healthy(r, p).p95_wait_s) / 3600, 2);
+    }));
+  } else if (r.mode == Mode::kDynamic) {
+    rows.push_back(MakeRow(r, "cost: pods rejected added", [&r](const PolicyResult& p) {
+      return Grouped(p.rejected - Healthy(r, p).rejected);
+    }));
+  } else {
+    rows.push_back(MakeRow(r, "cost: fewer placed before failing", [&r](const PolicyResult& p) {
+      return Grouped(Healthy(r, p).placed_before_first_failure - p.placed_before_first_failure);
+    }));
+  }
+}
+
 std::vector<Row> TableRows(const SimResult& r) {
   std::vector<Row> rows;
   rows.push_back(
@@ -91,6 +138,7 @@ std::vector<Row> TableRows(const SimResult& r) {
     rows.push_back(MakeRow(r, "count never legal (refused)", [](const PolicyResult& p) {
       return Grouped(Reason(p, RejectReason::kNeverLegal));
     }));
+    AddFailureRows(r, rows);
     return rows;
   }
   rows.push_back(
@@ -136,6 +184,7 @@ std::vector<Row> TableRows(const SimResult& r) {
       return Percent(p.unallocated_share_at_end);
     }));
   }
+  AddFailureRows(r, rows);
   return rows;
 }
 
@@ -159,6 +208,26 @@ std::vector<std::string> HeaderLines(const SimResult& r, std::string_view trace_
                                 r.span_s / 86400.0, r.seed, order));
   } else {
     lines.push_back(fmt::format("  order: seed {} ({}); no pod leaves", r.seed, order));
+  }
+  if (r.failures.enabled()) {
+    const FailureOptions& f = r.failures;
+    if (r.mode == Mode::kFill) {
+      lines.push_back(fmt::format(
+          "  failures: {} of {} devices out of service throughout ({:.2f} per device per day, "
+          "{:g} h to repair: {:.2f}% out in the long run)",
+          r.device_failures, r.total_devices, f.per_device_day, f.repair_hours,
+          100 * SteadyOutShare(f)));
+    } else {
+      lines.push_back(fmt::format(
+          "  failures: {:.3g} per device per day, {:g} h to repair on average: {} failures, "
+          "{} device-hours out of service;",
+          f.per_device_day, f.repair_hours, r.device_failures,
+          GroupedFixed(r.device_hours_out, 1)));
+      lines.push_back(fmt::format(
+          "            a pod on a failed device {}",
+          f.evict ? "is evicted and starts again (evict)" : "keeps it until it ends (event)"));
+    }
+    lines.push_back("            cost: against the same policy without failures (same seed)");
   }
   return lines;
 }
@@ -599,9 +668,30 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
           JsonNumber(p.devices_allocated_at_end, 3), JsonNumber(p.unallocated_share_at_end, 6),
           JsonNumber(p.fragmentation_at_end, 6));
     }
+    if (r.failures.enabled()) {
+      const PolicyResult& h = Healthy(r, p);
+      out += fmt::format(
+          ",\"failures\":{{\"pods_hit\":{},\"evicted\":{},\"dropped_after_eviction\":{},"
+          "\"lost_device_hours\":{},\"without_failures\":{{\"placed\":{},\"rejected\":{},"
+          "\"device_hours\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
+          "\"placed_before_first_failure\":{},\"unallocated_share_at_first_failure\":{}}}}}",
+          p.pods_hit, p.evicted, p.dropped_after_eviction, JsonNumber(p.lost_device_hours, 3),
+          h.placed, h.rejected, JsonNumber(h.device_hours, 3),
+          JsonNumber(h.mean_wait_s / 3600.0, 4), JsonNumber(h.p95_wait_s / 3600.0, 4),
+          h.placed_before_first_failure, JsonNumber(h.unallocated_share_at_first_failure, 6));
+    }
     out += "}";
   }
-  out += "]}\n";
+  out += "]";
+  if (r.failures.enabled()) {
+    out += fmt::format(
+        ",\"failures\":{{\"per_device_day\":{},\"repair_hours\":{},\"on_failure\":{},"
+        "\"device_failures\":{},\"device_hours_out\":{}}}",
+        JsonNumber(r.failures.per_device_day, 6), JsonNumber(r.failures.repair_hours, 3),
+        JsonQuote(r.failures.evict ? "evict" : "event"), r.device_failures,
+        JsonNumber(r.device_hours_out, 3));
+  }
+  out += "}\n";
   return out;
 }
 

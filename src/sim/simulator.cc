@@ -12,15 +12,17 @@
 #include <fmt/format.h>
 
 #include "base/text.h"
-#include "sim/bind.h"
+#include "sim/policy_run.h"
 #include "topology/pools.h"
 #include "tracker/tracker.h"
 
 namespace toposched::sim {
 namespace {
 
+using internal::FleetNode;
+using internal::Job;
+using internal::PolicyRun;
 using topology::NodeShape;
-using topology::NodeUsage;
 using topology::Policy;
 using topology::Request;
 using topology::RequestLabel;
@@ -29,233 +31,6 @@ using topology::Unit;
 constexpr int64_t kNsPerSecond = 1'000'000'000;
 // How often (in steps) the progress callback is told.
 constexpr int64_t kProgressEvery = 512;
-// Nodes drawn in the report's device maps: at most this many of each type, and in all.
-constexpr int kMapNodesPerType = 2;
-constexpr int kMapNodesTotal = 8;
-
-// One GPU task to replay, with the pod the scheduler sees for it.
-struct Job {
-  int task = 0;  // index in the trace
-  Request request;
-  int64_t creation_ns = 0;
-  int64_t deletion_ns = 0;
-  tracker::PodSpec pod;
-};
-
-// The simulator's cached view of one node, refreshed from the tracker after every change there.
-struct NodeView {
-  std::string name;
-  NodeShape shape;
-  int64_t allocated_units = 0;  // used cores x (units_per_device / cores_per_device)
-  int free_devices = 0;         // devices with no core in use
-  int largest_free_set = 0;     // the largest device count a legal free set still has
-  NodeUsage usage;
-  std::vector<int> core_owner;  // kept only for the report
-};
-
-struct FleetNode {
-  std::string name;
-  NodeShape shape;
-  std::string pool;  // a shared pool's name, or empty
-};
-
-// The largest N for which a request of N devices would be granted on this node now, asking the
-// allocator itself (legality differs by rule, so the answer is not monotone in N).
-int LargestFreeSet(const NodeShape& shape, const NodeUsage& usage, Policy policy, int free) {
-  for (int n = std::min(free, shape.devices); n >= 1; --n) {
-    const Request request{Unit::kDevice, n};
-    // Skips counts the rules never allow, without formatting a refusal for each.
-    if (policy != Policy::kCountOnly && !topology::CheckRequestShape(shape, request).empty()) {
-      continue;
-    }
-    if (topology::Allocate(shape, usage, request, policy).ok()) return n;
-  }
-  return 0;
-}
-
-// One policy's fleet: a tracker with every node, and the scheduler's node choice on top of it.
-class PolicyRun {
- public:
-  PolicyRun(const topology::Catalog& catalog, Policy policy, const std::vector<FleetNode>& fleet,
-            const topology::PoolSet* pools, size_t jobs, bool keep_owners)
-      : tracker_(catalog, policy, pools), policy_(policy), keep_owners_(keep_owners) {
-    names_.reserve(fleet.size());
-    nodes_.reserve(fleet.size());
-    std::map<std::string, size_t> first_head;
-    for (const auto& node : fleet) {
-      // The fleet's types were checked before, so an error here is a bug; the run reports it
-      // (setup()) instead of simulating a fleet without the node.
-      if (auto s =
-              tracker_.UpsertNode({node.name, node.shape.type->name, node.shape.lnc, node.pool});
-          !s.ok() && setup_.ok()) {
-        setup_ = Error{fmt::format("simulated node {}: {}", node.name, s.error())};
-      }
-      names_.push_back(node.name);
-      NodeView view;
-      view.name = node.name;
-      view.shape = node.shape;
-      if (keep_owners_) view.core_owner.assign(static_cast<size_t>(node.shape.cores), -1);
-      // A shared pool's devices are counted once, on its first head node.
-      size_t counted = nodes_.size();
-      if (!node.pool.empty()) {
-        counted = first_head.emplace(node.pool, nodes_.size()).first->second;
-      }
-      counted_on_.push_back(counted);
-      nodes_.push_back(std::move(view));
-      if (counted == counted_on_.size() - 1) total_devices_ += node.shape.devices;
-      units_per_device_ = std::lcm(units_per_device_, int64_t{node.shape.cores_per_device});
-    }
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (counted_on_[i] == i) Refresh(i);
-    }
-    placed_on_.assign(jobs, -1);
-    unresolvable_.assign(nodes_.size(), false);
-  }
-
-  // Places the job or says why not. Errors only if the tracker contradicts itself.
-  // `retry`: the pod was tried before (queue mode), so it is not counted into the demand again.
-  Result<std::optional<RejectReason>> Place(size_t job_index, const Job& job, int64_t now_ns,
-                                            bool retry = false) {
-    const int node = ChooseNode(job.pod, retry);
-    if (node < 0) return std::optional<RejectReason>(Classify(job.request));
-    TOPOSCHED_ASSIGN_OR_RETURN(
-        auto reserved, BindPod(tracker_, job.pod, names_[static_cast<size_t>(node)], now_ns));
-    placed_on_[job_index] = node;
-    if (keep_owners_) SetOwner(counted_on_[static_cast<size_t>(node)], reserved, job.task);
-    Refresh(counted_on_[static_cast<size_t>(node)]);
-    return std::optional<RejectReason>();
-  }
-
-  // The pod left: give its ids back. Pods that were never placed have nothing to give.
-  void Remove(size_t job_index, const Job& job) {
-    const int node = placed_on_[job_index];
-    if (node < 0) return;
-    if (keep_owners_) {
-      if (auto hold = tracker_.Find(job.pod.uid)) {
-        SetOwner(counted_on_[static_cast<size_t>(node)], hold->allocation, -1);
-      }
-    }
-    tracker_.Forget(job.pod.uid);
-    placed_on_[job_index] = -1;
-    Refresh(counted_on_[static_cast<size_t>(node)]);
-  }
-
-  // True when some node whose type could ever grant `request` has that many free units, counted
-  // without topology: a pod waiting now waits for a legal set, not for room.
-  bool FitsIgnoringTopology(const Request& request) const {
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const NodeView& node = nodes_[counted_on_[i]];
-      if (!topology::CanEverGrant(node.shape, request)) continue;
-      if (topology::Allocate(node.shape, node.usage, request, Policy::kCountOnly).ok()) return true;
-    }
-    return false;
-  }
-
-  // Device-equivalents: a core counts as 1/cores_per_device of its device.
-  double allocated_devices() const {
-    return static_cast<double>(allocated_units_) / static_cast<double>(units_per_device_);
-  }
-  double unallocated_share() const {
-    return total_devices_ == 0 ? 0.0 : 1.0 - allocated_devices() / total_devices_;
-  }
-  double allocated_share() const { return 1.0 - unallocated_share(); }
-  // 1 - (sum of each node's largest legal free set) / (free devices); nullopt when none is free.
-  std::optional<double> fragmentation() const {
-    if (free_devices_ == 0) return std::nullopt;
-    return 1.0 - static_cast<double>(largest_sets_) / free_devices_;
-  }
-
-  // The current owners of the nodes the report draws.
-  std::vector<DeviceMap> DeviceMaps() const {
-    std::vector<DeviceMap> maps;
-    std::map<std::string, int, std::less<>> per_type;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      const NodeView& node = nodes_[i];
-      if (counted_on_[i] != i) continue;  // a pool is drawn once, on its first head
-      if (static_cast<int>(maps.size()) >= kMapNodesTotal) break;
-      if (per_type[node.shape.type->name]++ >= kMapNodesPerType) continue;
-      maps.push_back({node.name, node.shape.type->name, node.shape.devices,
-                      node.shape.cores_per_device, node.core_owner, node.shape.type});
-    }
-    return maps;
-  }
-  // Whether every node of the fleet was accepted by the tracker (the first refusal otherwise).
-  Status setup() const { return setup_; }
-
- private:
-  // The scheduler's part: which node, as the tracker ranks them for the policy (the extender's
-  // prioritize serves the same ranking). Every arrival is counted into the expected demand first,
-  // placed or not, as the extender counts each pod once when it is first filtered.
-  int ChooseNode(const tracker::PodSpec& pod, bool retry) {
-    const tracker::Ranking ranking =
-        retry ? tracker_.Rank(pod, names_) : sim::ChooseNode(tracker_, pod, names_);
-    for (size_t i = 0; i < ranking.fits.size(); ++i)
-      unresolvable_[i] = ranking.fits[i].unresolvable;
-    return ranking.best;
-  }
-
-  // REQUIRES: no node fits, and unresolvable_ was filled in by ChooseNode for every node.
-  RejectReason Classify(const Request& request) const {
-    bool any_resolvable = false;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (unresolvable_[i]) continue;
-      any_resolvable = true;
-      // Enough free units, counted without topology, means topology is what said no.
-      const NodeView& node = nodes_[counted_on_[i]];
-      if (topology::Allocate(node.shape, node.usage, request, Policy::kCountOnly).ok()) {
-        return RejectReason::kNoLegalSet;
-      }
-    }
-    return any_resolvable ? RejectReason::kNoRoom : RejectReason::kNeverLegal;
-  }
-
-  void Refresh(size_t i) {
-    NodeView& node = nodes_[i];
-    allocated_units_ -= node.allocated_units;
-    free_devices_ -= node.free_devices;
-    largest_sets_ -= node.largest_free_set;
-    if (auto snapshot = tracker_.Snapshot(node.name)) node.usage = snapshot->usage;
-    node.allocated_units =
-        node.usage.used_core_count() * (units_per_device_ / node.shape.cores_per_device);
-    node.free_devices = std::popcount(node.shape.AllDevices() & ~node.usage.busy_devices());
-    node.largest_free_set = LargestFreeSet(node.shape, node.usage, policy_, node.free_devices);
-    allocated_units_ += node.allocated_units;
-    free_devices_ += node.free_devices;
-    largest_sets_ += node.largest_free_set;
-  }
-
-  void SetOwner(size_t node_index, const tracker::PodAllocation& allocation, int owner) {
-    NodeView& node = nodes_[node_index];
-    const int cpd = node.shape.cores_per_device;
-    for (const auto& container : allocation.containers) {
-      for (int id : container.placement.ids) {
-        const bool device = container.placement.unit == Unit::kDevice;
-        const int first = device ? id * cpd : id;
-        const int last = device ? first + cpd : id + 1;
-        for (int c = first; c < last; ++c) node.core_owner[static_cast<size_t>(c)] = owner;
-      }
-    }
-  }
-
-  tracker::Tracker tracker_;
-  Status setup_ = OkStatus();
-  const Policy policy_;
-  const bool keep_owners_;
-  std::vector<std::string> names_;
-  std::vector<NodeView> nodes_;
-  // Per node: the view whose usage and totals stand for its devices (itself, or its pool's
-  // first head).
-  std::vector<size_t> counted_on_;
-  std::vector<int> placed_on_;      // per job: node index, -1 when not placed
-  std::vector<bool> unresolvable_;  // per node, for the last ChooseNode that found none
-  int total_devices_ = 0;
-  // Fleet totals, kept in step with nodes_ by Refresh. Allocation is counted in integer units
-  // (1/units_per_device_ of a device, a multiple of every node's core size) so sums never drift.
-  int64_t units_per_device_ = 1;
-  int64_t allocated_units_ = 0;
-  int free_devices_ = 0;
-  int largest_sets_ = 0;
-};
 
 // Reports progress every kProgressEvery steps and at the end.
 class Progress {
@@ -334,10 +109,26 @@ std::vector<Event> BuildEvents(const std::vector<Job>& jobs, uint64_t seed) {
   return events;
 }
 
+// A pod on a device that just failed: counted, and with evict removed (the work it had done since
+// `started_ns` is lost). Returns whether it was removed.
+bool HitByFailure(PolicyResult& out, PolicyRun& run, const Options& options, size_t j,
+                  const Job& job, int64_t started_ns, int64_t now) {
+  ++out.pods_hit;
+  if (!options.failures.evict) return false;
+  out.lost_device_hours += run.HeldDevices(j, job) * static_cast<double>(now - started_ns) /
+                           static_cast<double>(kNsPerSecond) / 3600.0;
+  run.Remove(j, job);
+  ++out.evicted;
+  return true;
+}
+
+// Dynamic mode with failures: a pod evicted off a failed device is placed again at once if a node
+// takes it (its controller makes it again), to run to its trace end; if none does, it is dropped.
 Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
                                 const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
                                 const std::vector<Job>& jobs, const std::vector<Event>& events,
-                                const Options& options, Progress& progress) {
+                                const std::vector<DeviceOutage>& outages, const Options& options,
+                                Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;
@@ -351,17 +142,36 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
   double seconds_with_free = 0;
   double refused_share_sum = 0;
   int refused = 0;
-  for (const Event& event : events) {
-    if (event.t > now) {
-      const double dt = static_cast<double>(event.t - now) / kNsPerSecond;
-      device_seconds += run.allocated_devices() * dt;
-      unallocated_seconds += run.unallocated_share() * dt;
-      if (const std::optional<double> f = run.fragmentation()) {
-        fragmentation_seconds += *f * dt;
-        seconds_with_free += dt;
-      }
-      now = event.t;
+  std::vector<int64_t> started_ns(jobs.size(), 0);
+  auto advance = [&](int64_t t) {
+    if (t <= now) return;
+    const double dt = static_cast<double>(t - now) / kNsPerSecond;
+    device_seconds += run.allocated_devices() * dt;
+    unallocated_seconds += run.unallocated_share() * dt;
+    if (const std::optional<double> f = run.fragmentation()) {
+      fragmentation_seconds += *f * dt;
+      seconds_with_free += dt;
     }
+    now = t;
+  };
+  size_t next_outage = 0;
+  for (const Event& event : events) {
+    // Failures before this event (at the same instant, the pods' event goes first).
+    for (; next_outage < outages.size() && outages[next_outage].t_ns < event.t; ++next_outage) {
+      const DeviceOutage& o = outages[next_outage];
+      advance(o.t_ns);
+      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails, jobs));
+      for (size_t j : hit) {
+        if (!HitByFailure(out, run, options, j, jobs[j], started_ns[j], now)) continue;
+        TOPOSCHED_ASSIGN_OR_RETURN(auto again, run.Place(j, jobs[j], now, /*retry=*/true));
+        if (again) {
+          ++out.dropped_after_eviction;
+        } else {
+          started_ns[j] = now;
+        }
+      }
+    }
+    advance(event.t);
     const Job& job = jobs[event.job];
     if (event.phase == kArrival) {
       TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(event.job, job, now));
@@ -373,6 +183,7 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
         }
       } else {
         ++out.placed;
+        started_ns[event.job] = now;
       }
     } else {
       run.Remove(event.job, job);
@@ -398,10 +209,13 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
 // each Pending pod on its own after a cluster event; it has no head-of-line blocking). A pod runs
 // for its trace lifetime from when it starts. Requests no node of the fleet could ever grant are
 // refused on arrival (kube-scheduler would keep them Pending forever) and counted as rejected.
+// With failures and evict, a pod evicted off a failed device joins the back of the queue, and its
+// wait then counts too; a device coming back is a cluster event (the waiting pods are retried).
 Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
                               const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
                               const std::vector<Job>& jobs, const std::vector<Event>& events,
-                              const Options& options, Progress& progress) {
+                              const std::vector<DeviceOutage>& outages, const Options& options,
+                              Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;
@@ -417,7 +231,12 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   using Departure = std::pair<int64_t, size_t>;  // (time, job), earliest first
   std::priority_queue<Departure, std::vector<Departure>, std::greater<>> departures;
   std::vector<size_t> waiting;  // jobs, in queue order
-  std::vector<double> waits_s;
+  // Per job: when it joined the queue (arrival, or eviction), its wait so far, when it started
+  // and when it will end (-1: not running; a departure whose time differs is stale).
+  std::vector<int64_t> queued_ns(jobs.size()), wait_ns(jobs.size(), 0), started_ns(jobs.size()),
+      end_ns(jobs.size(), -1);
+  std::vector<bool> ever_started(jobs.size(), false);
+  for (size_t j = 0; j < jobs.size(); ++j) queued_ns[j] = jobs[j].creation_ns;
   const int64_t start = arrivals.empty() ? 0 : jobs[arrivals.front()].creation_ns;
   int64_t now = start;
   double device_seconds = 0, allocated_seconds = 0, wait_seconds = 0, fragmented_seconds = 0;
@@ -443,11 +262,17 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   };
   auto started = [&](size_t j) {
     const Job& job = jobs[j];
-    const double wait = static_cast<double>(now - job.creation_ns) / kNsPerSecond;
-    waits_s.push_back(wait);
-    if (wait > 0) ++out.waited;
-    ++out.placed;
-    departures.emplace(now + (job.deletion_ns - job.creation_ns), j);
+    wait_ns[j] += now - queued_ns[j];
+    if (!ever_started[j]) ++out.placed;
+    ever_started[j] = true;
+    started_ns[j] = now;
+    end_ns[j] = now + (job.deletion_ns - job.creation_ns);
+    departures.emplace(end_ns[j], j);
+  };
+  auto drop_stale = [&]() {
+    while (!departures.empty() && end_ns[departures.top().second] != departures.top().first) {
+      departures.pop();
+    }
   };
   auto sample = [&]() {
     const double x = static_cast<double>(now - start) / kNsPerSecond;
@@ -482,15 +307,36 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   };
 
   size_t next = 0;
-  while (next < arrivals.size() || !departures.empty()) {
-    const bool depart =
-        !departures.empty() &&
-        (next == arrivals.size() || departures.top().first <= jobs[arrivals[next]].creation_ns);
-    if (depart) {
+  size_t next_outage = 0;
+  constexpr int64_t kNever = INT64_MAX;
+  // Outages go on while pods remain: one waiting only for a device to come back still waits.
+  while (next < arrivals.size() || !departures.empty() ||
+         (!waiting.empty() && next_outage < outages.size())) {
+    const int64_t depart_t = departures.empty() ? kNever : departures.top().first;
+    const int64_t arrive_t = next == arrivals.size() ? kNever : jobs[arrivals[next]].creation_ns;
+    const int64_t outage_t = next_outage == outages.size() ? kNever : outages[next_outage].t_ns;
+    if (outage_t < depart_t && outage_t < arrive_t) {
+      // Pods' own events at the same instant go first.
+      const DeviceOutage& o = outages[next_outage++];
+      advance(o.t_ns);
+      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails, jobs));
+      bool freed = !o.fails;
+      for (size_t j : hit) {
+        if (!HitByFailure(out, run, options, j, jobs[j], started_ns[j], now)) continue;
+        end_ns[j] = -1;
+        queued_ns[j] = now;
+        waiting.push_back(j);
+        freed = true;
+      }
+      drop_stale();
+      if (freed) TOPOSCHED_RETURN_IF_ERROR(retry_waiting());
+    } else if (depart_t <= arrive_t) {
       const auto [t, j] = departures.top();
       departures.pop();
+      end_ns[j] = -1;
       advance(t);
       run.Remove(j, jobs[j]);
+      drop_stale();
       // Departures at the same instant all free their ids before anyone is retried.
       if (departures.empty() || departures.top().first != t) {
         TOPOSCHED_RETURN_IF_ERROR(retry_waiting());
@@ -511,6 +357,15 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
     progress.Step(policy);
   }
   out.still_waiting = static_cast<int>(waiting.size());
+  // Waits over the pods that are running or done (a pod still waiting has no end to its wait).
+  std::vector<bool> still(jobs.size(), false);
+  for (size_t j : waiting) still[j] = true;
+  std::vector<double> waits_s;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (!ever_started[j] || still[j]) continue;
+    waits_s.push_back(static_cast<double>(wait_ns[j]) / kNsPerSecond);
+    if (wait_ns[j] > 0) ++out.waited;
+  }
   out.makespan_s = static_cast<double>(now - start) / kNsPerSecond;
   out.device_hours = device_seconds / 3600.0;
   out.avg_allocated_share = out.makespan_s > 0 ? allocated_seconds / out.makespan_s : 0.0;
@@ -529,16 +384,21 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
 }
 
 // Tasks in order (shuffled for a nonzero seed), none leaving, until the fleet refuses; then on
-// to the end, counting.
+// to the end, counting. `out_at_start`: per node, the devices out of service throughout.
 Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
                              const std::vector<FleetNode>& fleet, const topology::PoolSet* pools,
                              const std::vector<Job>& jobs, const std::vector<size_t>& order,
+                             const std::vector<topology::DeviceMask>& out_at_start,
                              const Options& options, Progress& progress) {
   PolicyResult out;
   out.policy = policy;
   const bool record = options.record_report_data;
   PolicyRun run(catalog, policy, fleet, pools, jobs.size(), record);
   TOPOSCHED_RETURN_IF_ERROR(run.setup());
+  for (size_t node = 0; node < out_at_start.size(); ++node) {
+    if (out_at_start[node] != 0)
+      TOPOSCHED_RETURN_IF_ERROR(run.SetOutOfService(node, out_at_start[node]));
+  }
   for (size_t k = 0; k < order.size(); ++k) {
     const size_t j = order[k];
     const Job& job = jobs[j];
@@ -582,6 +442,24 @@ Result<PolicyResult> RunFill(const topology::Catalog& catalog, Policy policy,
   }
   RecordEnd(out, run);
   return out;
+}
+
+// Device-hours out of service from `outages` until `end_ns` (a device not back by then counts to
+// the end).
+double DeviceHoursOut(const std::vector<DeviceOutage>& outages, int64_t end_ns) {
+  std::map<std::pair<size_t, int>, int64_t> failed_at;
+  double ns = 0;
+  for (const DeviceOutage& o : outages) {
+    const auto key = std::make_pair(o.node, o.device);
+    if (o.fails) {
+      failed_at[key] = o.t_ns;
+    } else if (auto it = failed_at.find(key); it != failed_at.end()) {
+      ns += static_cast<double>(o.t_ns - it->second);
+      failed_at.erase(it);
+    }
+  }
+  for (const auto& [key, t] : failed_at) ns += static_cast<double>(end_ns - t);
+  return ns / kNsPerSecond / 3600.0;
 }
 
 }  // namespace
@@ -803,16 +681,47 @@ Result<SimResult> Simulate(const topology::Catalog& catalog, const Trace& trace,
     order = FillOrder(jobs.size(), options.seed);
     steps = static_cast<int64_t>(order.size());
   }
-  Progress progress(options, steps * static_cast<int64_t>(options.policies.size()));
+  // Failures: the same for every policy. A shared pool's heads do not fail (its health is not
+  // reported per node).
+  result.failures = options.failures;
+  std::vector<DeviceOutage> outages;
+  std::vector<topology::DeviceMask> out_at_start;
+  if (options.failures.enabled()) {
+    std::vector<int> devices_per_node;
+    devices_per_node.reserve(fleet.size());
+    for (const FleetNode& node : fleet) {
+      devices_per_node.push_back(node.pool.empty() ? node.shape.devices : 0);
+    }
+    if (timed && !events.empty()) {
+      TOPOSCHED_ASSIGN_OR_RETURN(outages,
+                                 OutageSchedule(devices_per_node, events.front().t, events.back().t,
+                                                options.failures, options.seed));
+      result.device_hours_out = DeviceHoursOut(outages, events.back().t);
+      for (const DeviceOutage& o : outages) result.device_failures += o.fails ? 1 : 0;
+    } else if (!timed) {
+      out_at_start = SteadyOutages(devices_per_node, options.failures, options.seed);
+      for (topology::DeviceMask m : out_at_start) result.device_failures += std::popcount(m);
+    }
+  }
+  const int runs = options.failures.enabled() ? 2 : 1;
+  Progress progress(options, steps * static_cast<int64_t>(options.policies.size()) * runs);
+  auto run_one = [&](Policy policy, const std::vector<DeviceOutage>& timeline,
+                     const std::vector<topology::DeviceMask>& at_start) {
+    return options.mode == Mode::kDynamic ? RunDynamic(catalog, policy, fleet, &pools, jobs, events,
+                                                       timeline, options, progress)
+           : options.mode == Mode::kQueue
+               ? RunQueue(catalog, policy, fleet, &pools, jobs, events, timeline, options, progress)
+               : RunFill(catalog, policy, fleet, &pools, jobs, order, at_start, options, progress);
+  };
   for (Policy policy : options.policies) {
-    Result<PolicyResult> run =
-        options.mode == Mode::kDynamic
-            ? RunDynamic(catalog, policy, fleet, &pools, jobs, events, options, progress)
-        : options.mode == Mode::kQueue
-            ? RunQueue(catalog, policy, fleet, &pools, jobs, events, options, progress)
-            : RunFill(catalog, policy, fleet, &pools, jobs, order, options, progress);
+    Result<PolicyResult> run = run_one(policy, outages, out_at_start);
     if (!run.ok()) return Error{run.error()};
     result.policies.push_back(std::move(run).value());
+    if (options.failures.enabled()) {
+      Result<PolicyResult> healthy = run_one(policy, {}, {});
+      if (!healthy.ok()) return Error{healthy.error()};
+      result.without_failures.push_back(std::move(healthy).value());
+    }
   }
   return result;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "sim/failures.h"
 #include "sim/trace.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
@@ -72,6 +73,9 @@ struct Options {
   bool stop_at_first_failure = false;
   // Keep the utilization timeline and device maps the HTML report draws.
   bool record_report_data = false;
+  // Devices failing and coming back (none by default). With failures on, every policy is also
+  // run without them, and the report says what they cost each (docs/simulator.md).
+  FailureOptions failures;
   // Called now and then with the policy being run and the work done so far (of `total`).
   std::function<void(std::string_view policy, int64_t done, int64_t total)> progress;
 };
@@ -142,6 +146,13 @@ struct PolicyResult {
   // node that could ever take the pod, only not as a legal set: what fragmentation costs.
   double fragmented_wait_share = 0;
 
+  // Device failures (Options::failures). A pod "hit" held a device when it failed; with evict it
+  // was removed then and started again from the beginning (the work it had done is lost).
+  int pods_hit = 0;
+  int evicted = 0;
+  int dropped_after_eviction = 0;  // dynamic mode: evicted, and no node took it again
+  double lost_device_hours = 0;    // device-hours evicted pods had run before their eviction
+
   // Both modes, at the end of the run (dynamic: after the last departure, so usually zero).
   double devices_allocated_at_end = 0;
   double unallocated_share_at_end = 0;
@@ -169,6 +180,12 @@ struct SimResult {
   double span_s = 0;                    // dynamic: first arrival to last departure
   std::vector<std::string> task_names;  // by trace index, for the report's legends
   std::vector<PolicyResult> policies;
+  // With Options::failures on: what happened to the devices (the same for every policy), and
+  // each policy run again without failures, in the same order as `policies`.
+  FailureOptions failures;
+  int device_failures = 0;      // fill mode: devices out from the start
+  double device_hours_out = 0;  // time modes: device-hours out of service within the replay
+  std::vector<PolicyResult> without_failures;
 };
 
 // The order fill mode tries tasks in: trace order for seed 0, else a shuffle that depends only on
