@@ -704,6 +704,27 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
                       " --set draDriver.setOffers=off --set draDriver.coreOffers=true");
   EXPECT_NE(both.outcome().exit_code, 0);
   EXPECT_THAT(both.outcome().err, HasSubstr("core ranges need the shared counters"));
+  // A failed device's taint: the plugin's defaults unless asked; a bad value fails the render.
+  const auto args_of = [](const Rendered& rendered) {
+    return Strings(
+        Container(rendered.Get("DaemonSet", "neuron-dra-driver-kubelet-plugin"))["command"]);
+  };
+  EXPECT_THAT(args_of(r), Not(Contains("--on-device-failure")));
+  EXPECT_THAT(args_of(r), Not(Contains("--device-taints")));
+  const Rendered evict(std::string(kDra) +
+                       " --set draDriver.onDeviceFailure=evict --set draDriver.deviceTaints=off"
+                       " --kube-version 1.37.2");
+  ASSERT_EQ(evict.outcome().exit_code, 0) << evict.outcome().err;
+  const std::vector<std::string> evict_args = args_of(evict);
+  const auto on_failure = std::find(evict_args.begin(), evict_args.end(), "--on-device-failure");
+  ASSERT_NE(on_failure, evict_args.end());
+  ASSERT_NE(on_failure + 1, evict_args.end());
+  EXPECT_EQ(*(on_failure + 1), "evict");
+  EXPECT_THAT(evict_args, Contains("--device-taints"));
+  const Rendered sometimes(std::string(kDra) + " --set draDriver.onDeviceFailure=sometimes");
+  EXPECT_NE(sometimes.outcome().exit_code, 0);
+  EXPECT_THAT(sometimes.outcome().err,
+              HasSubstr("draDriver.onDeviceFailure: \"sometimes\" is neither event nor evict"));
 }
 
 // DeviceClasses exist only where the cluster serves resource.k8s.io/v1 (helm install asks the
