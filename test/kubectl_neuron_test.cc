@@ -145,6 +145,22 @@ TEST_F(KubectlNeuronTest, NodesDrawsEachTopologyWithAKeyWithin80Columns) {
   EXPECT_THAT(out, HasSubstr("pending: default/wait-8 asks for 8 devices (main)"));
 }
 
+// A failed device (the device plugin's toposched.io/unhealthy-devices on the node) is drawn 'x'
+// when no pod holds it, keeps its holder's letter when one does, and is named under the node.
+TEST_F(KubectlNeuronTest, NodesMarkFailedDevices) {
+  json node = json::parse(testing::EksNodeJson("inf2-a", "inf2.48xlarge", 12, 24, 1));
+  node["metadata"]["annotations"]["toposched.io/unhealthy-devices"] = "2,5";
+  api_.UpsertNode(node.dump());
+  const std::string out = Run(Options("nodes"));
+  EXPECT_THAT(out, HasSubstr("AAAA.xBBBB..  ring")) << out;
+  EXPECT_THAT(out, HasSubstr("out of service (failed): devices 2,5")) << out;
+  PluginOptions o = Options("nodes");
+  o.json = true;
+  const json nodes = json::parse(Run(o));
+  EXPECT_EQ(nodes["nodes"][0]["out_of_service"], json::array({2, 5}));
+  EXPECT_FALSE(nodes["nodes"][1].contains("out_of_service"));
+}
+
 TEST_F(KubectlNeuronTest, PodsListsWhoHoldsWhatPerNamespace) {
   PluginOptions all = Options("pods");
   all.all_namespaces = true;

@@ -17,10 +17,12 @@
 namespace toposched::tracker {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using topology::Catalog;
 using topology::FormatIdRanges;
@@ -1030,6 +1032,22 @@ TEST_F(TrackerTest, ANodeAddedWithADeadDeviceCountsOnlyItsRealSupply) {
   auto row = tracker_.Reserve(DevPod("r", 8), "trn-b", 100);
   ASSERT_TRUE(row.ok()) << row.error();
   EXPECT_THAT(row->containers[0].placement.ids, ElementsAreArray(Range(8, 15)));
+}
+
+// A relist rebuilds the holds from the pods' records; the node's failed devices are the node's,
+// not the pods', and stay out of service through it.
+TEST_F(TrackerTest, ARebuildKeepsTheNodesFailedDevicesOut) {
+  NodeInfo info{"inf", "inf2.48xlarge", 0};
+  info.out_of_service = topology::DeviceMask{1} << 5;
+  ASSERT_TRUE(tracker_.UpsertNode(info).ok());
+  const std::vector<RecordedPod> records = {Record("p", "inf", {DevicePlacement(Range(0, 3))})};
+  tracker_.Rebuild(records, false);
+  EXPECT_EQ(BusyDevices("inf"), (std::vector<int>{0, 1, 2, 3, 5}));
+  const FitResult four = tracker_.Fit(DevPod("four", 4), "inf");
+  ASSERT_TRUE(four.fits) << four.reason;
+  auto set = tracker_.Reserve(DevPod("four", 4), "inf", 100);
+  ASSERT_TRUE(set.ok()) << set.error();
+  EXPECT_THAT(set->containers[0].placement.ids, Not(Contains(5)));
 }
 
 TEST_F(TrackerTest, ADeviceFailingWhileTheNodeKeepsItsOldShapeIsRefusedToo) {

@@ -120,8 +120,13 @@ std::vector<char> LettersOf(const NodeView& node, std::vector<std::string>& pods
   return letters;
 }
 
+bool OutOfService(const NodeView& node, int device) {
+  return std::find(node.out_of_service.begin(), node.out_of_service.end(), device) !=
+         node.out_of_service.end();
+}
+
 // Per device: '.' free, the holder's letter (lower case when only some of its cores are used),
-// '+' when several pods share it.
+// '+' when several pods share it, 'x' out of service (failed) and held by none.
 std::vector<std::string> Cells(const NodeView& node, const Layout& layout,
                                const std::vector<char>& letters) {
   std::string cells(static_cast<size_t>(node.devices), '.');
@@ -138,6 +143,12 @@ std::vector<std::string> Cells(const NodeView& node, const Layout& layout,
       cell = '?';
     }
   }
+  // A failed device no pod holds (the extender counts its cores as taken: nothing may use them).
+  for (const UnitView& unit : node.units) {
+    if (unit.holds.empty() && OutOfService(node, unit.device)) {
+      cells[static_cast<size_t>(unit.device)] = 'x';
+    }
+  }
   std::vector<std::string> rows;
   for (size_t i = 0; i < cells.size(); i += static_cast<size_t>(layout.width)) {
     rows.push_back(cells.substr(i, static_cast<size_t>(layout.width)));
@@ -145,9 +156,12 @@ std::vector<std::string> Cells(const NodeView& node, const Layout& layout,
   return rows;
 }
 
+// Devices some pod uses (a failed device no pod holds is not used, only unusable).
 int DevicesUsed(const NodeView& node) {
-  return static_cast<int>(std::count_if(node.units.begin(), node.units.end(),
-                                        [](const UnitView& u) { return u.cores_used > 0; }));
+  return static_cast<int>(
+      std::count_if(node.units.begin(), node.units.end(), [&node](const UnitView& u) {
+        return u.cores_used > 0 && (!u.holds.empty() || !OutOfService(node, u.device));
+      }));
 }
 
 std::vector<std::string> FreeSets(const NodeView& node) {
@@ -199,6 +213,10 @@ void AppendNodeText(std::string& out, const NodeView& node, const FleetView& fle
   if (!node.reserved_for_gang.empty()) {
     out += "    reserved for gang " + node.reserved_for_gang + "\n";
   }
+  if (!node.out_of_service.empty()) {
+    out += "    out of service (failed): devices " + topology::FormatIdRanges(node.out_of_service) +
+           "\n";
+  }
   for (const auto& line : WrapPhrases(FreeSets(node), kTerminalWidth - 4, 4)) {
     out += "    " + line + "\n";
   }
@@ -249,6 +267,7 @@ Json NodeJson(const NodeView& node, const FleetView& fleet) {
   for (const auto& [request, count] : node.free_sets) sets[request] = count;
   out["free_sets"] = std::move(sets);
   if (!node.reserved_for_gang.empty()) out["reserved_for_gang"] = node.reserved_for_gang;
+  if (!node.out_of_service.empty()) out["out_of_service"] = node.out_of_service;
   return out;
 }
 

@@ -137,6 +137,9 @@ Status ReadNodeField(std::string_view key, ondemand::value& v, const Path& p, No
   if (key == "cores_per_device") return ReadInt(v, p, node.cores_per_device, 64);
   if (key == "fragmentation") return ReadDouble(v, p, node.fragmentation);
   if (key == "free") return ReadFree(v, p, node);
+  if (key == "out_of_service") {
+    return ReadInts(v, p, node.out_of_service, topology::kMaxDevices - 1);
+  }
   if (key == "holds") {
     return ForEachBounded(v, p, kMaxHolds, [&](ondemand::value& h, const Path& hp) -> Status {
       return ReadHold(h, hp, node.holds.emplace_back());

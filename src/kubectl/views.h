@@ -48,6 +48,7 @@ struct NodeView {
   std::vector<HoldView> holds;
   std::vector<UnitView> units;
   std::vector<int> free_devices;
+  std::vector<int> out_of_service;  // failed devices, as the node's agent reported them
   int64_t free_cores = 0;
   std::vector<std::pair<std::string, int64_t>> free_sets;  // request class -> sets, in order
   double fragmentation = 0;

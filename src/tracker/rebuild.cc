@@ -125,8 +125,11 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, const RebuildS
   reserved_uids_.clear();
   releasing_uids_.clear();
   parked_.clear();
-  for (auto& [name, node] : nodes_)
+  for (auto& [name, node] : nodes_) {
     node.own = PoolState{node.own.shape, node.own.error, {}, {}, {}, 0};
+    // The holds go; the node's failed devices stay out (they are the node's, not the pods').
+    if (node.own.shape) node.own.usage.SetOutOfService(*node.own.shape, node.info.out_of_service);
+  }
   for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}, {}, 0};
   RecountAllLocked();
   // Puts a hold back where its ids are (or parks it when its node is not known), keeping its
