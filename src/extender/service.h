@@ -335,6 +335,13 @@ class ExtenderService {
   void TellPodsOnChangedDevices(const std::string& node, topology::DeviceMask failed,
                                 topology::DeviceMask recovered, const std::string& why)
       TS_EXCLUDES(mu_);
+  // Tells one holder on the node of `view` what TellPodsOnChangedDevices tells it: of the
+  // `failed` devices its ids touch, else of the `recovered` ones once none of its devices is out.
+  // Only the leader writes. True when it was told of failed devices (and, with
+  // evict_on_device_failure, its eviction queued).
+  bool TellHolder(const tracker::NodeView& view, const tracker::HolderView& holder,
+                  topology::DeviceMask failed, topology::DeviceMask recovered,
+                  const std::string& why) TS_EXCLUDES(mu_);
   // Retries the evictions a PodDisruptionBudget (or a failed write) put off; from the tick.
   void RetryEvictions() TS_EXCLUDES(mu_);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
