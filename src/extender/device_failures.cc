@@ -1,6 +1,7 @@
 // What the extender does when a node's agent reports devices out of service (or back): the
 // tracker already refuses them (NodeInfo::out_of_service); here the pods holding ids on them are
 // told, and evicted when the operator asked for it (--on-device-failure=evict).
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -102,6 +103,55 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
     }
   }
   return false;
+}
+
+ExtenderService::FirstHolds ExtenderService::FirstHoldsOnFailedDevices(
+    std::span<const tracker::RecordedPod> pods) const {
+  FirstHolds first;
+  {
+    ReaderLock lock(mu_);
+    for (const tracker::RecordedPod& pod : pods) {
+      auto it = nodes_.find(pod.allocation.node);
+      if (it != nodes_.end() && it->second.out_of_service != 0) {
+        first[pod.allocation.node].insert(pod.uid);
+      }
+    }
+  }
+  // A pod the tracker holds ids for already was told with its node (or adopted before).
+  for (auto node = first.begin(); node != first.end();) {
+    std::erase_if(node->second,
+                  [&](const std::string& uid) { return tracker_.Find(uid).has_value(); });
+    node = node->second.empty() ? first.erase(node) : std::next(node);
+  }
+  return first;
+}
+
+void ExtenderService::TellFirstHolds(const FirstHolds& first) {
+  bool evict = false;
+  for (const auto& [node, uids] : first) {
+    // On a node the tracker does not know yet the holds are parked: they are told with the node
+    // (TellPodsOnChangedDevices, when it takes them back).
+    const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&node, 1));
+    if (views.empty() || views.front().info.out_of_service == 0) continue;
+    std::string why;
+    {
+      ReaderLock lock(mu_);
+      if (auto it = nodes_.find(node); it != nodes_.end()) why = it->second.out_of_service_why;
+    }
+    for (const tracker::HolderView& holder : views.front().holders) {
+      if (uids.count(holder.uid) == 0) continue;
+      if (TellHolder(views.front(), holder, views.front().info.out_of_service, 0, why))
+        evict = true;
+    }
+  }
+  if (options_.evict_on_device_failure && evict) RetryEvictions();
+}
+
+Status ExtenderService::AdoptHold(const tracker::RecordedPod& pod) {
+  const FirstHolds first = FirstHoldsOnFailedDevices(std::span(&pod, 1));
+  Status adopted = tracker_.Adopt(pod);
+  if (adopted.ok()) TellFirstHolds(first);
+  return adopted;
 }
 
 void ExtenderService::RetryEvictions() {
