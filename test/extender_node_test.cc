@@ -463,5 +463,61 @@ TEST_F(DeviceFailureTest, ADeviceBackBeforeTheBudgetAllowsItIsNotEvicted) {
   EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
 }
 
+// After a restart (or a takeover) the node, its device already failed, may be learned before the
+// pods holding ids on it: each is told when its hold is first adopted, the same way and once (not
+// again on its next events or relists); a pod clear of the device is not told.
+TEST_F(DeviceFailureTest, APodAdoptedOntoAFailedDeviceIsToldOnce) {
+  service_.ReplaceNodes({Inf2(1, "2")});
+  service_.ReplacePods({});
+  EXPECT_TRUE(writer_.events.empty());
+  service_.UpsertPod(DevicePod("on-2", "0,1,2,3"));
+  service_.UpsertPod(DevicePod("elsewhere", "8,9,10,11"));
+  ASSERT_TRUE(service_.tracker().Find("on-2-uid").has_value());
+  ASSERT_TRUE(service_.tracker().Find("elsewhere-uid").has_value());
+  ASSERT_EQ(writer_.events.size(), 1u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("on-2 NeuronDeviceFailed: Neuron device(s) 2 "
+                                                      "of node inf2-a"));
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("/dev/neuron2 is missing"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+  // Seen again: an update event, a relist.
+  service_.UpsertPod(DevicePod("on-2", "0,1,2,3"));
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  EXPECT_EQ(writer_.events.size(), 1u);
+  EXPECT_EQ(writer_.conditions.size(), 1u);
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+}
+
+// The same when the pods come in the first list after the node (a restart's usual order).
+TEST_F(DeviceFailureTest, APodListedOntoAFailedDeviceIsToldOnce) {
+  service_.ReplaceNodes({Inf2(1, "2")});
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  ASSERT_TRUE(service_.tracker().Find("on-2-uid").has_value());
+  ASSERT_EQ(writer_.events.size(), 1u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("on-2 NeuronDeviceFailed"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  service_.UpsertNode(Inf2(2, "2"));
+  EXPECT_EQ(writer_.events.size(), 1u);
+  EXPECT_EQ(writer_.conditions.size(), 1u);
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+}
+
+// Pods first, then their node: the node's arrival tells them (their holds were parked), once.
+TEST_F(DeviceFailureTest, PodsSeenBeforeTheirFailedNodeAreToldOnce) {
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  service_.UpsertPod(DevicePod("on-2", "0,1,2,3"));
+  service_.ReplaceNodes({Inf2(1, "2")});
+  ASSERT_TRUE(service_.tracker().Find("on-2-uid").has_value());
+  ASSERT_EQ(writer_.events.size(), 1u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("on-2 NeuronDeviceFailed"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+}
+
 }  // namespace
 }  // namespace toposched::extender

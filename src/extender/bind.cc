@@ -213,7 +213,7 @@ void ExtenderService::EnsureHeldAsWritten(const Status& committed, const std::st
   // The reservation was lost during the write. The pod is bound with these ids whatever the
   // tracker says: hold exactly them again, or say loudly that another pod got them meanwhile.
   metrics_.CountTrackerError("commit");
-  auto adopted = tracker_.Adopt({uid, key, written});
+  auto adopted = AdoptHold({uid, key, written});
   spdlog::error("bind {} to {}: the write succeeded but its reservation was gone ({}); {}", key,
                 written.node, committed.error(),
                 adopted.ok() ? "the recorded ids are held again" : adopted.error());

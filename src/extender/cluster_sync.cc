@@ -61,7 +61,7 @@ void ExtenderService::AdoptUnplaced(const std::string& node) {
       annotated_[pod.uid] = {pod.Key(), p->second};
     }
     // The tracker does not know the node yet: the hold is parked and taken with the node.
-    if (auto s = tracker_.Adopt(*rec); !s.ok()) {
+    if (auto s = AdoptHold(*rec); !s.ok()) {
       metrics_.CountRebuildConflicts(1);
       ReportProblem(pod.uid, pod.Key(), "AllocationConflict",
                     fmt::format("toposched could not restore this pod's devices: {}", s.error()));
@@ -313,6 +313,9 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   scope.keep_reservations = true;
   scope.listed_at = listed_at;
   scope.alive = &alive;
+  // Pods adopted after their node was learned with failed devices (after a restart) are
+  // told now; those the tracker held already were told with the node.
+  const FirstHolds first = FirstHoldsOnFailedDevices(ordered);
   const tracker::RebuildReport report = tracker_.Rebuild(ordered, scope);
   for (const auto& problem : report.problems) {
     ReportProblem(
@@ -320,6 +323,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
         fmt::format("toposched could not restore this pod's devices: {}", problem.message));
   }
   metrics_.CountRebuildConflicts(static_cast<int>(report.problems.size()) + invalid);
+  TellFirstHolds(first);
   spdlog::info(
       "rebuilt from {} pods: {} allocations restored, {} reservations kept, {} newer holds kept, "
       "{} holds of pods gone dropped, {} pods waiting for their node, {} problems",
@@ -376,7 +380,7 @@ void ExtenderService::UpsertPod(const kube::Pod& pod) {
     return;
   }
   // Our own bind seen again, or a pod bound by another replica / before a restart: adopt it.
-  if (auto s = tracker_.Adopt(*rec); !s.ok()) {
+  if (auto s = AdoptHold(*rec); !s.ok()) {
     metrics_.CountRebuildConflicts(1);
     ReportProblem(pod.uid, pod.Key(), "AllocationConflict", s.error());
     MutexLock lock(mu_);
@@ -400,8 +404,8 @@ void ExtenderService::AdoptContested() {
   }
   for (const kube::Pod& pod : pods) {
     auto rec = RecordedFromPod(pod);
-    if (!rec.ok()) continue;                   // reported when it was seen
-    if (!tracker_.Adopt(*rec).ok()) continue;  // still held by another pod: reported already
+    if (!rec.ok()) continue;              // reported when it was seen
+    if (!AdoptHold(*rec).ok()) continue;  // still held by another pod: reported already
     spdlog::info("pod {}: its recorded ids on {} are held now that the conflicting hold is gone",
                  pod.Key(), pod.node_name);
     MutexLock lock(mu_);

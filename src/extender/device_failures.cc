@@ -1,6 +1,7 @@
 // What the extender does when a node's agent reports devices out of service (or back): the
 // tracker already refuses them (NodeInfo::out_of_service); here the pods holding ids on them are
 // told, and evicted when the operator asked for it (--on-device-failure=evict).
+#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,57 +44,114 @@ void ExtenderService::TellPodsOnChangedDevices(const std::string& node, topology
   if (recovered != 0) spdlog::info("node {}: device(s) {} back in service", node, Ids(recovered));
   const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&node, 1));
   if (views.empty() || !views.front().shape) return;
-  const topology::NodeShape& shape = *views.front().shape;
+  for (const tracker::HolderView& holder : views.front().holders) {
+    TellHolder(views.front(), holder, failed, recovered, why);
+  }
+  if (options_.evict_on_device_failure && failed != 0) RetryEvictions();
+}
+
+bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::HolderView& holder,
+                                 topology::DeviceMask failed, topology::DeviceMask recovered,
+                                 const std::string& why) {
+  // A gang's seat has no pod yet; its member will be placed by the gang's new choice.
+  if (holder.gang_seat || !view.shape) return false;
+  const std::string& node = view.info.name;
+  const topology::DeviceMask touched = DevicesOf(holder, *view.shape);
+  const auto slash = holder.pod_name.find('/');
+  if (slash == std::string::npos) return false;
+  const std::string ns = holder.pod_name.substr(0, slash);
+  const std::string name = holder.pod_name.substr(slash + 1);
   // One writer tells them: a standby sees the same and would write duplicates.
   const bool write = !options_.may_reconcile || options_.may_reconcile();
-  for (const tracker::HolderView& holder : views.front().holders) {
-    // A gang's seat has no pod yet; its member will be placed by the gang's new choice.
-    if (holder.gang_seat) continue;
-    const topology::DeviceMask touched = DevicesOf(holder, shape);
-    const auto slash = holder.pod_name.find('/');
-    if (slash == std::string::npos) continue;
-    const std::string ns = holder.pod_name.substr(0, slash);
-    const std::string name = holder.pod_name.substr(slash + 1);
-    kube::PodCondition condition;
-    condition.type = std::string(claims::kConditionDevicesHealthy);
-    if ((touched & failed) != 0) {
-      const std::string message = fmt::format(
-          "Neuron device(s) {} of node {}, which this pod holds, are out of service ({}). {}",
-          Ids(touched & failed), node, why.empty() ? "reported by the node's device plugin" : why,
-          options_.evict_on_device_failure
-              ? "The pod is being evicted (PodDisruptionBudgets are honoured)"
-              : "The pod keeps its devices until it ends; delete it to place it again on "
-                "healthy ones");
-      spdlog::warn("pod {}: {}", holder.pod_name, message);
-      if (!write) continue;
-      writer_.Event(ns, name, holder.uid, "Warning", "NeuronDeviceFailed", message);
-      condition.status = "False";
-      condition.reason = "DeviceFailed";
-      condition.message = message;
-      if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
-        spdlog::warn("pod {}: {}", holder.pod_name, s.error());
-      }
-      if (options_.evict_on_device_failure) {
-        MutexLock lock(mu_);
-        evictions_[holder.uid] = PendingEviction{holder.pod_name, 0};
-      }
-    } else if ((touched & recovered) != 0 &&
-               (touched & views.front().usage.out_of_service()) == 0) {
-      if (!write) continue;
-      condition.status = "True";
-      condition.reason = "DevicesInService";
-      condition.message = fmt::format("Neuron device(s) {} of node {} are back in service",
-                                      Ids(touched & recovered), node);
-      if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
-        spdlog::warn("pod {}: {}", holder.pod_name, s.error());
-      }
+  kube::PodCondition condition;
+  condition.type = std::string(claims::kConditionDevicesHealthy);
+  if ((touched & failed) != 0) {
+    const std::string message = fmt::format(
+        "Neuron device(s) {} of node {}, which this pod holds, are out of service ({}). {}",
+        Ids(touched & failed), node, why.empty() ? "reported by the node's device plugin" : why,
+        options_.evict_on_device_failure
+            ? "The pod is being evicted (PodDisruptionBudgets are honoured)"
+            : "The pod keeps its devices until it ends; delete it to place it again on "
+              "healthy ones");
+    spdlog::warn("pod {}: {}", holder.pod_name, message);
+    if (!write) return false;
+    writer_.Event(ns, name, holder.uid, "Warning", "NeuronDeviceFailed", message);
+    condition.status = "False";
+    condition.reason = "DeviceFailed";
+    condition.message = message;
+    if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
+      spdlog::warn("pod {}: {}", holder.pod_name, s.error());
+    }
+    if (options_.evict_on_device_failure) {
       MutexLock lock(mu_);
-      if (evictions_.erase(holder.uid) != 0) {
-        spdlog::info("pod {}: its devices are back in service; not evicting it", holder.pod_name);
+      evictions_[holder.uid] = PendingEviction{holder.pod_name, 0};
+    }
+    return true;
+  }
+  if ((touched & recovered) != 0 && (touched & view.usage.out_of_service()) == 0) {
+    if (!write) return false;
+    condition.status = "True";
+    condition.reason = "DevicesInService";
+    condition.message = fmt::format("Neuron device(s) {} of node {} are back in service",
+                                    Ids(touched & recovered), node);
+    if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
+      spdlog::warn("pod {}: {}", holder.pod_name, s.error());
+    }
+    MutexLock lock(mu_);
+    if (evictions_.erase(holder.uid) != 0) {
+      spdlog::info("pod {}: its devices are back in service; not evicting it", holder.pod_name);
+    }
+  }
+  return false;
+}
+
+ExtenderService::FirstHolds ExtenderService::FirstHoldsOnFailedDevices(
+    std::span<const tracker::RecordedPod> pods) const {
+  FirstHolds first;
+  {
+    ReaderLock lock(mu_);
+    for (const tracker::RecordedPod& pod : pods) {
+      auto it = nodes_.find(pod.allocation.node);
+      if (it != nodes_.end() && it->second.out_of_service != 0) {
+        first[pod.allocation.node].insert(pod.uid);
       }
     }
   }
-  if (options_.evict_on_device_failure && failed != 0) RetryEvictions();
+  // A pod the tracker holds ids for already was told with its node (or adopted before).
+  for (auto node = first.begin(); node != first.end();) {
+    std::erase_if(node->second,
+                  [&](const std::string& uid) { return tracker_.Find(uid).has_value(); });
+    node = node->second.empty() ? first.erase(node) : std::next(node);
+  }
+  return first;
+}
+
+void ExtenderService::TellFirstHolds(const FirstHolds& first) {
+  bool evict = false;
+  for (const auto& [node, uids] : first) {
+    // On a node the tracker does not know yet the holds are parked: they are told with the node
+    // (TellPodsOnChangedDevices, when it takes them back).
+    const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&node, 1));
+    if (views.empty() || views.front().info.out_of_service == 0) continue;
+    std::string why;
+    {
+      ReaderLock lock(mu_);
+      if (auto it = nodes_.find(node); it != nodes_.end()) why = it->second.out_of_service_why;
+    }
+    for (const tracker::HolderView& holder : views.front().holders) {
+      if (uids.count(holder.uid) == 0) continue;
+      if (TellHolder(views.front(), holder, views.front().info.out_of_service, 0, why))
+        evict = true;
+    }
+  }
+  if (options_.evict_on_device_failure && evict) RetryEvictions();
+}
+
+Status ExtenderService::AdoptHold(const tracker::RecordedPod& pod) {
+  const FirstHolds first = FirstHoldsOnFailedDevices(std::span(&pod, 1));
+  Status adopted = tracker_.Adopt(pod);
+  if (adopted.ok()) TellFirstHolds(first);
+  return adopted;
 }
 
 void ExtenderService::RetryEvictions() {

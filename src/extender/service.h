@@ -335,6 +335,28 @@ class ExtenderService {
   void TellPodsOnChangedDevices(const std::string& node, topology::DeviceMask failed,
                                 topology::DeviceMask recovered, const std::string& why)
       TS_EXCLUDES(mu_);
+  // Tells one holder on the node of `view` what TellPodsOnChangedDevices tells it: of the
+  // `failed` devices its ids touch, else of the `recovered` ones once none of its devices is out.
+  // Only the leader writes. True when it was told of failed devices (and, with
+  // evict_on_device_failure, its eviction queued).
+  bool TellHolder(const tracker::NodeView& view, const tracker::HolderView& holder,
+                  topology::DeviceMask failed, topology::DeviceMask recovered,
+                  const std::string& why) TS_EXCLUDES(mu_);
+  // Node -> uids of records whose adoption is their pod's first hold on a node with devices out
+  // of service.
+  using FirstHolds = std::unordered_map<std::string, std::unordered_set<std::string>>;
+  // Read before adopting `pods`: those the tracker holds nothing for yet, on nodes whose facts
+  // have devices out of service. A pod adopted after its node was learned with failed devices
+  // (after a restart) missed TellPodsOnChangedDevices.
+  FirstHolds FirstHoldsOnFailedDevices(std::span<const tracker::RecordedPod> pods) const
+      TS_EXCLUDES(mu_);
+  // After adopting: tells each of `first` now held on devices its node has out of service
+  // (TellHolder), once. Holds parked for a node the tracker does not know yet are told with the
+  // node instead (TellPodsOnChangedDevices, when the node takes them back).
+  void TellFirstHolds(const FirstHolds& first) TS_EXCLUDES(mu_);
+  // Tracker::Adopt, then TellFirstHolds for a hold the tracker did not have: the one way the
+  // extender adopts a recorded hold (Rebuild reads FirstHoldsOnFailedDevices itself).
+  Status AdoptHold(const tracker::RecordedPod& pod) TS_EXCLUDES(mu_);
   // Retries the evictions a PodDisruptionBudget (or a failed write) put off; from the tick.
   void RetryEvictions() TS_EXCLUDES(mu_);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
