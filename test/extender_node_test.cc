@@ -366,9 +366,10 @@ class DeviceFailureTest : public ::testing::Test {
             topology::Catalog::Embedded(), Options(), writer_, metrics_,
             [this] { return steady_ns_; }, [] { return int64_t{1743574052764891534}; }) {}
 
-  static ExtenderOptions Options() {
+  ExtenderOptions Options() {
     ExtenderOptions options;
     options.evict_on_device_failure = true;
+    options.may_reconcile = [this] { return leader_; };
     return options;
   }
   static kube::Node Inf2(int version, std::optional<std::string> unhealthy) {
@@ -398,6 +399,7 @@ class DeviceFailureTest : public ::testing::Test {
   }
 
   int64_t steady_ns_ = 1'000'000'000;
+  bool leader_ = true;  // read only through may_reconcile, after construction
   DeviceFailureWriter writer_;
   Metrics metrics_;
   ExtenderService service_;
@@ -517,6 +519,30 @@ TEST_F(DeviceFailureTest, PodsSeenBeforeTheirFailedNodeAreToldOnce) {
   EXPECT_THAT(writer_.conditions,
               ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
   EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+}
+
+// A standby adopts pods on a failed device without writing (only the leader tells); when it
+// becomes leader (RequireReconcile, as the elector's callback does), its next tick tells them,
+// once.
+TEST_F(DeviceFailureTest, ANewLeaderTellsThePodsAStandbyAdoptedQuietly) {
+  leader_ = false;
+  service_.ReplaceNodes({Inf2(1, "2")});
+  service_.ReplacePods({DevicePod("on-2", "0,1,2,3"), DevicePod("elsewhere", "8,9,10,11")});
+  service_.ExpireReservations();
+  EXPECT_TRUE(writer_.events.empty());
+  EXPECT_TRUE(writer_.conditions.empty());
+  service_.RequireReconcile();
+  service_.ExpireReservations();
+  EXPECT_TRUE(writer_.events.empty()) << "not while it may not write";
+  leader_ = true;
+  service_.ExpireReservations();
+  ASSERT_EQ(writer_.events.size(), 1u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("on-2 NeuronDeviceFailed"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("on-2 toposched.io/NeuronDevicesHealthy=False DeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
+  service_.ExpireReservations();
+  EXPECT_EQ(writer_.events.size(), 1u) << "once per leadership";
 }
 
 }  // namespace

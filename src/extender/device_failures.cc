@@ -154,6 +154,21 @@ Status ExtenderService::AdoptHold(const tracker::RecordedPod& pod) {
   return adopted;
 }
 
+void ExtenderService::TellAllOnFailedDevices() {
+  std::vector<std::tuple<std::string, topology::DeviceMask, std::string>> failed;
+  {
+    ReaderLock lock(mu_);
+    for (const auto& [name, facts] : nodes_) {
+      if (facts.out_of_service != 0) {
+        failed.emplace_back(name, facts.out_of_service, facts.out_of_service_why);
+      }
+    }
+  }
+  for (const auto& [node, devices, why] : failed) {
+    TellPodsOnChangedDevices(node, devices, 0, why);
+  }
+}
+
 void ExtenderService::RetryEvictions() {
   std::vector<std::pair<std::string, std::string>> due;  // uid, pod
   const int64_t now = steady_ns_();

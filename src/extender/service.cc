@@ -113,6 +113,11 @@ void ExtenderService::ForgetPod(const std::string& uid) {
 void ExtenderService::ExpireReservations() {
   // First: a pod whose Binding's outcome is unknown has its hold extended or settled here.
   ResolveUnknownBinds();
+  if (retell_failed_devices_ && pods_synced_ &&
+      (!options_.may_reconcile || options_.may_reconcile()) &&
+      retell_failed_devices_.exchange(false)) {
+    TellAllOnFailedDevices();
+  }
   if (options_.evict_on_device_failure) RetryEvictions();
   if (partitions_) {
     metrics_.SetPartitionRemovalsPending(static_cast<int>(partitions_->PendingRemovals()));

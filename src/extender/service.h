@@ -214,8 +214,11 @@ class ExtenderService {
   Status ReconcilePartitions();
   // A new leader reconciles again before it is Ready: what a dead leader left half-made is
   // removed then. Does nothing without a provisioner.
+  // It also tells the pods on failed devices again: a standby adopted them without writing, and
+  // evictions a PodDisruptionBudget held back went with the old leader's memory.
   void RequireReconcile() {
     if (options_.provisioner != nullptr) partitions_synced_ = false;
+    retell_failed_devices_ = true;
   }
   // Partition removals still in progress in the background.
   size_t PendingRemovals() const { return partitions_ ? partitions_->PendingRemovals() : 0; }
@@ -359,6 +362,9 @@ class ExtenderService {
   Status AdoptHold(const tracker::RecordedPod& pod) TS_EXCLUDES(mu_);
   // Retries the evictions a PodDisruptionBudget (or a failed write) put off; from the tick.
   void RetryEvictions() TS_EXCLUDES(mu_);
+  // Every pod holding a device now out of service is told (TellPodsOnChangedDevices per node):
+  // what a new leader does once, when it may write.
+  void TellAllOnFailedDevices() TS_EXCLUDES(mu_);
   void ReportProblem(const std::string& uid, const std::string& pod_key, std::string_view reason,
                      const std::string& message);
   // The steady clock `after` from now, in the tracker's nanoseconds: the one spelling of every
@@ -423,6 +429,8 @@ class ExtenderService {
   std::unordered_map<std::string, UnknownBind> unknown_binds_ TS_GUARDED_BY(mu_);
   std::atomic<bool> nodes_synced_{false};
   std::atomic<bool> pods_synced_{false};
+  // Set by RequireReconcile: the next tick that may write tells every pod on a failed device.
+  std::atomic<bool> retell_failed_devices_{false};
   std::atomic<bool> api_healthy_{true};
   std::atomic<bool> partitions_synced_{true};
   // tracker_.Generation() when the pending pod list was requested (BeginPodList), else 0.
