@@ -30,6 +30,7 @@
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
+#include "kube/decode.h"
 #include "percentiles.h"
 
 namespace {
@@ -301,6 +302,61 @@ void BM_Scale100kTrackerRebuild(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Scale100kTrackerRebuild)->Unit(benchmark::kSecond)->Iterations(1);
+
+// The first pod list's decoding: 1,000,000 running pods (each like Scale's, with its allocation
+// annotations) as 2,000 PodList pages of 500, the informer's page size, each decoded by
+// kube::DecodePodList. Only the decoding is timed (each page is written before, untimed) and the
+// pods are dropped after their page: Scale holds the decoded list's memory. The pods are compact
+// (PodJson's ~1 KB: no managedFields, one container); real ones are larger, so this is a floor.
+// NOLINTNEXTLINE(readability-identifier-naming): Google Benchmark's BM_ names.
+void BM_Scale100kDecodePodList1M(benchmark::State& state) {
+  Scale& s = SharedScale();
+  constexpr int kPage = 500;
+  for (auto _ : state) {
+    double decode_s = 0;
+    double bytes = 0;
+    size_t decoded = 0;
+    int uid = 0;
+    for (int first = 0; first < kNodes * kPodsPerNode; first += kPage) {
+      std::string page =
+          R"({"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[)";
+      for (int j = 0; j < kPage; ++j, ++uid) {
+        const int i = uid / kPodsPerNode;
+        const int k = uid % kPodsPerNode;
+        std::vector<int> ids;
+        ids.reserve(kCoresPerPod);
+        for (int c = 0; c < kCoresPerPod; ++c) ids.push_back(k * kCoresPerPod + c);
+        const claims::AllocationRecord record{
+            s.names[i], ShapeOf(i).type, {{"main", "aws.amazon.com/neuroncore", std::move(ids)}}};
+        testing::PodJsonSpec spec{.name = "pod-" + std::to_string(uid),
+                                  .uid = "uid-" + std::to_string(uid),
+                                  .resource = "aws.amazon.com/neuroncore",
+                                  .count = kCoresPerPod,
+                                  .node = s.names[i],
+                                  .phase = "Running"};
+        for (auto& [key, value] : claims::AllocationAnnotations(record, 1))
+          spec.annotations[key] = value;
+        if (j != 0) page += ',';
+        page += testing::PodJson(spec);
+      }
+      page += "]}";
+      const simdjson::padded_string body(page);
+      bytes += static_cast<double>(page.size());
+      const auto start = std::chrono::steady_clock::now();
+      auto list = kube::DecodePodList(body);
+      decode_s += SecondsSince(start);
+      if (!list.ok()) {
+        state.SkipWithError(list.error().c_str());
+        return;
+      }
+      decoded += list->items.size();
+    }
+    state.counters["decode_s"] = decode_s;
+    state.counters["pods"] = static_cast<double>(decoded);
+    state.counters["list_MB"] = bytes / 1e6;
+  }
+}
+BENCHMARK(BM_Scale100kDecodePodList1M)->Unit(benchmark::kSecond)->Iterations(1);
 
 // Decoding alone (the body's 5,000 names into ExtenderArgs), the part of each call that does not
 // depend on the cluster's size.
