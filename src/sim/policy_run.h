@@ -11,7 +11,9 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -130,24 +132,26 @@ class PolicyRun {
   }
 
   // Device `device` of node `node` fails (`out`) or is back. Returns the jobs whose ids touch it.
-  Result<std::vector<size_t>> SetDeviceOut(size_t node, int device, bool out,
-                                           const std::vector<Job>& jobs) {
+  Result<std::vector<size_t>> SetDeviceOut(size_t node, int device, bool out) {
     const topology::DeviceMask bit = topology::DeviceMask{1} << device;
     TOPOSCHED_RETURN_IF_ERROR(SetOutOfService(
         node, out ? (out_of_service_[node] | bit) : (out_of_service_[node] & ~bit)));
     std::vector<size_t> holders;
     if (!out) return holders;
-    for (size_t j = 0; j < jobs.size(); ++j) {
-      if (placed_on_[j] != static_cast<int>(node)) continue;
-      const auto hold = tracker_.Find(jobs[j].pod.uid);
-      if (!hold) continue;
-      for (const auto& container : hold->allocation.containers) {
+    // The node's own holders, not every job: a replay has thousands of jobs and many outages.
+    const std::vector<tracker::NodeView> views = tracker_.NodeViews(std::span(&names_[node], 1));
+    if (views.empty()) return holders;
+    for (const tracker::HolderView& holder : views.front().holders) {
+      const auto job = job_of_uid_.find(holder.uid);
+      if (job == job_of_uid_.end()) continue;
+      for (const auto& container : holder.containers) {
         if ((container.placement.devices & bit) != 0) {
-          holders.push_back(j);
+          holders.push_back(job->second);
           break;
         }
       }
     }
+    std::sort(holders.begin(), holders.end());  // deterministic: job order, as before
     return holders;
   }
 
@@ -168,6 +172,7 @@ class PolicyRun {
     TOPOSCHED_ASSIGN_OR_RETURN(
         auto reserved, BindPod(tracker_, job.pod, names_[static_cast<size_t>(node)], now_ns));
     placed_on_[job_index] = node;
+    job_of_uid_[job.pod.uid] = job_index;
     if (keep_owners_) SetOwner(counted_on_[static_cast<size_t>(node)], reserved, job.task);
     Refresh(counted_on_[static_cast<size_t>(node)]);
     return std::optional<RejectReason>();
@@ -184,6 +189,7 @@ class PolicyRun {
     }
     tracker_.Forget(job.pod.uid);
     placed_on_[job_index] = -1;
+    job_of_uid_.erase(job.pod.uid);
     Refresh(counted_on_[static_cast<size_t>(node)]);
   }
 
@@ -296,7 +302,8 @@ class PolicyRun {
   // Per node: the view whose usage and totals stand for its devices (itself, or its pool's
   // first head).
   std::vector<size_t> counted_on_;
-  std::vector<int> placed_on_;      // per job: node index, -1 when not placed
+  std::vector<int> placed_on_;                          // per job: node index, -1 when not placed
+  std::unordered_map<std::string, size_t> job_of_uid_;  // placed jobs, by their pod's uid
   std::vector<bool> unresolvable_;  // per node, for the last ChooseNode that found none
   int total_devices_ = 0;
   // Fleet totals, kept in step with nodes_ by Refresh. Allocation is counted in integer units

@@ -160,7 +160,7 @@ Result<PolicyResult> RunDynamic(const topology::Catalog& catalog, Policy policy,
     for (; next_outage < outages.size() && outages[next_outage].t_ns < event.t; ++next_outage) {
       const DeviceOutage& o = outages[next_outage];
       advance(o.t_ns);
-      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails, jobs));
+      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails));
       for (size_t j : hit) {
         if (!HitByFailure(out, run, options, j, jobs[j], started_ns[j], now)) continue;
         TOPOSCHED_ASSIGN_OR_RETURN(auto again, run.Place(j, jobs[j], now, /*retry=*/true));
@@ -319,7 +319,7 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       // Pods' own events at the same instant go first.
       const DeviceOutage& o = outages[next_outage++];
       advance(o.t_ns);
-      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails, jobs));
+      TOPOSCHED_ASSIGN_OR_RETURN(auto hit, run.SetDeviceOut(o.node, o.device, o.fails));
       bool freed = !o.fails;
       for (size_t j : hit) {
         if (!HitByFailure(out, run, options, j, jobs[j], started_ns[j], now)) continue;
