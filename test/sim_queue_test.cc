@@ -53,6 +53,30 @@ TEST(SimQueueTest, AWaitingBigPodDoesNotBlockASmallerOne) {
   EXPECT_NEAR(p.device_hours, (800.0 + 800.0 + 800.0) / 3600.0, 1e-9);
 }
 
+TEST(SimQueueTest, FairnessCountsABigPodsWaitPerDeviceAndPerRequestClass) {
+  // The same run as above: B (16 devices) waited 201 s, A (8) and C (4) none.
+  const PolicyResult p = RunQueue(kNoHeadOfLine, "trn1.32xlarge=1").policies.front();
+  EXPECT_NEAR(p.max_wait_s, 201.0, 1e-9);
+  // 201 s counted 16 times over the 28 devices the three pods held.
+  EXPECT_NEAR(p.device_weighted_mean_wait_s, 201.0 * 16 / 28, 1e-9);
+  ASSERT_EQ(p.wait_by_request.size(), 3u);  // 4, 8, 16 devices: smallest first
+  EXPECT_EQ(topology::RequestLabel(p.wait_by_request[0].request), "4 devices");
+  EXPECT_EQ(p.wait_by_request[0].pods, 1);
+  EXPECT_NEAR(p.wait_by_request[0].max_s, 0.0, 1e-9);
+  EXPECT_EQ(topology::RequestLabel(p.wait_by_request[2].request), "16 devices");
+  EXPECT_NEAR(p.wait_by_request[2].p95_s, 201.0, 1e-9);
+  EXPECT_NEAR(p.wait_by_request[2].mean_s, 201.0, 1e-9);
+  // The report and its JSON say it per class.
+  SimResult r = RunQueue(kNoHeadOfLine, "trn1.32xlarge=1");
+  const std::string text = FormatTable(r, "test");
+  EXPECT_NE(text.find("device-weighted mean wait (hours)"), std::string::npos) << text;
+  EXPECT_NE(text.find("p95 / max wait per request (hours)"), std::string::npos) << text;
+  const std::string json = FormatJson(r, "test");
+  EXPECT_NE(json.find("\"16 devices\":{\"pods\":1,\"mean_wait_hours\":0.0558,"), std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"device_weighted_mean_wait_hours\":0.0319"), std::string::npos) << json;
+}
+
 TEST(SimQueueTest, WaitingWhileUnitsAreFreeIsFragmentation) {
   // inf2.24xlarge: 6 devices in a chain. First-fit puts X, Y, Z on 0, 1, 2; Y leaves, so a
   // 4-device pod finds 4 free units (1, 3, 4, 5) that are not consecutive and waits.

@@ -110,6 +110,33 @@ void AddFailureRows(const SimResult& r, std::vector<Row>& rows) {
   }
 }
 
+// Queue mode: p95 and max wait per request class, so a starved size shows even when the mean
+// looks fine. A class whose pods all still wait under a policy shows "-" there.
+void AddClassWaitRows(const SimResult& r, std::vector<Row>& rows) {
+  std::map<std::pair<int, int>, topology::Request> classes;
+  for (const PolicyResult& p : r.policies) {
+    for (const auto& c : p.wait_by_request) {
+      classes.emplace(std::make_pair(static_cast<int>(c.request.unit), c.request.count), c.request);
+    }
+  }
+  if (classes.empty()) return;
+  rows.push_back(MakeRow(r, "p95 / max wait per request (hours)",
+                         [](const PolicyResult&) { return std::string(); }));
+  for (const auto& [key, request] : classes) {
+    rows.push_back(MakeRow(
+        r, topology::RequestLabel(request),
+        [&key](const PolicyResult& p) {
+          for (const auto& c : p.wait_by_request) {
+            if (static_cast<int>(c.request.unit) == key.first && c.request.count == key.second) {
+              return GroupedFixed(c.p95_s / 3600, 2) + " / " + GroupedFixed(c.max_s / 3600, 2);
+            }
+          }
+          return std::string("-");
+        },
+        true));
+  }
+}
+
 std::vector<Row> TableRows(const SimResult& r) {
   std::vector<Row> rows;
   rows.push_back(
@@ -126,6 +153,13 @@ std::vector<Row> TableRows(const SimResult& r) {
     rows.push_back(MakeRow(r, "p95 wait (hours)", [](const PolicyResult& p) {
       return GroupedFixed(p.p95_wait_s / 3600, 2);
     }));
+    rows.push_back(MakeRow(r, "max wait (hours)", [](const PolicyResult& p) {
+      return GroupedFixed(p.max_wait_s / 3600, 2);
+    }));
+    rows.push_back(MakeRow(r, "device-weighted mean wait (hours)", [](const PolicyResult& p) {
+      return GroupedFixed(p.device_weighted_mean_wait_s / 3600, 2);
+    }));
+    AddClassWaitRows(r, rows);
     rows.push_back(MakeRow(r, "waiting while units were free",
                            [](const PolicyResult& p) { return Percent(p.fragmented_wait_share); }));
     rows.push_back(MakeRow(r, "device-hours allocated",
@@ -642,6 +676,21 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
           p.still_waiting, JsonNumber(p.mean_wait_s / 3600.0, 4),
           JsonNumber(p.p95_wait_s / 3600.0, 4), JsonNumber(p.fragmented_wait_share, 6),
           JsonNumber(p.makespan_s / 3600.0, 3), JsonNumber(p.peak_allocated_share, 6));
+      out += fmt::format(
+          ",\"max_wait_hours\":{},\"device_weighted_mean_wait_hours\":{},"
+          "\"wait_by_request\":{{",
+          JsonNumber(p.max_wait_s / 3600.0, 4),
+          JsonNumber(p.device_weighted_mean_wait_s / 3600.0, 4));
+      for (size_t k = 0; k < p.wait_by_request.size(); ++k) {
+        const auto& c = p.wait_by_request[k];
+        out += fmt::format(
+            "{}{}:{{\"pods\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
+            "\"max_wait_hours\":{}}}",
+            k == 0 ? "" : ",", JsonQuote(topology::RequestLabel(c.request)), c.pods,
+            JsonNumber(c.mean_s / 3600.0, 4), JsonNumber(c.p95_s / 3600.0, 4),
+            JsonNumber(c.max_s / 3600.0, 4));
+      }
+      out += "}";
     } else if (dynamic) {
       out += fmt::format(
           ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"

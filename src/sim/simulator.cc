@@ -29,6 +29,17 @@ using topology::RequestLabel;
 using topology::Unit;
 
 constexpr int64_t kNsPerSecond = 1'000'000'000;
+double Mean(const std::vector<double>& values) {
+  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+}
+
+// The nearest-rank percentile of a non-empty list (a copy is partly sorted).
+double NearestRank(std::vector<double> values, int percent) {
+  const size_t k = (values.size() * static_cast<size_t>(percent) + 99) / 100 - 1;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
+  return values[k];
+}
+
 // How often (in steps) the progress callback is told.
 constexpr int64_t kProgressEvery = 512;
 
@@ -236,6 +247,7 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   std::vector<int64_t> queued_ns(jobs.size()), wait_ns(jobs.size(), 0), started_ns(jobs.size()),
       end_ns(jobs.size(), -1);
   std::vector<bool> ever_started(jobs.size(), false);
+  std::vector<double> held_devices(jobs.size(), 0);  // when it last started
   for (size_t j = 0; j < jobs.size(); ++j) queued_ns[j] = jobs[j].creation_ns;
   const int64_t start = arrivals.empty() ? 0 : jobs[arrivals.front()].creation_ns;
   int64_t now = start;
@@ -266,6 +278,7 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
     if (!ever_started[j]) ++out.placed;
     ever_started[j] = true;
     started_ns[j] = now;
+    held_devices[j] = run.HeldDevices(j, job);
     end_ns[j] = now + (job.deletion_ns - job.creation_ns);
     departures.emplace(end_ns[j], j);
   };
@@ -361,9 +374,16 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   std::vector<bool> still(jobs.size(), false);
   for (size_t j : waiting) still[j] = true;
   std::vector<double> waits_s;
+  std::map<std::pair<int, int>, std::vector<double>> waits_by_request;  // (unit, count)
+  double weighted_wait_s = 0, weights = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (!ever_started[j] || still[j]) continue;
-    waits_s.push_back(static_cast<double>(wait_ns[j]) / kNsPerSecond);
+    const double wait_s = static_cast<double>(wait_ns[j]) / kNsPerSecond;
+    waits_s.push_back(wait_s);
+    const Request& r = jobs[j].request;
+    waits_by_request[{static_cast<int>(r.unit), r.count}].push_back(wait_s);
+    weighted_wait_s += wait_s * held_devices[j];
+    weights += held_devices[j];
     if (wait_ns[j] > 0) ++out.waited;
   }
   out.makespan_s = static_cast<double>(now - start) / kNsPerSecond;
@@ -372,12 +392,19 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   out.avg_unallocated_share = 1.0 - out.avg_allocated_share;
   out.fragmented_wait_share = wait_seconds > 0 ? fragmented_seconds / wait_seconds : 0.0;
   if (!waits_s.empty()) {
-    out.mean_wait_s =
-        std::accumulate(waits_s.begin(), waits_s.end(), 0.0) / static_cast<double>(waits_s.size());
-    std::vector<double> sorted = waits_s;
-    const size_t k = (sorted.size() * 95 + 99) / 100 - 1;  // nearest rank
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k), sorted.end());
-    out.p95_wait_s = sorted[k];
+    out.mean_wait_s = Mean(waits_s);
+    out.p95_wait_s = NearestRank(waits_s, 95);
+    out.max_wait_s = *std::max_element(waits_s.begin(), waits_s.end());
+  }
+  out.device_weighted_mean_wait_s = weights > 0 ? weighted_wait_s / weights : 0.0;
+  for (auto& [key, waits] : waits_by_request) {
+    PolicyResult::ClassWait c;
+    c.request = {static_cast<Unit>(key.first), key.second};
+    c.pods = static_cast<int>(waits.size());
+    c.mean_s = Mean(waits);
+    c.max_s = *std::max_element(waits.begin(), waits.end());
+    c.p95_s = NearestRank(waits, 95);
+    out.wait_by_request.push_back(c);
   }
   RecordTimedEnd(out, run, record);
   return out;

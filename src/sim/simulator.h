@@ -140,6 +140,19 @@ struct PolicyResult {
   int still_waiting = 0;
   double mean_wait_s = 0;  // over the pods that started
   double p95_wait_s = 0;
+  double max_wait_s = 0;
+  // Each pod's wait counted once per device it holds (a core 1/cores_per_device of its node's
+  // device): an 8-device pod's wait weighs 8 times a 1-device pod's.
+  double device_weighted_mean_wait_s = 0;
+  // Per request class ("8 devices"), in the order of RequestOrder: is any size starved?
+  struct ClassWait {
+    topology::Request request;
+    int pods = 0;  // that started
+    double mean_s = 0;
+    double p95_s = 0;
+    double max_s = 0;
+  };
+  std::vector<ClassWait> wait_by_request;
   double makespan_s = 0;  // first arrival to last departure (or to the end, with pods waiting)
   double avg_allocated_share = 0;  // time-weighted over the makespan
   // Of all the time pods spent waiting, the share during which enough free units existed on a
