@@ -18,6 +18,7 @@ namespace {
 
 using draw::HtmlEscape;
 using topology::PolicyName;
+using topology::RequestLabel;
 
 // One line of the comparison table: a label and a cell per policy.
 struct Row {
@@ -124,7 +125,7 @@ void AddClassWaitRows(const SimResult& r, std::vector<Row>& rows) {
                          [](const PolicyResult&) { return std::string(); }));
   for (const auto& [key, request] : classes) {
     rows.push_back(MakeRow(
-        r, topology::RequestLabel(request),
+        r, RequestLabel(request),
         [&key](const PolicyResult& p) {
           for (const auto& c : p.wait_by_request) {
             if (static_cast<int>(c.request.unit) == key.first && c.request.count == key.second) {
@@ -337,10 +338,11 @@ std::string Verdict(const SimResult& r) {
   }
   if (queue) {
     return fmt::format(
-        "scarcity: mean wait {:.2f} h, {:.1f} device-hours; the best baseline here by wait, {}: "
-        "{:.2f} h, {:.1f} device-hours.\n",
-        ours->mean_wait_s / 3600, ours->device_hours, PolicyName(rival->policy),
-        rival->mean_wait_s / 3600, rival->device_hours);
+        "scarcity: mean wait {:.2f} h (device-weighted {:.2f} h), {:.1f} device-hours; the best "
+        "baseline here by wait, {}: {:.2f} h ({:.2f} h), {:.1f} device-hours.\n",
+        ours->mean_wait_s / 3600, ours->device_weighted_mean_wait_s / 3600, ours->device_hours,
+        PolicyName(rival->policy), rival->mean_wait_s / 3600,
+        rival->device_weighted_mean_wait_s / 3600, rival->device_hours);
   }
   return fmt::format("scarcity placed {} pods; the best baseline here, {}, placed {} ({:+d}).\n",
                      ours->placed, PolicyName(rival->policy), rival->placed,
@@ -428,6 +430,26 @@ std::string BaselineLeads(const SimResult& r) {
         if (waits_less) {
           lead(fmt::format("mean wait (ours {:.2f} h)", ours->mean_wait_s / 3600),
                fmt::format("{} {:.2f} h", name, b.mean_wait_s / 3600), std::string(kLoss));
+        }
+        if (b.device_weighted_mean_wait_s < ours->device_weighted_mean_wait_s - kSameSeconds) {
+          lead(fmt::format("device-weighted mean wait (ours {:.2f} h)",
+                           ours->device_weighted_mean_wait_s / 3600),
+               fmt::format("{} {:.2f} h", name, b.device_weighted_mean_wait_s / 3600),
+               "a loss of ours: its bigger pods waited longer (the scorer protects the mix of "
+               "requests it expects, not the pods waiting now)");
+        }
+        for (const auto& c : ours->wait_by_request) {
+          for (const auto& bc : b.wait_by_request) {
+            // Starved: past 1.5x the baseline's p95 for the same size, with 0.1 h of slack.
+            if (bc.request.unit != c.request.unit || bc.request.count != c.request.count ||
+                c.p95_s <= 1.5 * bc.p95_s + 360) {
+              continue;
+            }
+            lead(fmt::format("p95 wait of {} (ours {:.2f} h)", RequestLabel(c.request),
+                             c.p95_s / 3600),
+                 fmt::format("{} {:.2f} h", name, bc.p95_s / 3600),
+                 "a loss of ours: more than 1.5x the baseline's wait for that size");
+          }
         }
         if (!waits_less && b.waited < ours->waited) {
           lead(fmt::format("pods that waited (ours {})", ours->waited),
