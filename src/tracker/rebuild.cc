@@ -131,7 +131,7 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, const RebuildS
     if (node.own.shape) node.own.usage.SetOutOfService(*node.own.shape, node.info.out_of_service);
   }
   for (auto& [name, pool] : shared_) pool = PoolState{pool.shape, pool.error, {}, {}, {}, 0};
-  RecountAllLocked();
+  recount_deferred_ = true;  // counted once below, when every hold is back
   // Puts a hold back where its ids are (or parks it when its node is not known), keeping its
   // generation; on failure records the problem and returns false.
   auto place = [&](const std::string& uid, Hold hold, uint64_t generation)
@@ -199,6 +199,8 @@ RebuildReport Tracker::Rebuild(std::span<const RecordedPod> pods, const RebuildS
     const uint64_t generation = hold.generation;
     if (place(uid, std::move(hold), generation)) ++report.reservations_kept;
   }
+  recount_deferred_ = false;
+  RecountAllLocked();
   // A departed node's old shape is kept only while holds are parked for it.
   std::erase_if(departed_, [&](const auto& entry)
                                TS_REQUIRES(mu_) { return parked_.count(entry.first) == 0; });

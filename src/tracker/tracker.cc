@@ -226,6 +226,7 @@ void Tracker::UncountLocked(PoolState& pool) {
 }
 
 void Tracker::RecountLocked(PoolState& pool) {
+  if (recount_deferred_) return;
   UncountLocked(pool);
   if (!pool.shape) return;
   const auto& classes = demand_.classes();

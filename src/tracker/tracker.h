@@ -505,6 +505,9 @@ class Tracker {
   topology::DemandModel demand_ TS_GUARDED_BY(mu_);
   std::vector<int64_t> supply_ TS_GUARDED_BY(mu_);  // free slots fleet-wide per demand class
   int64_t free_units_ TS_GUARDED_BY(mu_) = 0;       // free capacity fleet-wide
+  // Set while a rebuild puts every hold back: RecountLocked then does nothing, and the rebuild
+  // recounts every pool once at its end (not once per pod: a first list holds a million).
+  bool recount_deferred_ TS_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace toposched::tracker
