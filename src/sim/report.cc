@@ -123,10 +123,11 @@ void AddClassWaitRows(const SimResult& r, std::vector<Row>& rows) {
   if (classes.empty()) return;
   rows.push_back(MakeRow(r, "p95 / max wait per request (hours)",
                          [](const PolicyResult&) { return std::string(); }));
-  for (const auto& [key, request] : classes) {
+  for (const auto& entry : classes) {
+    const std::pair<int, int> key = entry.first;  // a structured binding: clang-14 can't capture
     rows.push_back(MakeRow(
-        r, RequestLabel(request),
-        [&key](const PolicyResult& p) {
+        r, RequestLabel(entry.second),
+        [key](const PolicyResult& p) {
           for (const auto& c : p.wait_by_request) {
             if (static_cast<int>(c.request.unit) == key.first && c.request.count == key.second) {
               return GroupedFixed(c.p95_s / 3600, 2) + " / " + GroupedFixed(c.max_s / 3600, 2);
