@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -716,6 +717,61 @@ TEST_F(DraPluginServerTest, HealthChangeRepublishes) {
   ASSERT_TRUE(WaitUntil([&] { return publisher_.unhealthy() == 0; }, 5s));
   EXPECT_TRUE(publisher_.faults().empty());
   EXPECT_EQ(plugin_->unhealthy(), 0u);
+}
+
+// The pod whose claim holds a device that fails hears it (an event and a False condition, once),
+// a failed write is retried at the next health check, and the condition turns True when the
+// device is back; a claim on healthy devices is left alone.
+TEST_F(DraPluginServerTest, PodsOfAClaimOnAFailedDeviceAreToldAndToldWhenItIsBack) {
+  Start("inf2.48xlarge");
+  for (const auto& [claim, uid, device, pod] :
+       {std::tuple{"on3", "uid-on3", "neurondevice3", "p3"},
+        std::tuple{"on5", "uid-on5", "neurondevice5", "p5"}}) {
+    nlohmann::json json = nlohmann::json::parse(ClaimJson(claim, uid, {device}));
+    json["status"]["reservedFor"] = {
+        {{"resource", "pods"}, {"name", pod}, {"uid", std::string("pod-") + uid}}};
+    api_.ServeJson(ClaimPath(claim), json.dump());
+    api_.UpsertPod(
+        nlohmann::json(
+            {{"metadata",
+              {{"namespace", "default"}, {"name", pod}, {"uid", std::string("pod-") + uid}}},
+             {"spec", {{"nodeName", kNode}}}})
+            .dump());
+    ASSERT_EQ(kubelet_->Prepare({{claim, uid}}).claims().at(uid).error(), "");
+  }
+  const auto events = [&] {
+    return api_.RequestsMatching("POST", "/api/v1/namespaces/default/events");
+  };
+  const auto conditions = [&](const std::string& pod) {
+    return api_.RequestsMatching("PATCH", "/api/v1/namespaces/default/pods/" + pod + "/status");
+  };
+  // The first event write fails: it is retried at the next check.
+  api_.InjectFailure({.method = "POST", .path_prefix = "/api/v1/namespaces/default/events"});
+  fs::remove(host_.dev() + "/neuron3");
+  ASSERT_TRUE(WaitUntil([&] { return events().size() >= 2 && conditions("p3").size() >= 2; }, 10s));
+  const std::string event = events().back().body;
+  EXPECT_THAT(event, HasSubstr(R"("reason":"NeuronDeviceFailed")"));
+  EXPECT_THAT(event, HasSubstr(R"("name":"p3","uid":"pod-uid-on3")"));
+  EXPECT_THAT(event, HasSubstr("neuron3: device-node-missing"));
+  EXPECT_THAT(event, HasSubstr("ResourceClaim on3"));
+  const std::string failed = conditions("p3").back().body;
+  EXPECT_THAT(
+      failed,
+      HasSubstr(
+          R"("type":"toposched.io/NeuronDevicesHealthy","status":"False","reason":"DeviceFailed")"));
+  EXPECT_THAT(failed, HasSubstr(R"("uid":"pod-uid-on3")"));
+
+  // Back: the condition turns True; no further event, and p5 never heard a thing.
+  testing::WriteFile(host_.dev() + "/neuron3", "");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const auto all = conditions("p3");
+        return !all.empty() && all.back().body.find(R"("status":"True")") != std::string::npos;
+      },
+      10s));
+  EXPECT_THAT(conditions("p3").back().body, HasSubstr("DevicesInService"));
+  EXPECT_EQ(events().size(), 2u) << "one failed POST and its retry, nothing on recovery";
+  EXPECT_TRUE(conditions("p5").empty());
 }
 
 }  // namespace

@@ -650,7 +650,7 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_EQ(c["securityContext"]["capabilities"]["drop"][0].as<std::string>(), "ALL");
 
   const YAML::Node rules = r.Get("ClusterRole", "neuron-dra-driver")["rules"];
-  ASSERT_EQ(rules.size(), 3u);
+  ASSERT_EQ(rules.size(), 5u);
   EXPECT_THAT(Strings(rules[0]["resources"]), ElementsAre("resourceslices"));
   EXPECT_THAT(Strings(rules[0]["verbs"]), ElementsAre("get", "list", "watch", "create", "update",
                                                       "patch", "delete", "deletecollection"));
@@ -658,6 +658,11 @@ TEST(HelmChart, DraDriverUnderAwsNames) {
   EXPECT_THAT(Strings(rules[1]["verbs"]), ElementsAre("get", "list", "watch"));
   EXPECT_THAT(Strings(rules[2]["resources"]), ElementsAre("nodes"));
   EXPECT_THAT(Strings(rules[2]["verbs"]), ElementsAre("get", "list", "watch", "patch"));
+  // Telling the pods whose claims hold a failed device.
+  EXPECT_THAT(Strings(rules[3]["resources"]), ElementsAre("events"));
+  EXPECT_THAT(Strings(rules[3]["verbs"]), ElementsAre("create"));
+  EXPECT_THAT(Strings(rules[4]["resources"]), ElementsAre("pods/status"));
+  EXPECT_THAT(Strings(rules[4]["verbs"]), ElementsAre("patch"));
   const YAML::Node binding = r.Get("ClusterRoleBinding", "neuron-dra-driver");
   EXPECT_EQ(binding["subjects"][0]["name"].as<std::string>(), "neuron-dra-driver-sa");
 

@@ -127,8 +127,10 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
          "already on it keep running) or NoExecute for evict (kube-controller-manager's "
          "device-taint eviction controller also evicts the pods whose claims use it, "
          "unless they tolerate the taint). Where it does not (1.34), either way its offers "
-         "are withdrawn from the slices and running pods keep it. Recovery removes the "
-         "taint")
+         "are withdrawn from the slices and running pods keep it. Either way the pods whose "
+         "claims hold it get a Warning event NeuronDeviceFailed and the condition "
+         "toposched.io/NeuronDevicesHealthy=False (True again when it recovers). Recovery "
+         "removes the taint")
       ->check(CLI::IsMember({"event", "evict"}))
       ->capture_default_str();
   cmd->add_option("--device-taints", opts->device_taints,
@@ -295,6 +297,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   options.plugin_dir = opts.plugin_dir;
   options.registry_dir = opts.registry_dir;
   options.pod_resources_socket = opts.pod_resources_socket;
+  options.evict_on_device_failure = *failure_effect == dra::TaintEffect::kNoExecute;
   options.numbering = *numbering;
   options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
   options.resync_interval = std::chrono::seconds(opts.resync_interval_s);

@@ -159,7 +159,8 @@ DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
           options_.pod_resources_socket.empty()
               ? nullptr
               : std::make_unique<deviceplugin::PodResourcesClient>(options_.pod_resources_socket),
-          options_.pod_resources_socket) {}
+          options_.pod_resources_socket),
+      notices_(api, options_.node_name, options_.evict_on_device_failure) {}
 
 DraPlugin::~DraPlugin() { Stop(); }
 
@@ -262,25 +263,8 @@ void DraPlugin::Stop() {
 
 Result<PreparedClaim> DraPlugin::PrepareOne(const ClaimRef& ref, const HolderView& holders) {
   TOPOSCHED_RETURN_IF_ERROR(CheckClaimUid(ref.uid));
-  const std::string path =
-      fmt::format("/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}",
-                  kube::EscapeUrlComponent(ref.ns), kube::EscapeUrlComponent(ref.name));
-  auto response = api_.Get(path);
-  if (!response.ok()) {
-    return Error{
-        fmt::format("reading ResourceClaim {}/{}: {}", ref.ns, ref.name, response.error())};
-  }
-  if (response->status == 404) {
-    return Error{fmt::format("ResourceClaim {}/{} not found", ref.ns, ref.name)};
-  }
-  if (response->status / 100 != 2) {
-    return Error{fmt::format("reading ResourceClaim {}/{}: HTTP {}: {}", ref.ns, ref.name,
-                             response->status, kube::StatusMessage(response->body))};
-  }
-  auto claim = DecodeResourceClaim(response->body);
-  if (!claim.ok()) {
-    return Error{fmt::format("ResourceClaim {}/{}: {}", ref.ns, ref.name, claim.error())};
-  }
+  auto claim = ReadResourceClaim(api_, ref.ns, ref.name);
+  if (!claim.ok()) return Error{claim.error()};
   PrepareContext context{&shape_, options_.node_name, options_.numbering};
   TOPOSCHED_ASSIGN_OR_RETURN(PreparedClaim prepared, PlanClaim(context, *claim, ref.uid));
   // Not on a device a device-plugin pod still holds (a node moved to DRA without a drain).
@@ -488,6 +472,7 @@ void DraPlugin::HealthLoop() {
       unhealthy_ = unhealthy;
       faults_ = std::move(faults);
     }
+    TellPodsOnFailedDevices();
     const bool holders_changed = holders_.Refresh().second;
     const bool resync_tick = ++ticks % resync_every == 0;
     if (resync_tick) resync_pending_ = true;
@@ -504,6 +489,18 @@ void DraPlugin::HealthLoop() {
       PublishNow("a change in the devices containers outside DRA hold");
     }
   }
+}
+
+void DraPlugin::TellPodsOnFailedDevices() {
+  std::map<std::string, PreparedClaim> prepared;
+  dra::DeviceFaults faults;
+  {
+    MutexLock lock(mutex_);
+    if (notices_.Idle(unhealthy_)) return;
+    prepared = prepared_;
+    faults = faults_;
+  }
+  notices_.Sync(prepared, faults);
 }
 
 void DraPlugin::OnRegistrationStatus(bool registered, const std::string& error) {

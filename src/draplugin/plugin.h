@@ -5,7 +5,8 @@
 // at start they say which claims are prepared and which units those hold. After every Prepare or
 // Unprepare, and whenever device health changes, the node's offers are published again with the
 // units in use (UsagePublisher, implemented by SlicePublisher in the command), without the devices
-// that containers outside DRA hold (node_holders.h, from kubelet's PodResources).
+// that containers outside DRA hold (node_holders.h, from kubelet's PodResources). The pods whose
+// claims hold a device that fails are told (failure_notices.h).
 #ifndef TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 #define TOPOSCHED_DRAPLUGIN_PLUGIN_H_
 
@@ -23,6 +24,7 @@
 #include "deviceplugin/readiness.h"
 #include "deviceplugin/sysfs.h"
 #include "dra/slices.h"
+#include "draplugin/failure_notices.h"
 #include "draplugin/node_holders.h"
 #include "draplugin/prepare.h"
 #include "draplugin/usage_publisher.h"
@@ -53,6 +55,8 @@ struct DraPluginOptions {
   // kubelet's PodResources socket: the devices containers outside DRA (device-plugin pods) hold
   // are neither offered nor prepared. Empty: no such check.
   std::string pod_resources_socket;
+  // --on-device-failure evict: failed devices are tainted NoExecute; the pods told say so.
+  bool evict_on_device_failure = false;
 };
 
 // One claim as kubelet names it, and what preparing it gave.
@@ -115,6 +119,9 @@ class DraPlugin {
   // failed, so its taint does not change); logs each change.
   dra::DeviceFaults CheckHealth() TS_EXCLUDES(mutex_);
   void HealthLoop();
+  // The pods whose claims hold a failed device (or one back in service) are told: one API read
+  // and two writes per changed claim; nothing at all while every device is healthy.
+  void TellPodsOnFailedDevices() TS_EXCLUDES(mutex_);
   void UpdateReadiness() TS_EXCLUDES(mutex_);
   void OnRegistrationStatus(bool registered, const std::string& error);
 
@@ -128,7 +135,8 @@ class DraPlugin {
   kube::ApiClient& api_;
   UsagePublisher& publisher_;
   deviceplugin::Readiness readiness_;
-  NodeHolders holders_;  // devices held outside DRA (device-plugin pods)
+  NodeHolders holders_;     // devices held outside DRA (device-plugin pods)
+  FailureNotices notices_;  // only the health loop uses it
 
   // Taken before mutex_: a prepare that sets the label records its claim before an unprepare can
   // remove it.

@@ -124,6 +124,20 @@ Status DecodeAllocation(ondemand::value& value, const Path& path, ResourceClaimV
       });
 }
 
+Status DecodeConsumer(ondemand::value& value, const Path& path, ClaimConsumer& consumer) {
+  TOPOSCHED_RETURN_IF_ERROR(json::ForEachFieldOf(
+      value, path, [&](std::string_view key, ondemand::value field, const Path& at) -> Status {
+        if (key == "apiGroup") return json::ReadString(field, at, consumer.api_group);
+        if (key == "resource") return json::ReadString(field, at, consumer.resource);
+        if (key == "name") return json::ReadString(field, at, consumer.name);
+        if (key == "uid") return json::ReadString(field, at, consumer.uid);
+        return OkStatus();
+      }));
+  if (consumer.resource.empty()) return json::ErrorAt(path.Field("resource"), "missing");
+  if (consumer.name.empty()) return json::ErrorAt(path.Field("name"), "missing");
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
@@ -169,6 +183,15 @@ Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
             return json::ForEachFieldOf(
                 field, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
                   if (k == "allocation") return DecodeAllocation(v, p, claim);
+                  if (k == "reservedFor") {
+                    return json::ForEachElementOf(
+                        v, p, [&](size_t, ondemand::value element, const Path& e) -> Status {
+                          ClaimConsumer consumer;
+                          TOPOSCHED_RETURN_IF_ERROR(DecodeConsumer(element, e, consumer));
+                          claim.reserved_for.push_back(std::move(consumer));
+                          return OkStatus();
+                        });
+                  }
                   return OkStatus();
                 });
           }
@@ -177,6 +200,25 @@ Result<ResourceClaimView> DecodeResourceClaim(std::string_view text) {
   });
   if (!status.ok()) return Error{status.error()};
   if (claim.uid.empty()) return Error{"resourceclaim.metadata.uid: missing"};
+  return claim;
+}
+
+Result<ResourceClaimView> ReadResourceClaim(kube::ApiClient& api, std::string_view ns,
+                                            std::string_view name) {
+  const std::string path =
+      fmt::format("/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims/{}",
+                  kube::EscapeUrlComponent(ns), kube::EscapeUrlComponent(name));
+  auto response = api.Get(path);
+  if (!response.ok()) {
+    return Error{fmt::format("reading ResourceClaim {}/{}: {}", ns, name, response.error())};
+  }
+  if (response->status == 404) return Error{fmt::format("ResourceClaim {}/{} not found", ns, name)};
+  if (response->status / 100 != 2) {
+    return Error{fmt::format("reading ResourceClaim {}/{}: HTTP {}: {}", ns, name, response->status,
+                             kube::StatusMessage(response->body))};
+  }
+  auto claim = DecodeResourceClaim(response->body);
+  if (!claim.ok()) return Error{fmt::format("ResourceClaim {}/{}: {}", ns, name, claim.error())};
   return claim;
 }
 

@@ -1,6 +1,7 @@
 // A resource.k8s.io/v1 ResourceClaim as NodePrepareResources reads it: its identity, the devices
-// the scheduler allocated (status.allocation.devices.results) and the opaque configs that may
-// apply to them (spec.devices.config and status.allocation.devices.config). Everything else in
+// the scheduler allocated (status.allocation.devices.results), the opaque configs that may apply
+// to them (spec.devices.config and status.allocation.devices.config) and its consumers
+// (status.reservedFor: the pods told when one of its devices fails). Everything else in
 // the object is skipped unread. The JSON comes from the API server; the decoder is strict about
 // the parts it reads and reports the JSON path of what is wrong.
 #ifndef TOPOSCHED_DRAPLUGIN_RESOURCE_CLAIM_H_
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "kube/client.h"
 
 namespace toposched::draplugin {
 
@@ -33,6 +35,15 @@ struct ClaimConfig {
   bool operator==(const ClaimConfig&) const = default;
 };
 
+// One entry of status.reservedFor: the pods (resource "pods", core group) that use the claim.
+struct ClaimConsumer {
+  std::string api_group;  // "" for pods
+  std::string resource;   // "pods"
+  std::string name;
+  std::string uid;
+  bool operator==(const ClaimConsumer&) const = default;
+};
+
 struct ResourceClaimView {
   std::string ns;
   std::string name;
@@ -41,9 +52,14 @@ struct ResourceClaimView {
   std::vector<AllocatedDevice> results;
   std::vector<ClaimConfig> spec_configs;
   std::vector<ClaimConfig> status_configs;
+  std::vector<ClaimConsumer> reserved_for;
 };
 
 Result<ResourceClaimView> DecodeResourceClaim(std::string_view json);
+
+// GETs and decodes ResourceClaim ns/name; errors name the claim ("not found" for a 404).
+Result<ResourceClaimView> ReadResourceClaim(kube::ApiClient& api, std::string_view ns,
+                                            std::string_view name);
 
 }  // namespace toposched::draplugin
 

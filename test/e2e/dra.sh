@@ -12,6 +12,7 @@
 #       and the pod starts
 #   (f) a device made unhealthy in the fake tree: its offers tainted (DeviceTaints, 1.37), a claim
 #       only it matches unallocated; back, the taint goes and the claim gets it
+#   (g) a device a running pod's claim holds made unhealthy: the pod gets the event and condition
 #   (b) a 3-device set on trn2.48xlarge (sizes 1, 4, 8, 16) is never allocated
 #   (d) AWS's own 1x4-connected-neurons template, as AWS publishes it: 4 devices of one row
 source "$(dirname "$0")/lib.sh"
@@ -282,6 +283,26 @@ grep -q "^allocated=neurondevice$victim " <<<"$out" || die "dev-f: not device $v
 probe=$(grep -h -m1 "devices\[\].taints" "$W"/dra-plugin-*.log | sed 's/^.*\] //' | cut -c1-160 || true)
 grep -q "keeps devices" <<<"$probe" || die "the plugin did not find that the API server keeps device taints: '$probe'"
 pass "(f) /dev/neuron$victim removed from the fake tree: tainted in ${to_taint}s (health poll 500 ms): $seen; dev-f, whose claim matches only device $victim, unscheduled ($why); back: the taint gone in ${to_clean}s, dev-f Running ($out); the plugin's probe: $probe"
+
+# (g) a device that a running pod's claim holds fails: the pod gets the Warning event
+# NeuronDeviceFailed and the condition toposched.io/NeuronDevicesHealthy=False from the plugin
+# (--on-device-failure event: it keeps running); back, the condition turns True.
+held=$(grep -m1 -oE '^neuron[0-9]+$' "$W/dev-dev-1.txt" | tr -dc 0-9)
+[ -n "$held" ] || die "dev-1's container lists no /dev/neuronN: $(cat "$W/dev-dev-1.txt")"
+healthy_is() { [ "$(pod_field dev-1 '{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].status}')" = "$1" ]; }
+told() { k -n default get events --field-selector involvedObject.name=dev-1,reason=NeuronDeviceFailed -o name | grep -q .; }
+t_fail=$(date +%s.%N)
+mv "$DRA_HOST/dev/neuron$held" "$DRA_HOST/dev/neuron$held.gone"
+wait_for 30 "the NeuronDeviceFailed event on dev-1 (its claim holds device $held)" told
+t_told=$(date +%s.%N)
+wait_for 30 "dev-1's condition NeuronDevicesHealthy=False" healthy_is False
+event=$(k -n default get events --field-selector involvedObject.name=dev-1,reason=NeuronDeviceFailed -o jsonpath='{.items[0].message}')
+grep -q "neuron$held: device-node-missing" <<<"$event" || die "dev-1's event does not say why: $event"
+to_told=$(python3 -c 'import sys; print(f"{float(sys.argv[2]) - float(sys.argv[1]):.1f}")' "$t_fail" "$t_told")
+mv "$DRA_HOST/dev/neuron$held.gone" "$DRA_HOST/dev/neuron$held"
+wait_for 30 "dev-1's condition NeuronDevicesHealthy=True once device $held is back" healthy_is True
+phase_is dev-1 Running || die "dev-1 is not Running after its device failed and came back (event mode keeps it)"
+pass "(g) /dev/neuron$held, which dev-1's claim holds, removed: dev-1 told in ${to_told}s ($(cut -c1-160 <<<"$event")); back: its condition True, dev-1 still Running"
 
 # Deleting the pods unprepares their claims: their CDI specs go.
 k -n default delete pod dev-2 cores-2 dev-1 dev-f --wait=false >/dev/null

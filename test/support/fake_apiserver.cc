@@ -747,6 +747,16 @@ void FakeApiServer::Impl::Route(const std::shared_ptr<Session>& session, const R
     }
     if (method == "PATCH") return session->Send(HandlePatch(request, path[3], path[5]));
   }
+  if (method == "PATCH" && n == 7 && path[2] == "namespaces" && path[4] == "pods" &&
+      path[6] == "status") {
+    // Recorded (RequestsMatching) and answered with the pod as stored: the fake keeps no status.
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pods_.find(path[3] + "/" + path[5]);
+    if (it == pods_.end()) {
+      return session->Send(StatusResponse(request, 404, "pods \"" + path[5] + "\" not found"));
+    }
+    return session->Send(MakeResponse(request, 200, json::serialize(it->second)));
+  }
   if (method == "POST" && n == 7 && path[2] == "namespaces" && path[4] == "pods" &&
       path[6] == "binding") {
     return session->Send(HandleBinding(request, path[3], path[5]));
