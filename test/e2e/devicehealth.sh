@@ -3,11 +3,15 @@
 # fake inf2.48xlarge tree, the extender with --on-device-failure=evict. /dev/neuronD of a pod's set
 # disappears: the plugin names it on the Node, the extender refuses every set containing it (the
 # time from the failure to the extender's refusal is measured), tells the pod (Event, condition)
-# and evicts it; a new 4-device pod gets a contiguous set without D. The device comes back: after
+# and evicts it — not while a PodDisruptionBudget forbids it, then once the budget is gone; a new
+# 4-device pod gets a contiguous set without D. The device comes back: after
 # --health-recover-s the annotation is gone and a new pod of all 12 devices fits again.
 source "$(dirname "$0")/lib.sh"
 e2e_init devicehealth
 k8s_at_least 34 || skip "run on the current Kubernetes only"
+# holder-4 runs (a pause container on host stand-ins for /dev/neuronN): the Eviction API honours a
+# PodDisruptionBudget only for a Running pod.
+e2e_pause_image
 e2e_control_plane
 # The chart grants pods/eviction only with extender.onDeviceFailure=evict; deploy/ renders the
 # default (event), so the scenario grants it as that value would.
@@ -26,16 +30,42 @@ YAML
 e2e_extender --on-device-failure evict
 e2e_scheduler
 TOPOSCHED_E2E_DP_ARGS="--health-recover-s 1" e2e_kubelet_node kn inf2.48xlarge
+e2e_import_pause_image
+e2e_host_dev_nodes "$KUBELET_DEVICES"
 
 annotation() { k get node kn -o 'jsonpath={.metadata.annotations.toposched\.io/unhealthy-devices}'; }
 now_ms() { date +%s%3N; }
 
-create_pod holder-4 aws.amazon.com/neuron 4 kubernetes.io/hostname=kn
+k apply -f - >/dev/null <<YAML || die "create pod holder-4"
+apiVersion: v1
+kind: Pod
+metadata: {name: holder-4, namespace: default, labels: {budget: holder}}
+spec:
+  schedulerName: my-scheduler
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: kn}
+  containers:
+    - name: main
+      image: $E2E_PAUSE_IMAGE
+      imagePullPolicy: Never
+      resources: {limits: {aws.amazon.com/neuron: 4}}
+YAML
 wait_bound 60 holder-4
 ids=$(pod_ids holder-4)
 dead=$(cut -d, -f3 <<<"$ids")
 [ -n "$dead" ] || die "holder-4 has no recorded ids ($ids)"
 pass "holder-4 holds devices $ids on kn; device $dead fails next"
+# A PodDisruptionBudget that allows no disruption of holder-4: the eviction must wait for it. The
+# Eviction API ignores budgets for a pod that is not Running yet, so holder-4 runs first.
+holder_ready() { [ "$(pod_field holder-4 '{.status.phase}/{.status.conditions[?(@.type=="Ready")].status}')" = Running/True ]; }
+wait_for 60 "holder-4 Running and Ready" holder_ready
+k apply -f - >/dev/null <<'YAML' || die "cannot create the PodDisruptionBudget"
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: holder-budget, namespace: default}
+spec: {minAvailable: 1, selector: {matchLabels: {budget: holder}}}
+YAML
 
 # The failure: the driver's device node disappears.
 mv "$W/host/dev/neuron$dead" "$W/host/neuron$dead.away"
@@ -57,10 +87,17 @@ echo "failure-to-refusal-ms $((t_refused - t0))" >>"$W/devicehealth-timings.txt"
 
 wait_for 30 "the NeuronDeviceFailed event on holder-4" bash -c "$KUBECTL --kubeconfig $W/admin.kubeconfig -n default get events --field-selector involvedObject.name=holder-4,reason=NeuronDeviceFailed -o name | grep -q ."
 pass "holder-4 told: $(events_of holder-4 | grep NeuronDeviceFailed | head -1 | cut -c1-200)"
+# The budget refuses the eviction (HTTP 429): holder-4 stays, False, and the extender retries.
+wait_for 30 "the extender to find holder-4's eviction blocked by its budget" grep -q "pod default/holder-4: not evicted yet (.*PodDisruptionBudget" "$EXT_LOG"
+healthy=$(pod_field holder-4 '{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].status}')
+[ "$healthy" = False ] || die "holder-4's condition NeuronDevicesHealthy is '$healthy', not False"
+blocked=$(grep -m1 "pod default/holder-4: not evicted yet" "$EXT_LOG" | sed 's/^.*\] //' | cut -c1-200)
+pass "holder-4 kept while its PodDisruptionBudget allows no disruption (condition False): $blocked"
+k -n default delete pdb holder-budget >/dev/null || die "cannot delete the PodDisruptionBudget"
 gone() { ! k -n default get pod holder-4 >/dev/null 2>&1; }
-condition=$(pod_field holder-4 '{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].status}' 2>/dev/null || true)
-wait_for 60 "holder-4 evicted" gone
-pass "holder-4 evicted through the Eviction API (condition seen before: ${condition:-gone first})"
+wait_for 60 "holder-4 evicted once its budget is gone" gone
+grep -q "pod default/holder-4: evicted off its failed Neuron device" "$EXT_LOG" || die "holder-4 went, but not by the extender's eviction"
+pass "holder-4 evicted through the Eviction API once the budget was deleted (retried every 5 s)"
 
 # A new 4-device pod: a contiguous set that does not contain the dead device.
 create_pod new-4 aws.amazon.com/neuron 4 kubernetes.io/hostname=kn
@@ -74,11 +111,14 @@ assert dead not in ids, "contains the dead device"
 assert ids == list(range(ids[0], ids[0] + 4)), "not contiguous"
 PY
 pass "new-4 got devices $new_ids: contiguous, without $dead"
-all_refused() { k -n default get events --field-selector involvedObject.name=all-12 -o 'jsonpath={.items[*].message}' | grep -q "out of service"; }
+# Refused by the extender (device out of service) or, once kubelet's node status has caught up
+# (allocatable 11: the plugin reports the device Unhealthy), by kube-scheduler itself.
+refusal='out of service|Insufficient aws.amazon.com/neuron'
+all_refused() { ! pod_bound all-12 && events_of all-12 | grep -qE "$refusal"; }
 k -n default delete pod new-4 --wait=true >/dev/null
 create_pod all-12 aws.amazon.com/neuron 12 kubernetes.io/hostname=kn
-wait_for 60 "all-12 refused naming the device out of service" all_refused
-pass "all-12 waits: $(events_of all-12 | grep -m1 'out of service' | cut -c1-200)"
+wait_for 60 "all-12 refused: device $dead out of service" all_refused
+pass "all-12 waits: $(events_of all-12 | grep -m1 -E "$refusal" | cut -c1-200)"
 
 # The device returns: out of service until it has passed its checks for --health-recover-s (1 s).
 mv "$W/host/neuron$dead.away" "$W/host/dev/neuron$dead"
