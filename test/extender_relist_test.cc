@@ -141,6 +141,46 @@ TEST_F(RelistTest, PodsListedBeforeTheirNodeAreAdoptedWhenItAppears) {
   EXPECT_TRUE(service_.tracker().Find("uid-x").has_value());
 }
 
+// A list long enough to be read on two threads (a first list of a large cluster) gives what a
+// short one gives: the earlier allocation keeps contested ids though it is in the list's second
+// half, an invalid record there is refused, a pod on an unknown node there is adopted with it.
+TEST_F(RelistTest, ALongListReadOnTwoThreadsKeepsTheListsRules) {
+  constexpr int kNodes = 1500;  // x 16 one-device pods: 24,000, past the split
+  std::vector<kube::Node> nodes;
+  std::vector<kube::Pod> pods;
+  for (int n = 0; n < kNodes; ++n) {
+    const std::string node = "trn-" + std::to_string(n);
+    nodes.push_back(TrnNode(node));
+    for (int d = 0; d < 16; ++d) {
+      const std::string name = node + "-" + std::to_string(d);
+      pods.push_back(RunningPod(name, "uid-" + name, 1, node, std::to_string(d)));
+    }
+  }
+  // trn-0's device 0 is claimed again at the list's end, by an earlier allocation.
+  pods.front().annotations[std::string(claims::kAnnotationAllocTime)] = "200";
+  kube::Pod early = RunningPod("early", "uid-early", 1, "trn-0", "0");
+  early.annotations[std::string(claims::kAnnotationAllocTime)] = "50";
+  pods.push_back(early);
+  kube::Pod wrong = RunningPod("wrong", "uid-wrong", 1, "trn-1", "0");
+  wrong.node_name = "trn-2";  // its record names trn-1
+  pods.push_back(wrong);
+  pods.push_back(RunningPod("later", "uid-later", 4, "trn-new", "0,1,2,3"));
+  service_.ReplaceNodes(nodes);
+  service_.ReplacePods(pods);
+  ASSERT_TRUE(service_.Ready());
+
+  EXPECT_TRUE(service_.tracker().Find("uid-early").has_value());
+  EXPECT_FALSE(service_.tracker().Find("uid-trn-0-0").has_value()) << "the later claim kept 0";
+  EXPECT_FALSE(service_.tracker().Find("uid-wrong").has_value());
+  EXPECT_FALSE(service_.tracker().Find("uid-later").has_value()) << "its node is not known yet";
+  EXPECT_EQ(service_.tracker().Stats().committed, kNodes * 16);
+  service_.UpsertNode(TrnNode("trn-new"));
+  EXPECT_TRUE(service_.tracker().Find("uid-later").has_value());
+  // Every device of the listed nodes is held: none is given again.
+  const json r = Filter("next", "uid-next", 1, {"trn-0", "trn-1", "trn-1499"});
+  EXPECT_TRUE(r["NodeNames"].empty()) << r.dump();
+}
+
 // The same through the watch: a bound pod's event arrives while its node is unknown.
 TEST_F(RelistTest, APodSeenByTheWatchBeforeItsNodeIsAdoptedWhenTheNodeArrives) {
   service_.ReplaceNodes({TrnNode("trn-b")});

@@ -318,6 +318,27 @@ class ExtenderService {
   // conflicting hold is gone, instead of its ids staying free.
   void AdoptContested() TS_EXCLUDES(mu_);
   bool KnowsNode(const std::string& node) const TS_EXCLUDES(mu_);
+  // What ReplacePods reads from a pod list before it touches any state.
+  struct PodListScan {
+    struct Invalid {
+      std::string uid;
+      std::string pod_key;
+      std::string message;
+    };
+    std::unordered_set<std::string> alive;                  // uids of the pods not terminated
+    std::unordered_map<std::string, PodRequests> requests;  // by uid, pods asking for ours
+    std::vector<std::pair<int64_t, tracker::RecordedPod>> recorded;  // with allocation time
+    std::unordered_map<std::string, std::pair<std::string, std::string>> annotated;
+    std::unordered_map<std::string, std::string> listed;  // uid -> key, with partitions only
+    std::unordered_map<std::string, std::unordered_map<std::string, kube::Pod>> unplaced;
+    size_t unplaced_count = 0;
+    std::vector<Invalid> invalid;  // pods whose allocation record cannot be read
+    // Adds what a scan of the pods after this one's found, keeping the list's order.
+    void Append(PodListScan&& later);
+  };
+  PodListScan ScanPods(std::span<const kube::Pod> pods) const TS_EXCLUDES(mu_);
+  // ScanPods over the whole list, a large one split between two threads.
+  PodListScan ScanPodList(const std::vector<kube::Pod>& pods) const TS_EXCLUDES(mu_);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
   // The one way out of a bind that failed after its first checks: gives back what it held (the
   // reservation, the partition) and answers kube-scheduler with the reason.
