@@ -131,9 +131,13 @@ inline constexpr std::string_view kAnnotationUnhealthyDevices = "toposched.io/un
 // Beside it, for people: each failed device, since when and why ("2: /dev/neuron2 is missing,
 // since 2026-11-29T12:00:00Z"). Quoted in the events about the pods on them, never parsed.
 inline constexpr std::string_view kAnnotationUnhealthyWhy = "toposched.io/unhealthy-devices-why";
-// The condition the extender sets on a pod holding ids on a device that failed ("False", reason
-// DeviceFailed) and sets back ("True", DevicesInService) when they return.
+// The condition the extender (device-plugin pods) and the DRA plugin (pods of claims) set on a pod
+// holding a device that failed ("False", kReasonDeviceFailed) and set back ("True",
+// kReasonDevicesInService) when it returns, beside a Warning event kEventDeviceFailed.
 inline constexpr std::string_view kConditionDevicesHealthy = "toposched.io/NeuronDevicesHealthy";
+inline constexpr std::string_view kReasonDeviceFailed = "DeviceFailed";
+inline constexpr std::string_view kReasonDevicesInService = "DevicesInService";
+inline constexpr std::string_view kEventDeviceFailed = "NeuronDeviceFailed";
 // Set by the device plugin on its node while kubelet still lists DRA claims of toposched's
 // driver prepared in the node's pool (the node ran the DRA driver before its label was removed):
 // how many DRA devices they hold. Removed once none is left. The extender offers no node that

@@ -88,14 +88,14 @@ Status FailureNotices::Tell(const PreparedClaim& claim, topology::DeviceMask fai
                : "The pod keeps its devices until it ends; delete it to place it again on "
                  "healthy ones");
     condition.status = "False";
-    condition.reason = "DeviceFailed";
+    condition.reason = std::string(claims::kReasonDeviceFailed);
   } else {
     message = fmt::format(
         "Neuron devices of node {} that this pod's ResourceClaim {} holds are "
         "back in service",
         node_name_, claim.name);
     condition.status = "True";
-    condition.reason = "DevicesInService";
+    condition.reason = std::string(claims::kReasonDevicesInService);
   }
   condition.message = message;
   Status result = OkStatus();
@@ -107,7 +107,7 @@ Status FailureNotices::Tell(const PreparedClaim& claim, topology::DeviceMask fai
     pod.uid = consumer.uid;
     if (failed != 0) {
       spdlog::warn("pod {}/{}: {}", pod.ns, pod.name, message);
-      if (Status s = kube::PostPodEvent(api_, pod, "Warning", "NeuronDeviceFailed", message,
+      if (Status s = kube::PostPodEvent(api_, pod, "Warning", claims::kEventDeviceFailed, message,
                                         "toposched-dra-plugin");
           !s.ok()) {
         result = s;

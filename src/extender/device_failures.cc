@@ -76,9 +76,10 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
               "healthy ones");
     spdlog::warn("pod {}: {}", holder.pod_name, message);
     if (!write) return false;
-    writer_.Event(ns, name, holder.uid, "Warning", "NeuronDeviceFailed", message);
+    writer_.Event(ns, name, holder.uid, "Warning", std::string(claims::kEventDeviceFailed),
+                  message);
     condition.status = "False";
-    condition.reason = "DeviceFailed";
+    condition.reason = std::string(claims::kReasonDeviceFailed);
     condition.message = message;
     if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
       spdlog::warn("pod {}: {}", holder.pod_name, s.error());
@@ -92,7 +93,7 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
   if ((touched & recovered) != 0 && (touched & view.usage.out_of_service()) == 0) {
     if (!write) return false;
     condition.status = "True";
-    condition.reason = "DevicesInService";
+    condition.reason = std::string(claims::kReasonDevicesInService);
     condition.message = fmt::format("Neuron device(s) {} of node {} are back in service",
                                     Ids(touched & recovered), node);
     if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {

@@ -114,22 +114,20 @@ void AddFailureRows(const SimResult& r, std::vector<Row>& rows) {
 // Queue mode: p95 and max wait per request class, so a starved size shows even when the mean
 // looks fine. A class whose pods all still wait under a policy shows "-" there.
 void AddClassWaitRows(const SimResult& r, std::vector<Row>& rows) {
-  std::map<std::pair<int, int>, topology::Request> classes;
+  std::map<RequestClassKey, topology::Request> classes;
   for (const PolicyResult& p : r.policies) {
-    for (const auto& c : p.wait_by_request) {
-      classes.emplace(std::make_pair(static_cast<int>(c.request.unit), c.request.count), c.request);
-    }
+    for (const auto& c : p.wait_by_request) classes.emplace(ClassKeyOf(c.request), c.request);
   }
   if (classes.empty()) return;
   rows.push_back(MakeRow(r, "p95 / max wait per request (hours)",
                          [](const PolicyResult&) { return std::string(); }));
   for (const auto& entry : classes) {
-    const std::pair<int, int> key = entry.first;  // a structured binding: clang-14 can't capture
+    const RequestClassKey key = entry.first;  // a structured binding: clang-14 can't capture
     rows.push_back(MakeRow(
         r, RequestLabel(entry.second),
         [key](const PolicyResult& p) {
           for (const auto& c : p.wait_by_request) {
-            if (static_cast<int>(c.request.unit) == key.first && c.request.count == key.second) {
+            if (ClassKeyOf(c.request) == key) {
               return GroupedFixed(c.p95_s / 3600, 2) + " / " + GroupedFixed(c.max_s / 3600, 2);
             }
           }
@@ -442,7 +440,7 @@ std::string BaselineLeads(const SimResult& r) {
         for (const auto& c : ours->wait_by_request) {
           for (const auto& bc : b.wait_by_request) {
             // Starved: past 1.5x the baseline's p95 for the same size, with 0.1 h of slack.
-            if (bc.request.unit != c.request.unit || bc.request.count != c.request.count ||
+            if (ClassKeyOf(bc.request) != ClassKeyOf(c.request) ||
                 c.p95_s <= 1.5 * bc.p95_s + 360) {
               continue;
             }

@@ -261,10 +261,10 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
     if (!waiting.empty()) {
       wait_seconds += static_cast<double>(waiting.size()) * dt;
       // One look per request class: every waiting pod of a class waits for the same reason.
-      std::map<std::pair<int, int>, bool> fragmented;
+      std::map<RequestClassKey, bool> fragmented;
       for (size_t j : waiting) {
         const Request& r = jobs[j].request;
-        const auto key = std::make_pair(static_cast<int>(r.unit), r.count);
+        const RequestClassKey key = ClassKeyOf(r);
         auto it = fragmented.find(key);
         if (it == fragmented.end()) it = fragmented.emplace(key, run.FitsIgnoringTopology(r)).first;
         if (it->second) fragmented_seconds += dt;
@@ -299,10 +299,9 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   // freed in between: placing others only takes room).
   auto retry_waiting = [&]() -> Status {
     std::vector<size_t> still;
-    std::vector<std::pair<int, int>> failed;
+    std::vector<RequestClassKey> failed;
     for (size_t j : waiting) {
-      const Request& r = jobs[j].request;
-      const auto key = std::make_pair(static_cast<int>(r.unit), r.count);
+      const RequestClassKey key = ClassKeyOf(jobs[j].request);
       if (std::find(failed.begin(), failed.end(), key) != failed.end()) {
         still.push_back(j);
         continue;
@@ -374,14 +373,13 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   std::vector<bool> still(jobs.size(), false);
   for (size_t j : waiting) still[j] = true;
   std::vector<double> waits_s;
-  std::map<std::pair<int, int>, std::vector<double>> waits_by_request;  // (unit, count)
+  std::map<RequestClassKey, std::vector<double>> waits_by_request;
   double weighted_wait_s = 0, weights = 0;
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (!ever_started[j] || still[j]) continue;
     const double wait_s = static_cast<double>(wait_ns[j]) / kNsPerSecond;
     waits_s.push_back(wait_s);
-    const Request& r = jobs[j].request;
-    waits_by_request[{static_cast<int>(r.unit), r.count}].push_back(wait_s);
+    waits_by_request[ClassKeyOf(jobs[j].request)].push_back(wait_s);
     weighted_wait_s += wait_s * held_devices[j];
     weights += held_devices[j];
     if (wait_ns[j] > 0) ++out.waited;

@@ -14,6 +14,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -23,6 +24,13 @@
 #include "topology/catalog.h"
 
 namespace toposched::sim {
+
+// A request class as a key of the simulator's and the report's maps: (unit, count), so classes
+// sort devices before cores, then by size.
+using RequestClassKey = std::pair<int, int>;
+inline RequestClassKey ClassKeyOf(const topology::Request& request) {
+  return {static_cast<int>(request.unit), request.count};
+}
 
 // `count` nodes of one instance type, named "<type>-<k>". With `heads` > 0 the type is a shared
 // pool kind (rule aligned, e.g. ipu-pod16): `count` pools "<type>-pool<k>", each reached by
@@ -144,7 +152,7 @@ struct PolicyResult {
   // Each pod's wait counted once per device it holds (a core 1/cores_per_device of its node's
   // device): an 8-device pod's wait weighs 8 times a 1-device pod's.
   double device_weighted_mean_wait_s = 0;
-  // Per request class ("8 devices"), in the order of RequestOrder: is any size starved?
+  // Per request class ("8 devices"), ordered by ClassKeyOf: is any size starved?
   struct ClassWait {
     topology::Request request;
     int pods = 0;  // that started
