@@ -472,7 +472,6 @@ void DraPlugin::HealthLoop() {
       unhealthy_ = unhealthy;
       faults_ = std::move(faults);
     }
-    TellPodsOnFailedDevices();
     const bool holders_changed = holders_.Refresh().second;
     const bool resync_tick = ++ticks % resync_every == 0;
     if (resync_tick) resync_pending_ = true;
@@ -488,6 +487,9 @@ void DraPlugin::HealthLoop() {
     } else if (holders_changed) {
       PublishNow("a change in the devices containers outside DRA hold");
     }
+    // After the publish: the taint that keeps new claims off a failed device goes out first, and
+    // a slow API server answering these reads and writes does not delay it.
+    TellPodsOnFailedDevices();
   }
 }
 
