@@ -19,6 +19,7 @@
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
+#include "support/every_verdict.h"
 
 namespace toposched::extender {
 namespace {
@@ -80,7 +81,7 @@ class GangServiceTest : public ::testing::Test {
   GangServiceTest() { Start(); }
 
   void Start() {
-    ExtenderOptions options;
+    ExtenderOptions options = testing::EveryVerdict();
     options.gang_timeout = std::chrono::seconds(60);
     options.gang_size = [this](const std::string& ns,
                                const claims::GangMembership& gang) -> Result<int> {

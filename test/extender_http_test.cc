@@ -32,6 +32,7 @@
 #include "extender_fixtures.h"
 #include "kube/decode.h"
 #include "net/http_server.h"
+#include "support/every_verdict.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/test_certs.h"
@@ -200,8 +201,9 @@ class HttpTest : public ::testing::Test {
       nodes.push_back(*node);
     }
     service_ = std::make_unique<ExtenderService>(
-        topology::Catalog::Embedded(), ExtenderOptions{}, writer != nullptr ? *writer : writer_,
-        metrics_, [] { return int64_t{0}; }, [] { return int64_t{1}; });
+        topology::Catalog::Embedded(), testing::EveryVerdict(),
+        writer != nullptr ? *writer : writer_, metrics_, [] { return int64_t{0}; },
+        [] { return int64_t{1}; });
     service_->ReplaceNodes(nodes);
     service_->ReplacePods({});
     router_ = std::make_unique<Router>(*service_, metrics_, bind_threads, bind_queue);

@@ -13,6 +13,7 @@
 #include "extender/offline.h"
 #include "extender/service.h"
 #include "pools_fixtures.h"
+#include "support/every_verdict.h"
 #include "support/legality_oracle.h"
 #include "support/wait.h"
 
@@ -94,7 +95,7 @@ class ExtenderPoolsTest : public ::testing::Test {
 
   void Start(const std::vector<kube::Pod>& pods = {},
              std::function<bool()> may_reconcile = nullptr) {
-    ExtenderOptions options;
+    ExtenderOptions options = testing::EveryVerdict();
     options.may_reconcile = std::move(may_reconcile);
     options.resources.device.push_back(ipu_resource_);
     options.pools = &pools_;

@@ -22,6 +22,7 @@
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
+#include "support/every_verdict.h"
 #include "support/pods.h"
 
 namespace toposched::extender {
@@ -62,7 +63,7 @@ class RelistTest : public ::testing::Test {
  protected:
   RelistTest()
       : service_(
-            topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
+            topology::Catalog::Embedded(), testing::EveryVerdict(), writer_, metrics_,
             [this] { return now_; }, [] { return int64_t{1743574052764891534}; }) {}
 
   json Filter(const std::string& name, const std::string& uid, int devices,

@@ -12,6 +12,7 @@
 #include "extender/service.h"
 #include "extender_fixtures.h"
 #include "kube/decode.h"
+#include "support/every_verdict.h"
 #include "support/pods.h"
 
 namespace toposched::extender {
@@ -27,7 +28,7 @@ class ServiceTest : public ::testing::Test {
  protected:
   ServiceTest()
       : service_(
-            topology::Catalog::Embedded(), ExtenderOptions{}, writer_, metrics_,
+            topology::Catalog::Embedded(), testing::EveryVerdict(), writer_, metrics_,
             [this] { return now_; }, [] { return int64_t{1743574052764891534}; }) {
     std::vector<kube::Node> nodes;
     for (auto [name, type, devices, cores] :

@@ -564,6 +564,9 @@ class Simulation {
 
   std::unique_ptr<extender::ExtenderService> MakeService(Instance& inst) {
     extender::ExtenderOptions options;
+    // Every node that fits passes and the simulated scheduler picks one at random: safety must
+    // hold whichever it picks (the policy's pick is one of them).
+    options.filter_best_only = false;
     options.reservation_timeout = std::chrono::milliseconds(30000);
     return std::make_unique<extender::ExtenderService>(
         topology::Catalog::Embedded(), options, *inst.writer, *inst.metrics,

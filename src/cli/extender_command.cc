@@ -54,6 +54,7 @@ struct ExtenderOptions {
   double reservation_timeout_s = 30;
   double gang_timeout_s = 120;
   std::string on_device_failure = "event";
+  std::string filter_answer = "best";
   double catch_up_wait_ms = 200;
   bool watch_list = true;
   size_t body_limit_mib = 256;
@@ -181,6 +182,14 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "docs/extender.md), best-fit (keep large free blocks whole, tightest node), "
                   "first-fit (lowest ids, as AWS), spread or binpack (lowest ids on the emptiest "
                   "or fullest node)")
+      ->capture_default_str();
+  cmd->add_option("--filter-answer", o->filter_answer,
+                  "What filter passes for a Neuron pod that fits: best = only the node --policy "
+                  "picks (kube-scheduler, left one feasible node, skips its own scoring and the "
+                  "prioritize call: the fastest path, and the node is always ours); feasible = "
+                  "every node that fits, ranked by prioritize beside kube-scheduler's own scores. "
+                  "A pod that fits nowhere gets every node's reason either way")
+      ->check(CLI::IsMember({"best", "feasible"}))
       ->capture_default_str();
   cmd->add_option("--reservation-timeout", o->reservation_timeout_s,
                   "Seconds a bind may hold ids before they are released if it never completes")
@@ -399,6 +408,7 @@ Result<extender::ExtenderOptions> ServiceOptionsFromFlags(const ExtenderOptions&
   options.reservation_timeout = Seconds(o.reservation_timeout_s);
   options.gang_timeout = Seconds(o.gang_timeout_s);
   options.evict_on_device_failure = o.on_device_failure == "evict";
+  options.filter_best_only = o.filter_answer == "best";
   return options;
 }
 

@@ -1,7 +1,9 @@
 // Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
 // without changing what is held (filter only remembers the pod and its demand).
+#include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -72,20 +74,67 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
     ReaderLock lock(mu_);
     for (const auto& [name, entry] : not_offered_) not_offered.emplace(name, entry.dra_held);
   }
-  tracker_.ForEachFit(resolved ? resolved->spec : requests->spec, names,
-                      [&](size_t i, tracker::FitResult&& fit) {
-                        if (auto held = not_offered.find(names[i]); held != not_offered.end()) {
-                          result.failed[names[i]] = NotOfferedReason(names[i], held->second);
-                        } else if (fit.fits) {
-                          result.passed.push_back(names[i]);
-                        } else if (fit.unresolvable) {
-                          result.failed_unresolvable[names[i]] = std::move(fit.reason);
-                        } else {
-                          result.failed[names[i]] = std::move(fit.reason);
-                        }
-                      });
+  auto record = [&](const std::string& name, tracker::FitResult&& fit) {
+    if (auto held = not_offered.find(name); held != not_offered.end()) {
+      result.failed[name] = NotOfferedReason(name, held->second);
+    } else if (fit.fits) {
+      result.passed.push_back(name);
+    } else if (fit.unresolvable) {
+      result.failed_unresolvable[name] = std::move(fit.reason);
+    } else {
+      result.failed[name] = std::move(fit.reason);
+    }
+  };
+  const tracker::PodSpec& spec = resolved ? resolved->spec : requests->spec;
+  if (options_.filter_best_only) {
+    FilterBest(spec, names, not_offered, result, record);
+  } else {
+    tracker_.ForEachFit(
+        spec, names, [&](size_t i, tracker::FitResult&& fit) { record(names[i], std::move(fit)); });
+  }
   RememberPod(std::move(requests).value());
   return EncodeFilterResult(result);
+}
+
+void ExtenderService::FilterBest(
+    const tracker::PodSpec& spec, const std::vector<std::string>& names,
+    const std::unordered_map<std::string, std::string>& not_offered, FilterResult& result,
+    const std::function<void(const std::string&, tracker::FitResult&&)>& record) const {
+  // The nodes not offered are not ranked (a copy of the names only when there are some).
+  std::vector<std::string> offered;
+  std::vector<size_t> offered_at;  // offered[j] is names[offered_at[j]]
+  std::span<const std::string> ranked = names;
+  if (!not_offered.empty()) {
+    offered.reserve(names.size());
+    offered_at.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (not_offered.contains(names[i])) continue;
+      offered.push_back(names[i]);
+      offered_at.push_back(i);
+    }
+    ranked = offered;
+  }
+  tracker::Ranking ranking = tracker_.Rank(spec, ranked);
+  if (ranking.best >= 0) {
+    // The other nodes are left out of both lists: to kube-scheduler they are simply not
+    // feasible, and their reasons would only be shown if the pod stayed Pending. The answer
+    // points into the request's names, which outlive its encoding.
+    const auto best = static_cast<size_t>(ranking.best);
+    result.passed.push_back(names[ranked.data() == names.data() ? best : offered_at[best]]);
+    return;
+  }
+  // Nothing fits: every node's reason, for the pod's events and for preemption.
+  size_t j = 0;
+  for (const auto& n : names) {
+    if (not_offered.contains(n)) {
+      record(n, {});
+      continue;
+    }
+    tracker::FitResult& fit = ranking.fits[j++];
+    // Rank refuses a node a gang holds even where its barrier names no reason.
+    if (fit.reason.empty()) fit.reason = fmt::format("node {} is held for a gang", n);
+    record(n, std::move(fit));
+  }
 }
 
 std::string ExtenderService::Prioritize(const ExtenderArgs& args) {

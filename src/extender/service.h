@@ -161,6 +161,12 @@ struct ExtenderOptions {
   // the pod) before any id is reserved or partition made. A lone extender closes it while its
   // previous process's Bindings may still land (LoneWriteFence). Null: open.
   std::function<Status()> bind_gate;
+  // What filter passes for a pod that fits somewhere (--filter-answer): with best_only, the one
+  // node the policy picks (the node prioritize scores 10), so kube-scheduler, left with a single
+  // feasible node, skips its own scoring and the prioritize call; without, every node that fits,
+  // for prioritize to rank among kube-scheduler's own scores. A pod that fits nowhere gets every
+  // node's reason either way (docs/extender.md).
+  bool filter_best_only = true;
 };
 
 // The annotation the Binding carries: the partition made for the pod (claims/keys.h).
@@ -297,6 +303,12 @@ class ExtenderService {
       TS_EXCLUDES(mu_);
   std::string FilterGangMember(const PodRequests& member, const std::vector<std::string>& names,
                                FilterResult& result);
+  // Filter with --filter-answer best: only the node the policy picks passes; when none fits,
+  // `record` is given every node's verdict (not_offered: node -> its DRA claims' count).
+  void FilterBest(
+      const tracker::PodSpec& spec, const std::vector<std::string>& names,
+      const std::unordered_map<std::string, std::string>& not_offered, FilterResult& result,
+      const std::function<void(const std::string&, tracker::FitResult&&)>& record) const;
   std::string BindGangMember(const BindingArgs& args, const PodRequests& member);
   // What a gang's bound members recorded: their ranks and the nodes of all ranks.
   tracker::GangRequest GangRequestFor(const PodRequests& member, int size) const TS_EXCLUDES(mu_);

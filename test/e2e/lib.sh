@@ -515,12 +515,21 @@ sub(r'^(\s*)nodeCacheCapable: true$', rf'\1nodeCacheCapable: {cache}')
 if qps:
     sub(r'^(\s*)qps: \d+$', rf'\1qps: {qps}')
     sub(r'^(\s*)burst: \d+$', rf'\1burst: {int(qps) * 2}')
-if verbs in ('filter+prioritize+bind', 'filter+prioritize'):
-    sub(r'^\s*preemptVerb: preempt\n', '')
-if verbs == 'filter+prioritize':
-    sub(r'^\s*bindVerb: bind\n', '')
-elif verbs == 'none':
+if verbs == 'none':
     text = text[:text.index('extenders:')]
+elif verbs != 'all':
+    # Exactly the verbs named (e.g. filter+prioritize+bind); filter is always there. The chart
+    # adds prioritizeVerb only with extender.filterAnswer=feasible.
+    want = set(verbs.split('+'))
+    if 'preempt' not in want:
+        sub(r'^\s*preemptVerb: preempt\n', '')
+    if 'bind' not in want:
+        sub(r'^\s*bindVerb: bind\n', '')
+    has_prioritize = re.search(r'^\s*prioritizeVerb: prioritize$', text, re.M) is not None
+    if 'prioritize' in want and not has_prioritize:
+        sub(r'^(\s*)filterVerb: filter$', r'\1filterVerb: filter\n\1prioritizeVerb: prioritize')
+    elif 'prioritize' not in want and has_prioritize:
+        sub(r'^\s*prioritizeVerb: prioritize\n', '')
 open(dst, 'w').write(text)
 PY
   [ $? = 0 ] || die "could not derive the scheduler configuration"

@@ -12,13 +12,16 @@ e2e_node trn1-a trn1.32xlarge
 e2e_node trn1-b trn1.32xlarge
 e2e_node inf1-a inf1.6xlarge
 e2e_node inf1-b inf1.6xlarge
-# More nodes, so that filter and prioritize see many candidates of several types.
+# More nodes, so that filter and prioritize see many candidates of several types (this scenario
+# runs the extender with --filter-answer feasible, so kube-scheduler calls prioritize).
 e2e_nodes fill- 18 inf2.48xlarge trn1.32xlarge inf2.xlarge inf2.8xlarge trn2.48xlarge inf1.24xlarge
 # Holes on inf2-b (devices 1 and 4 held), left by "a previous extender": adopted from the pods.
 prebound_pod hole-1 inf2-b inf2.24xlarge aws.amazon.com/neuron 1
 prebound_pod hole-4 inf2-b inf2.24xlarge aws.amazon.com/neuron 4
-e2e_extender
-e2e_scheduler
+# The chart's other filter answer (extender.filterAnswer=feasible): every node that fits passes
+# and prioritize ranks them (scarcity.sh runs the default, the policy's node alone).
+e2e_extender --filter-answer feasible
+e2e_scheduler true "" filter+prioritize+preempt+bind
 
 # 1. Ring (inf2.48xlarge): contiguous, non-wrapping, disjoint sets filling the node.
 create_pod ring-3 aws.amazon.com/neuron 3 kubernetes.io/hostname=inf2-a

@@ -2,8 +2,10 @@
 # Scarcity-aware placement through the real kube-scheduler 1.20.2 (docs/extender.md, "Scores"):
 # a small mixed fleet, one inf2.24xlarge ring of 6 devices and four trn1.32xlarge, receives 12
 # single-device pods one after another and then 3 two-device pods, which only a ring can ever
-# take (2 is not a trn1 size). The extender's prioritize, at the weight deploy/ gives it (100),
-# decides the node.
+# take (2 is not a trn1 size). The extender's policy decides the node: with deploy/'s
+# configuration (the default --filter-answer best) filter passes the policy's node alone, so
+# kube-scheduler never scores and never calls prioritize (checked below, with prioritizeVerb
+# configured).
 #   1. With the previous default (--policy best-fit) the single devices fill the ring, where they
 #      "fit tightest", and the pairs are stranded: the scenario shows the old scoring failing.
 #   2. With scarcity (the default) the single devices go to the trn1 nodes and every pair is
@@ -15,8 +17,8 @@ e2e_control_plane
 e2e_node ring inf2.24xlarge
 for i in 1 2 3 4; do e2e_node "trn-$i" trn1.32xlarge; done
 
-# stream TAG: 12 singles, each bound before the next is created (so each prioritize sees the
-# last bind), then 3 pairs at once.
+# stream TAG: 12 singles, each bound before the next is created (so each filter sees the last
+# bind), then 3 pairs at once.
 stream() {
   local tag="$1" i
   for i in $(seq 1 12); do
@@ -40,7 +42,9 @@ delete_all() {
 
 # 1. The old scoring strands the pairs.
 e2e_extender --policy best-fit
-e2e_scheduler
+# prioritizeVerb configured although deploy/ has none: that kube-scheduler never calls it shows
+# that filter passed one node every time (a scheduler left one feasible node skips scoring).
+e2e_scheduler true "" filter+prioritize+preempt+bind
 stream old
 for i in 1 2 3; do wait_for 60 "old-two-$i bound or refused" pod_settled "old-two-$i"; done
 old_bound=0
@@ -67,5 +71,7 @@ done
 [ "$new_ring" = 0 ] || die "scarcity put $new_ring singles on the ring"
 check_no_double_allocation >&2 || die "an id was given twice (scarcity run)"
 prio=$(curl -s "http://127.0.0.1:$EXT_PORT/metrics" | awk '/^toposched_extender_requests_total\{.*verb="prioritize"/ {s += $2} END {print s + 0}')
-[ "$prio" -gt 0 ] || die "kube-scheduler never called prioritize"
-pass "scarcity: 0 of 12 singles on the ring, 3 of 3 pairs bound on it ($(pod_ids new-two-1) | $(pod_ids new-two-2) | $(pod_ids new-two-3)); $prio prioritize calls"
+filt=$(curl -s "http://127.0.0.1:$EXT_PORT/metrics" | awk '/^toposched_extender_requests_total\{.*verb="filter"/ {s += $2} END {print s + 0}')
+[ "$filt" -gt 0 ] || die "kube-scheduler never called filter"
+[ "$prio" = 0 ] || die "kube-scheduler called prioritize $prio times: filter passed more than one node"
+pass "scarcity: 0 of 12 singles on the ring, 3 of 3 pairs bound on it ($(pod_ids new-two-1) | $(pod_ids new-two-2) | $(pod_ids new-two-3)); $filt filter calls, no prioritize (one node passed each time)"

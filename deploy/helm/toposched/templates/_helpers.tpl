@@ -159,7 +159,9 @@ http://127.0.0.1:{{ .Values.scheduler.defaultScheduler.port }}
 extenders:
   - urlPrefix: {{ include "toposched.extenderUrl" . }}
     filterVerb: filter
+    {{- if eq (toString .Values.extender.filterAnswer) "feasible" }}
     prioritizeVerb: prioritize
+    {{- end }}
     preemptVerb: preempt
     bindVerb: bind
     weight: {{ .Values.extender.weight }}
@@ -215,6 +217,9 @@ extenders:
 {{- $args = concat $args (list "--policy" (toString $e.scoringPolicy)) -}}
 {{- if ne (toString $e.onDeviceFailure) "event" -}}
 {{- $args = concat $args (list "--on-device-failure" (toString $e.onDeviceFailure)) -}}
+{{- end -}}
+{{- if ne (toString $e.filterAnswer) "best" -}}
+{{- $args = concat $args (list "--filter-answer" (toString $e.filterAnswer)) -}}
 {{- end -}}
 {{- if ne (toString $e.logLevel) "info" -}}
 {{- $args = concat $args (list "--log-level" (toString $e.logLevel)) -}}
