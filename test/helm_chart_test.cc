@@ -223,6 +223,28 @@ TEST(HelmChart, AwsSecondSchedulerCommand) {
 
 // Nobody has to know which KubeSchedulerConfiguration version their scheduler reads: the chart
 // takes it from the cluster's version (helm install: the API server's; here --kube-version).
+// extender.filterAnswer: by default filter passes the policy's node alone and the scheduler's
+// entry has no prioritizeVerb (it would never be called); feasible passes the flag and adds it.
+TEST(HelmChart, TheFilterAnswerDecidesThePrioritizeVerb) {
+  for (const bool feasible : {false, true}) {
+    SCOPED_TRACE(feasible ? "feasible" : "best");
+    const Rendered r(std::string(kSecondScheduler) +
+                     (feasible ? " --set extender.filterAnswer=feasible" : ""));
+    ASSERT_EQ(r.outcome().exit_code, 0) << r.outcome().err;
+    const YAML::Node entry = ConfigIn(r.Get("ConfigMap", "my-scheduler-config"),
+                                      "my-scheduler-config.yaml")["extenders"][0];
+    EXPECT_EQ(entry["filterVerb"].as<std::string>(), "filter");
+    EXPECT_EQ(entry["prioritizeVerb"].IsDefined(), feasible);
+    const std::vector<std::string> command =
+        Strings(Container(r.Get("Deployment", "k8s-neuron-scheduler"))["command"]);
+    EXPECT_EQ(std::find(command.begin(), command.end(), "--filter-answer") != command.end(),
+              feasible);
+  }
+  const Rendered bad(std::string(kSecondScheduler) + " --set extender.filterAnswer=all");
+  EXPECT_NE(bad.outcome().exit_code, 0);
+  EXPECT_THAT(bad.outcome().err, HasSubstr("filterAnswer"));
+}
+
 TEST(HelmChart, PicksTheSchedulerConfigVersionFromTheCluster) {
   for (const auto& [kube, want] :
        std::vector<std::pair<std::string, std::string>>{{"1.20.2", "v1beta1"},
