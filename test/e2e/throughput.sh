@@ -14,7 +14,10 @@
 # pods/s is (pods - 1) / (last bind - first bind) from the scheduler's own "Successfully bound" log
 # lines; CPU per pod is the process's user+system time over that window / pods.
 #   test/e2e/throughput.sh [--rounds N] [--nodes N] [--pods N] [--configs "a b c e"] [--out FILE]
-#                          [--profile SECONDS]
+#                          [--profile SECONDS] [--percentage P]
+# --percentage: kube-scheduler's percentageOfNodesToScore in every configuration (default: the
+# chart's 100, every feasible node; 0 is kube-scheduler's own default, 50 % less 1 % per 125
+# nodes, at least 5 %).
 # --profile: kube-scheduler's CPU profile (its /debug/pprof, on its secure port) over SECONDS from
 # the first bind, per configuration and round, summarised by `go tool pprof -top` into
 # $W/profile-<config>-<round>.txt (kept with TOPOSCHED_E2E_KEEP=1): where the scheduler's time goes.
@@ -47,12 +50,13 @@
 #       other configurations' are); toposched's default slices
 # After each DRA run every allocated set is checked with the project's rule (dra_oracle legal).
 source "$(dirname "$0")/lib.sh"
-rounds=2 nodes=500 pods=2000 out="" configs="" profile=0 dra=0
+rounds=2 nodes=500 pods=2000 out="" configs="" profile=0 dra=0 percentage=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2;; --nodes) nodes="$2"; shift 2;; --pods) pods="$2"; shift 2;;
     --out) out="$2"; shift 2;; --configs) configs="$2"; shift 2;; --profile) profile="$2"; shift 2;;
-    --dra) dra=1; shift;; *) echo "unknown flag $1" >&2; exit 2;;
+    --dra) dra=1; shift;; --percentage) percentage="$2"; shift 2;;
+    *) echo "unknown flag $1" >&2; exit 2;;
   esac
 done
 [ -n "$configs" ] || configs=$([ $dra = 1 ] && echo "a f l h m" || echo "a b c e")
@@ -130,6 +134,10 @@ run() {
     e) e2e_extender --filter-answer feasible; ext_pid=$(pid_of extender)
        e2e_scheduler_config "$W/sched-e.yaml" true 1000 filter+prioritize+bind ;;
   esac
+  if [ -n "$percentage" ]; then
+    sed -i "s/^percentageOfNodesToScore: .*/percentageOfNodesToScore: $percentage/" "$W/sched-$cfg.yaml"
+    grep -qx "percentageOfNodesToScore: $percentage" "$W/sched-$cfg.yaml" || die "($cfg) percentageOfNodesToScore not set"
+  fi
   SCHED_LOG="$W/sched-$cfg-$round.log"
   local ports; ports=$(sched_port_flags)
   [ "$profile" != 0 ] && ports="--secure-port $SCHED_HEALTH_PORT --authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*"
