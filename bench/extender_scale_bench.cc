@@ -19,6 +19,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -425,8 +426,9 @@ void BM_Scale100kDecisions(benchmark::State& state) {
     }
     std::string filtered = s.service.Filter(*filter_args);
     // The one name passed, as kube-scheduler reads it into its Binding.
-    const size_t at = filtered.find(R"("NodeNames":[")");
-    const size_t from = at == std::string::npos ? at : at + 14;
+    constexpr std::string_view kPassed = R"("NodeNames":[")";
+    const size_t at = filtered.find(kPassed);
+    const size_t from = at == std::string::npos ? at : at + kPassed.size();
     const size_t to = from == std::string::npos ? from : filtered.find('"', from);
     if (to == std::string::npos) {
       state.SkipWithError(("filter passed no node: " + filtered.substr(0, 300)).c_str());

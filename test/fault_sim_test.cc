@@ -56,6 +56,7 @@
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "kube/objects.h"
+#include "support/every_verdict.h"
 #include "support/kubelet_model.h"
 #include "support/pods.h"
 #include "topology/catalog.h"
@@ -563,10 +564,9 @@ class Simulation {
   }
 
   std::unique_ptr<extender::ExtenderService> MakeService(Instance& inst) {
-    extender::ExtenderOptions options;
     // Every node that fits passes and the simulated scheduler picks one at random: safety must
     // hold whichever it picks (the policy's pick is one of them).
-    options.filter_best_only = false;
+    extender::ExtenderOptions options = testing::EveryVerdict();
     options.reservation_timeout = std::chrono::milliseconds(30000);
     return std::make_unique<extender::ExtenderService>(
         topology::Catalog::Embedded(), options, *inst.writer, *inst.metrics,

@@ -1,5 +1,6 @@
 // Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
 // without changing what is held (filter only remembers the pod and its demand).
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -100,11 +101,16 @@ void ExtenderService::FilterBest(
     const tracker::PodSpec& spec, const std::vector<std::string>& names,
     const std::unordered_map<std::string, std::string>& not_offered, FilterResult& result,
     const std::function<void(const std::string&, tracker::FitResult&&)>& record) const {
-  // The nodes not offered are not ranked (a copy of the names only when there are some).
+  // The nodes not offered are not ranked: the names are copied only when the call holds some
+  // (not_offered covers the whole cluster, the call only kube-scheduler's candidates).
   std::vector<std::string> offered;
   std::vector<size_t> offered_at;  // offered[j] is names[offered_at[j]]
   std::span<const std::string> ranked = names;
-  if (!not_offered.empty()) {
+  const bool some_not_offered =
+      !not_offered.empty() && std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+        return not_offered.contains(n);
+      });
+  if (some_not_offered) {
     offered.reserve(names.size());
     offered_at.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
@@ -120,7 +126,7 @@ void ExtenderService::FilterBest(
     // feasible, and their reasons would only be shown if the pod stayed Pending. The answer
     // points into the request's names, which outlive its encoding.
     const auto best = static_cast<size_t>(ranking.best);
-    result.passed.push_back(names[ranked.data() == names.data() ? best : offered_at[best]]);
+    result.passed.push_back(names[some_not_offered ? offered_at[best] : best]);
     return;
   }
   // Nothing fits: every node's reason, for the pod's events and for preemption.
