@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev libboost-json1.81-dev libsimdjson-dev libcurl4-openssl-dev libssl-dev
+  libjemalloc-dev
   prometheus-cpp-dev libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang libclang-rt-14-dev clang-format clang-tidy
   unzip

@@ -38,6 +38,16 @@ TEST(ExtenderCli, AHistoryIntervalOutOfRangeIsRefused) {
   }
 }
 
+TEST(ExtenderCli, VersionNamesTheAllocatorTheBinaryRunsOn) {
+  const toposched::testing::Outcome o = toposched::testing::RunToposched("--version");
+  EXPECT_EQ(o.exit_code, 0);
+#ifdef TOPOSCHED_WITH_JEMALLOC
+  EXPECT_THAT(o.out, HasSubstr("(allocator: jemalloc 5."));
+#else
+  EXPECT_THAT(o.out, HasSubstr("(allocator: the C library's malloc)"));
+#endif
+}
+
 TEST(ExtenderCli, HelpListsTheBounds) {
   const toposched::testing::Outcome o = toposched::testing::RunToposched("extender --help");
   EXPECT_EQ(o.exit_code, 0);

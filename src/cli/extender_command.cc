@@ -23,6 +23,7 @@
 #include "claims/gang.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
+#include "cli/allocator.h"
 #include "cli/commands.h"
 #include "cli/stop_signals.h"
 #include "extender/api_writer.h"
@@ -878,12 +879,13 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
     spdlog::info("fleet page and views served on http://{}:{}/ (loopback only)", views.address,
                  views_server->port());
   }
-  spdlog::info("extender serving {} on {}:{} (policy {}, resources: devices {}, cores {})",
-               http.tls_cert_file.empty()        ? "HTTP"
-               : http.tls_client_ca_file.empty() ? "HTTPS"
-                                                 : "HTTPS with client certificates",
-               http.address, (*server)->port(), o.policy, fmt::join(o.device_resources, ","),
-               fmt::join(o.core_resources, ","));
+  spdlog::info(
+      "extender serving {} on {}:{} (policy {}, resources: devices {}, cores {}; allocator {})",
+      http.tls_cert_file.empty()        ? "HTTP"
+      : http.tls_client_ca_file.empty() ? "HTTPS"
+                                        : "HTTPS with client certificates",
+      http.address, (*server)->port(), o.policy, fmt::join(o.device_resources, ","),
+      fmt::join(o.core_resources, ","), AllocatorName());
 
   Housekeeping housekeeping(process);
   // The sample's time is the extender's wall clock (the service reads none).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/allocator.h"
 #include "cli/commands.h"
 
 namespace toposched::cli {
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
                  "Instance-type catalog (YAML) to use instead of the one built in; see "
                  "catalog/instance-types.yaml for the format")
       ->check(CLI::ExistingFile);
-  app.set_version_flag("--version", "toposched " TOPOSCHED_VERSION);
+  app.set_version_flag("--version",
+                       "toposched " TOPOSCHED_VERSION " (allocator: " + AllocatorName() + ")");
 
   auto allocate = AddAllocateCommand(app);
   auto simulate = AddSimulateCommand(app);

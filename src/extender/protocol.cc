@@ -50,7 +50,15 @@ Status IsNull(value& v, const Path& path, bool& null) {
 }
 
 Status ReadStringArray(value& v, const Path& path, std::vector<std::string>& out) {
-  return json::ForEachElementOf(v, path, [&](size_t, value& item, const Path& at) -> Status {
+  ondemand::array array;
+  bool present = false;
+  if (Status s = json::OpenArray(v, path, array, present); !s.ok() || !present) return s;
+  // Sized once (kube-scheduler sends up to thousands of names): no regrowth moves every name so
+  // far, and no large request in between makes glibc's malloc merge its small free chunks.
+  size_t count = 0;
+  if (auto error = array.count_elements().get(count)) return json::JsonErrorAt(path, error);
+  out.reserve(count);
+  return json::ForEachElement(array, path, [&](size_t, value& item, const Path& at) -> Status {
     return json::ReadString(item, at, out.emplace_back());
   });
 }

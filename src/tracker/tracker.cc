@@ -317,8 +317,21 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
   answered.reserve(nodes.size());
   double lowest = 0;
   double highest = 0;
+  // Every lookup first, in a loop of its own: they are independent, so the CPU overlaps their
+  // cache misses (on 100,000 nodes the lookups were most of the ranking's time).
+  std::vector<const NodeEntry*> entries(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) entries[i] = FindNode(nodes[i]);
+  constexpr size_t kAhead = 8;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const NodeEntry* entry = FindNode(nodes[i]);
+    if (i + kAhead < nodes.size() && entries[i + kAhead] != nullptr) {
+      // The lines the loop reads next from that node, loaded while this one is ranked.
+      const NodeEntry* next = entries[i + kAhead];
+      __builtin_prefetch(&next->shared);
+      __builtin_prefetch(&next->own.shape);
+      __builtin_prefetch(&next->own.usage);
+      __builtin_prefetch(&next->gang);
+    }
+    const NodeEntry* entry = entries[i];
     if (entry == nullptr) {
       out.fits.push_back(UnknownNodeFit(nodes[i]));
       continue;
