@@ -61,6 +61,28 @@ class ServiceTest : public ::testing::Test {
   ExtenderService service_;
 };
 
+// NodeNames is read into a vector sized from the array's count, at most 100,000 up front.
+TEST(ExtenderArgsDecode, ANameListLongerThanTheReservationDecodesWhole) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 120'000; ++i)
+    names.push_back("ip-10-0-" + std::to_string(i) + ".ec2.internal");
+  const auto padded =
+      Padded(testing::NamesArgs(testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1), names));
+  const auto args = DecodeExtenderArgs(padded);
+  ASSERT_TRUE(args.ok()) << args.error();
+  EXPECT_EQ(args->CandidateNames(), names);
+}
+
+TEST(ExtenderArgsDecode, ANameThatIsNotAStringIsRefusedWithItsPlace) {
+  const std::string pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 1);
+  const auto numbers = Padded(R"({"Pod":)" + pod + R"(,"NodeNames":["a",7,8,9]})");
+  const auto args = DecodeExtenderArgs(numbers);
+  ASSERT_FALSE(args.ok());
+  EXPECT_THAT(args.error(), ::testing::HasSubstr("NodeNames[1]"));
+  const auto cut = Padded(R"({"Pod":)" + pod + R"(,"NodeNames":["a","b",})");
+  EXPECT_FALSE(DecodeExtenderArgs(cut).ok());
+}
+
 TEST_F(ServiceTest, FilterKeepsNodesWithALegalSetAndExplainsTheRest) {
   const auto pod = testing::PodJson("p", "uid-p", "aws.amazon.com/neuron", 4);
   const json r = Filter(pod, {"trn-a", "inf-a", "odd", "ghost"});

@@ -1,5 +1,6 @@
 #include "extender/protocol.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
@@ -54,10 +55,13 @@ Status ReadStringArray(value& v, const Path& path, std::vector<std::string>& out
   bool present = false;
   if (Status s = json::OpenArray(v, path, array, present); !s.ok() || !present) return s;
   // Sized once (kube-scheduler sends up to thousands of names): no regrowth moves every name so
-  // far, and no large request in between makes glibc's malloc merge its small free chunks.
+  // far, and no large request in between makes glibc's malloc merge its small free chunks. At
+  // most a 100,000-node cluster's worth up front: a hostile array of numbers must not make a
+  // body of bytes reserve a string per element before its first element is refused.
+  constexpr size_t kReservedAtMost = 100'000;
   size_t count = 0;
   if (auto error = array.count_elements().get(count)) return json::JsonErrorAt(path, error);
-  out.reserve(count);
+  out.reserve(std::min(count, kReservedAtMost));
   return json::ForEachElement(array, path, [&](size_t, value& item, const Path& at) -> Status {
     return json::ReadString(item, at, out.emplace_back());
   });
