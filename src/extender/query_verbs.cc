@@ -1,6 +1,5 @@
 // Filter, prioritize and preempt: questions kube-scheduler asks, answered from the tracker
 // without changing what is held (filter only remembers the pod and its demand).
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -68,12 +67,17 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
       return FilterGangMember(*resolved, names, result);
     }
   }
-  // Nodes not offered (read before the tracker's lock): the DRA claims' count, or empty when the
-  // DRA driver manages the node.
+  // The call's nodes not offered (read before the tracker's lock): the DRA claims' count, or
+  // empty when the DRA driver manages the node. Only the call's names, not the cluster's.
   std::unordered_map<std::string, std::string> not_offered;
   {
     ReaderLock lock(mu_);
-    for (const auto& [name, entry] : not_offered_) not_offered.emplace(name, entry.dra_held);
+    if (!not_offered_.empty()) {
+      for (const auto& name : names) {
+        auto it = not_offered_.find(name);
+        if (it != not_offered_.end()) not_offered.emplace(name, it->second.dra_held);
+      }
+    }
   }
   auto record = [&](const std::string& name, tracker::FitResult&& fit) {
     if (auto held = not_offered.find(name); held != not_offered.end()) {
@@ -101,15 +105,11 @@ void ExtenderService::FilterBest(
     const tracker::PodSpec& spec, const std::vector<std::string>& names,
     const std::unordered_map<std::string, std::string>& not_offered, FilterResult& result,
     const std::function<void(const std::string&, tracker::FitResult&&)>& record) const {
-  // The nodes not offered are not ranked: the names are copied only when the call holds some
-  // (not_offered covers the whole cluster, the call only kube-scheduler's candidates).
+  // The call's nodes not offered are not ranked (the names are copied only when there are some).
   std::vector<std::string> offered;
   std::vector<size_t> offered_at;  // offered[j] is names[offered_at[j]]
   std::span<const std::string> ranked = names;
-  const bool some_not_offered =
-      !not_offered.empty() && std::any_of(names.begin(), names.end(), [&](const std::string& n) {
-        return not_offered.contains(n);
-      });
+  const bool some_not_offered = !not_offered.empty();
   if (some_not_offered) {
     offered.reserve(names.size());
     offered_at.reserve(names.size());
