@@ -5,6 +5,7 @@
 // books) adopted over the bind-time record.
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -361,19 +362,20 @@ class DeviceFailureWriter final : public ClusterWriter {
 
 class DeviceFailureTest : public ::testing::Test {
  protected:
-  DeviceFailureTest()
+  explicit DeviceFailureTest(bool evict = true)
       : service_(
-            topology::Catalog::Embedded(), Options(), writer_, metrics_,
+            topology::Catalog::Embedded(), Options(evict), writer_, metrics_,
             [this] { return steady_ns_; }, [] { return int64_t{1743574052764891534}; }) {}
 
-  ExtenderOptions Options() {
+  ExtenderOptions Options(bool evict) {
     ExtenderOptions options;
-    options.evict_on_device_failure = true;
+    options.evict_on_device_failure = evict;
     options.may_reconcile = [this] { return leader_; };
     return options;
   }
-  static kube::Node Inf2(int version, std::optional<std::string> unhealthy) {
-    auto node = kube::DecodeNode(testing::EksNodeJson("inf2-a", "inf2.48xlarge", 12, 24));
+  static kube::Node Inf2(int version, std::optional<std::string> unhealthy,
+                         const std::string& name = "inf2-a") {
+    auto node = kube::DecodeNode(testing::EksNodeJson(name, "inf2.48xlarge", 12, 24));
     EXPECT_TRUE(node.ok()) << node.error();
     node->resource_version = std::to_string(version);
     if (unhealthy) {
@@ -383,12 +385,13 @@ class DeviceFailureTest : public ::testing::Test {
     }
     return *node;
   }
-  static kube::Pod DevicePod(const std::string& name, const std::string& ids) {
-    kube::Pod pod =
-        testing::MakePod(name, {{"main", "aws.amazon.com/neurondevice", 4}}, {}, "inf2-a");
+  static kube::Pod DevicePod(const std::string& name, const std::string& ids,
+                             const std::string& node = "inf2-a") {
+    kube::Pod pod = testing::MakePod(name, {{"main", "aws.amazon.com/neurondevice", 4}}, {}, node);
     pod.phase = "Running";
     pod.annotations["toposched.io/allocation"] =
-        R"({"node":"inf2-a","instanceType":"inf2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neurondevice","ids":[)" +
+        R"({"node":")" + node +
+        R"(","instanceType":"inf2.48xlarge","containers":[{"name":"main","resource":"aws.amazon.com/neurondevice","ids":[)" +
         ids + "]}]}";
     pod.annotations["NEURON_ALLOC_TIME"] = "100";
     return pod;
@@ -543,6 +546,82 @@ TEST_F(DeviceFailureTest, ANewLeaderTellsThePodsAStandbyAdoptedQuietly) {
   EXPECT_THAT(writer_.evictions, ElementsAre("on-2"));
   service_.ExpireReservations();
   EXPECT_EQ(writer_.events.size(), 1u) << "once per leadership";
+}
+
+// A bound member of the two-pod gang "train" (ranks on inf2-a and inf2-b).
+kube::Pod GangMember(kube::Pod pod, int rank) {
+  pod.annotations["toposched.io/gang"] = "train";
+  pod.annotations["toposched.io/gang-size"] = "2";
+  pod.annotations["toposched.io/gang-record"] = fmt::format(
+      R"({{"gang":"default/gang:train","size":2,"groupNodes":1,"rank":{},"nodes":["inf2-a","inf2-b"]}})",
+      rank);
+  return pod;
+}
+
+// Issue 32: a gang's member on a failed device breaks the whole gang (its collective needs every
+// rank): the other bound members are told once (event and condition) and, with evict, evicted too,
+// so the job's controller places the gang again whole; a pod outside the gang is not told. When
+// the device returns, the others' condition is set back and their evictions dropped.
+TEST_F(DeviceFailureTest, AGangMemberOnAFailedDeviceBreaksTheWholeGang) {
+  service_.ReplaceNodes({Inf2(1, std::nullopt), Inf2(1, std::nullopt, "inf2-b")});
+  service_.ReplacePods({GangMember(DevicePod("rank-0", "0,1,2,3"), 0),
+                        GangMember(DevicePod("rank-1", "0,1,2,3", "inf2-b"), 1),
+                        DevicePod("single", "8,9,10,11", "inf2-b")});
+  ASSERT_TRUE(service_.tracker().Find("rank-1-uid").has_value());
+  writer_.budget_blocks = 2;  // both first evictions are refused, as a budget would
+  service_.UpsertNode(Inf2(2, "2"));
+  ASSERT_EQ(writer_.events.size(), 2u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("rank-0 NeuronDeviceFailed: Neuron "
+                                                      "device(s) 2 of node inf2-a"));
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("so is every other member of its gang"));
+  EXPECT_THAT(writer_.events[1],
+              ::testing::HasSubstr("rank-1 NeuronGangMemberDeviceFailed: Member default/rank-0 "
+                                   "of gang default/gang:train holds Neuron device(s) 2 of node "
+                                   "inf2-a"));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("rank-0 toposched.io/NeuronDevicesHealthy=False DeviceFailed",
+                          "rank-1 toposched.io/NeuronDevicesHealthy=False GangMemberDeviceFailed"));
+  EXPECT_THAT(writer_.evictions, ::testing::UnorderedElementsAre("rank-0", "rank-1"));
+  // Seen again (a node update with the same failure, a relist): nobody is told twice.
+  service_.UpsertNode(Inf2(3, "2"));
+  service_.ReplacePods({GangMember(DevicePod("rank-0", "0,1,2,3"), 0),
+                        GangMember(DevicePod("rank-1", "0,1,2,3", "inf2-b"), 1),
+                        DevicePod("single", "8,9,10,11", "inf2-b")});
+  EXPECT_EQ(writer_.events.size(), 2u);
+  // Back before the budget allowed either eviction: both conditions are set back, neither is
+  // evicted at the next retry.
+  service_.UpsertNode(Inf2(4, std::nullopt));
+  EXPECT_THAT(writer_.conditions,
+              ElementsAre("rank-0 toposched.io/NeuronDevicesHealthy=False DeviceFailed",
+                          "rank-1 toposched.io/NeuronDevicesHealthy=False GangMemberDeviceFailed",
+                          "rank-0 toposched.io/NeuronDevicesHealthy=True DevicesInService",
+                          "rank-1 toposched.io/NeuronDevicesHealthy=True DevicesInService"));
+  steady_ns_ += 60'000'000'000;
+  service_.ExpireReservations();
+  EXPECT_EQ(writer_.evictions.size(), 2u);
+  // It fails again after the member that held it left: the gang has no member on it, nobody is
+  // told.
+  service_.DeletePod(GangMember(DevicePod("rank-0", "0,1,2,3"), 0));
+  service_.UpsertNode(Inf2(5, "2"));
+  EXPECT_EQ(writer_.events.size(), 2u);
+}
+
+// Under `event` (the default) the gang's other members are told and keep their devices.
+class DeviceFailureEventTest : public DeviceFailureTest {
+ protected:
+  DeviceFailureEventTest() : DeviceFailureTest(/*evict=*/false) {}
+};
+
+TEST_F(DeviceFailureEventTest, TheGangsOtherMembersAreToldNotEvicted) {
+  service_.ReplaceNodes({Inf2(1, std::nullopt), Inf2(1, std::nullopt, "inf2-b")});
+  service_.ReplacePods({GangMember(DevicePod("rank-0", "0,1,2,3"), 0),
+                        GangMember(DevicePod("rank-1", "0,1,2,3", "inf2-b"), 1)});
+  service_.UpsertNode(Inf2(2, "2"));
+  ASSERT_EQ(writer_.events.size(), 2u);
+  EXPECT_THAT(writer_.events[0], ::testing::HasSubstr("its gang's other members are told"));
+  EXPECT_THAT(writer_.events[1], ::testing::HasSubstr("Its members keep their devices"));
+  EXPECT_TRUE(writer_.evictions.empty());
+  EXPECT_TRUE(service_.tracker().Find("rank-1-uid").has_value());
 }
 
 }  // namespace

@@ -138,6 +138,10 @@ inline constexpr std::string_view kConditionDevicesHealthy = "toposched.io/Neuro
 inline constexpr std::string_view kReasonDeviceFailed = "DeviceFailed";
 inline constexpr std::string_view kReasonDevicesInService = "DevicesInService";
 inline constexpr std::string_view kEventDeviceFailed = "NeuronDeviceFailed";
+// The same condition and a Warning event on the other members of a gang one of whose members
+// holds a failed device: the gang's collective needs every rank (docs/extender.md).
+inline constexpr std::string_view kReasonGangMemberDeviceFailed = "GangMemberDeviceFailed";
+inline constexpr std::string_view kEventGangMemberDeviceFailed = "NeuronGangMemberDeviceFailed";
 // Set by the device plugin on its node while kubelet still lists DRA claims of toposched's
 // driver prepared in the node's pool (the node ran the DRA driver before its label was removed):
 // how many DRA devices they hold. Removed once none is left. The extender offers no node that

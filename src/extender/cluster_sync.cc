@@ -346,6 +346,12 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
     for (auto it = gang_sizes_.begin(); it != gang_sizes_.end();) {
       it = gang_members_.contains(it->first) ? std::next(it) : gang_sizes_.erase(it);
     }
+    for (auto it = gang_failures_.begin(); it != gang_failures_.end();) {
+      for (auto member = it->second.begin(); member != it->second.end();) {
+        member = pods_.contains(*member) ? std::next(member) : it->second.erase(member);
+      }
+      it = it->second.empty() ? gang_failures_.erase(it) : std::next(it);
+    }
   }
   tracker::RebuildScope scope;
   scope.keep_reservations = true;

@@ -5,6 +5,8 @@
 #include <iterator>
 #include <span>
 #include <string>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -67,13 +69,20 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
   kube::PodCondition condition;
   condition.type = std::string(claims::kConditionDevicesHealthy);
   if ((touched & failed) != 0) {
-    const std::string message = fmt::format(
-        "Neuron device(s) {} of node {}, which this pod holds, are out of service ({}). {}",
-        Ids(touched & failed), node, why.empty() ? "reported by the node's device plugin" : why,
-        options_.evict_on_device_failure
-            ? "The pod is being evicted (PodDisruptionBudgets are honoured)"
-            : "The pod keeps its devices until it ends; delete it to place it again on "
-              "healthy ones");
+    const std::string what =
+        fmt::format("Neuron device(s) {} of node {} ({})", Ids(touched & failed), node,
+                    why.empty() ? "reported by the node's device plugin" : why);
+    const bool in_gang = !BoundGangOf(holder.uid).empty();
+    std::string next = options_.evict_on_device_failure
+                           ? "The pod is being evicted (PodDisruptionBudgets are honoured)"
+                           : "The pod keeps its devices until it ends; delete it to place it "
+                             "again on healthy ones";
+    if (in_gang) {
+      next += options_.evict_on_device_failure ? "; so is every other member of its gang"
+                                               : "; its gang's other members are told";
+    }
+    const std::string message =
+        fmt::format("{}, which this pod holds, are out of service. {}", what, next);
     spdlog::warn("pod {}: {}", holder.pod_name, message);
     if (!write) return false;
     writer_.Event(ns, name, holder.uid, "Warning", std::string(claims::kEventDeviceFailed),
@@ -88,6 +97,7 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
       MutexLock lock(mu_);
       evictions_[holder.uid] = PendingEviction{holder.pod_name, 0};
     }
+    if (in_gang) TellGangOfFailedMember(holder.uid, holder.pod_name, what);
     return true;
   }
   if ((touched & recovered) != 0 && (touched & view.usage.out_of_service()) == 0) {
@@ -99,12 +109,118 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
     if (Status s = writer_.SetCondition(ns, name, holder.uid, condition); !s.ok()) {
       spdlog::warn("pod {}: {}", holder.pod_name, s.error());
     }
-    MutexLock lock(mu_);
-    if (evictions_.erase(holder.uid) != 0) {
-      spdlog::info("pod {}: its devices are back in service; not evicting it", holder.pod_name);
+    {
+      MutexLock lock(mu_);
+      if (evictions_.erase(holder.uid) != 0) {
+        spdlog::info("pod {}: its devices are back in service; not evicting it", holder.pod_name);
+      }
     }
+    TellGangOfRecoveredMember(holder.uid);
   }
   return false;
+}
+
+std::string ExtenderService::BoundGangOf(const std::string& uid) const {
+  ReaderLock lock(mu_);
+  auto it = pods_.find(uid);
+  return it != pods_.end() && it->second.gang_record ? it->second.gang_record->gang : std::string();
+}
+
+std::vector<std::pair<std::string, std::string>> ExtenderService::OtherBoundMembersLocked(
+    const std::string& gang, const std::string& uid) const {
+  std::vector<std::pair<std::string, std::string>> others;  // uid, namespace/name
+  auto members = gang_members_.find(gang);
+  if (members == gang_members_.end()) return others;
+  for (const std::string& member : members->second) {
+    if (member == uid) continue;
+    auto pod = pods_.find(member);
+    // A member not bound yet holds nothing and runs nothing: the gang's next placement seats it.
+    if (pod == pods_.end() || pod->second.node_name.empty() || !pod->second.gang_record ||
+        pod->second.gang_record->gang != gang) {
+      continue;
+    }
+    others.emplace_back(member, pod->second.ns + "/" + pod->second.name);
+  }
+  std::sort(others.begin(), others.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  return others;
+}
+
+void ExtenderService::TellGangOfFailedMember(const std::string& uid, const std::string& pod_name,
+                                             const std::string& what) {
+  std::string gang;
+  std::vector<std::pair<std::string, std::string>> others;
+  {
+    MutexLock lock(mu_);
+    auto pod = pods_.find(uid);
+    if (pod == pods_.end() || !pod->second.gang_record) return;
+    gang = pod->second.gang_record->gang;
+    std::unordered_set<std::string>& failing = gang_failures_[gang];
+    const bool first = failing.empty();
+    failing.insert(uid);
+    if (!first) return;  // the others heard of the gang's first failed member
+    others = OtherBoundMembersLocked(gang, uid);
+    if (options_.evict_on_device_failure) {
+      for (const auto& [member, name] : others) evictions_[member] = PendingEviction{name, 0};
+    }
+  }
+  const std::string message = fmt::format(
+      "Member {} of gang {} holds {}, which are out of service; the gang's collective needs "
+      "every member. {}",
+      pod_name, gang, what,
+      options_.evict_on_device_failure
+          ? "Every member of the gang is being evicted, so that its controller places the gang "
+            "again whole on healthy devices (PodDisruptionBudgets are honoured)"
+          : "Its members keep their devices; restart the gang (delete its pods) to place it "
+            "again whole on healthy ones");
+  spdlog::warn("gang {}: {} other bound member(s) told: {}", gang, others.size(), message);
+  kube::PodCondition condition;
+  condition.type = std::string(claims::kConditionDevicesHealthy);
+  condition.status = "False";
+  condition.reason = std::string(claims::kReasonGangMemberDeviceFailed);
+  condition.message = message;
+  for (const auto& [member, name] : others) {
+    const auto slash = name.find('/');
+    const std::string ns = name.substr(0, slash);
+    const std::string pod = name.substr(slash + 1);
+    writer_.Event(ns, pod, member, "Warning", std::string(claims::kEventGangMemberDeviceFailed),
+                  message);
+    if (Status s = writer_.SetCondition(ns, pod, member, condition); !s.ok()) {
+      spdlog::warn("pod {}: {}", name, s.error());
+    }
+  }
+}
+
+void ExtenderService::TellGangOfRecoveredMember(const std::string& uid) {
+  std::string gang;
+  std::vector<std::pair<std::string, std::string>> others;
+  {
+    MutexLock lock(mu_);
+    auto pod = pods_.find(uid);
+    if (pod == pods_.end() || !pod->second.gang_record) return;
+    gang = pod->second.gang_record->gang;
+    auto failing = gang_failures_.find(gang);
+    if (failing == gang_failures_.end() || failing->second.erase(uid) == 0) return;
+    if (!failing->second.empty()) return;  // another member is still on a failed device
+    gang_failures_.erase(failing);
+    others = OtherBoundMembersLocked(gang, uid);
+    for (const auto& entry : others) evictions_.erase(entry.first);
+  }
+  kube::PodCondition condition;
+  condition.type = std::string(claims::kConditionDevicesHealthy);
+  condition.status = "True";
+  condition.reason = std::string(claims::kReasonDevicesInService);
+  condition.message =
+      fmt::format("No member of gang {} holds a failed Neuron device any more", gang);
+  spdlog::info("gang {}: no member holds a failed device any more; not evicting the others", gang);
+  for (const auto& [member, name] : others) {
+    const auto slash = name.find('/');
+    if (Status s =
+            writer_.SetCondition(name.substr(0, slash), name.substr(slash + 1), member, condition);
+        !s.ok()) {
+      spdlog::warn("pod {}: {}", name, s.error());
+    }
+  }
 }
 
 ExtenderService::FirstHolds ExtenderService::FirstHoldsOnFailedDevices(
@@ -167,7 +283,8 @@ Status ExtenderService::AdoptHold(const tracker::RecordedPod& pod) {
 void ExtenderService::TellAllOnFailedDevices() {
   std::vector<std::tuple<std::string, topology::DeviceMask, std::string>> failed;
   {
-    ReaderLock lock(mu_);
+    MutexLock lock(mu_);
+    gang_failures_.clear();  // every gang is told afresh too
     for (const auto& [name, facts] : nodes_) {
       if (facts.out_of_service != 0) {
         failed.emplace_back(name, facts.out_of_service, facts.out_of_service_why);

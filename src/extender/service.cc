@@ -89,6 +89,15 @@ void ExtenderService::ForgetPod(const std::string& uid) {
     evictions_.erase(uid);
     auto it = pods_.find(uid);
     if (it == pods_.end()) return;
+    // Its gang's other members keep what they were told: under evict they are still to go, and
+    // otherwise the gang stays broken until its controller restarts it.
+    if (it->second.gang_record) {
+      auto failing = gang_failures_.find(it->second.gang_record->gang);
+      if (failing != gang_failures_.end() && failing->second.erase(uid) != 0 &&
+          failing->second.empty()) {
+        gang_failures_.erase(failing);
+      }
+    }
     if (it->second.gang) {
       auto members = gang_members_.find(it->second.gang->id);
       if (members != gang_members_.end()) {

@@ -390,6 +390,21 @@ class ExtenderService {
   // (TellHolder), once. Holds parked for a node the tracker does not know yet are told with the
   // node instead (TellPodsOnChangedDevices, when the node takes them back).
   void TellFirstHolds(const FirstHolds& first) TS_EXCLUDES(mu_);
+  // A gang member on a failed device breaks its whole gang: the first such member of a gang
+  // (uid) makes every other bound member hear of it (an Event kEventGangMemberDeviceFailed, the
+  // condition False with kReasonGangMemberDeviceFailed, and with evict_on_device_failure an
+  // eviction, so that the job's controller places the gang again whole). `what` says which
+  // devices failed and why. Only when the pod was bound into a gang; the leader's writes only.
+  void TellGangOfFailedMember(const std::string& uid, const std::string& pod_name,
+                              const std::string& what) TS_EXCLUDES(mu_);
+  // The member's devices are back: once no member of its gang is on a failed device, the others'
+  // condition is True again and their pending evictions are dropped.
+  void TellGangOfRecoveredMember(const std::string& uid) TS_EXCLUDES(mu_);
+  // The gang id a pod was bound into (its gang record), or empty.
+  std::string BoundGangOf(const std::string& uid) const TS_EXCLUDES(mu_);
+  // The gang's bound members but `uid`: (uid, namespace/name), by name.
+  std::vector<std::pair<std::string, std::string>> OtherBoundMembersLocked(
+      const std::string& gang, const std::string& uid) const TS_REQUIRES_SHARED(mu_);
   // Tracker::Adopt, then TellFirstHolds for a hold the tracker did not have: the one way the
   // extender adopts a recorded hold (Rebuild reads FirstHoldsOnFailedDevices itself).
   Status AdoptHold(const tracker::RecordedPod& pod) TS_EXCLUDES(mu_);
@@ -451,6 +466,10 @@ class ExtenderService {
     int64_t next_ns = 0;
   };
   std::unordered_map<std::string, PendingEviction> evictions_ TS_GUARDED_BY(mu_);
+  // Gang id -> its bound members whose devices are out of service, while any is: the gang's
+  // other members were told once (TellGangOfFailedMember).
+  std::unordered_map<std::string, std::unordered_set<std::string>> gang_failures_
+      TS_GUARDED_BY(mu_);
   // Live bound pods naming a partition (uid -> (namespace/name, partition)), for reconciliation.
   std::unordered_map<std::string, std::pair<std::string, std::string>> annotated_
       TS_GUARDED_BY(mu_);
