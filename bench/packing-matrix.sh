@@ -10,6 +10,7 @@
 # SEEDS (1 2 3), SIZES (1 10: the mode's default fleet and one ten times larger), JOBS (2).
 # RAW=FILE keeps the runs' JSON in FILE and prints from it when it exists.
 # FAILURES=RATE:HOURS[:evict] runs every row with devices failing and adds their cost per policy.
+# HOLD_BACK=HOURS: queued rows with ours letting smaller waiting pods go first (--hold-back-hours).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec python3 bench/packing_matrix.py "$@"

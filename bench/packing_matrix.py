@@ -29,6 +29,9 @@ RAW = os.environ.get("RAW", "")
 # --device-repair-hours HOURS, --on-device-failure evict or event) and adds what failures cost
 # each policy against its own run without them.
 FAILURES = os.environ.get("FAILURES", "")
+# HOLD_BACK=HOURS runs the queued rows with ours letting smaller waiting pods go first
+# (simulate --hold-back-hours: an experiment the extender does not run yet).
+HOLD_BACK = os.environ.get("HOLD_BACK", "")
 
 OURS = "scarcity"
 BASELINES = ["fgd", "fgd-scarcity-sets", "first-fit", "spread", "binpack"]
@@ -65,6 +68,8 @@ def run(mode, source, order, seed, size):
         rate, hours, *policy = FAILURES.split(":")
         cmd += ["--device-failure-rate", rate, "--device-repair-hours", hours,
                 "--on-device-failure", policy[0] if policy else "event"]
+    if HOLD_BACK and mode == "queue":
+        cmd += ["--hold-back-hours", HOLD_BACK]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     policies = {p["name"]: p for p in json.loads(out)["policies"]}
     return {"mode": mode, "source": source, "order": order, "seed": seed, "size": size,

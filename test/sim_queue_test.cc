@@ -2,6 +2,7 @@
 // them Pending, are tried again when a pod leaves, run their whole lifetime from when they start,
 // and a waiting big pod never blocks a smaller one behind it.
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -9,12 +10,14 @@
 #include "sim/simulator.h"
 #include "sim/trace.h"
 #include "topology/catalog.h"
+#include "topology/queue.h"
 
 namespace toposched::sim {
 namespace {
 
 SimResult RunQueue(std::string_view csv, std::string_view fleet_spec,
-                   topology::Policy policy = topology::Policy::kFirstFit) {
+                   topology::Policy policy = topology::Policy::kFirstFit,
+                   int64_t hold_back_age_ns = 0) {
   auto trace = ParseTrace(csv, "test");
   EXPECT_TRUE(trace.ok());
   auto fleet = ParseFleet(fleet_spec, topology::Catalog::Embedded());
@@ -23,6 +26,7 @@ SimResult RunQueue(std::string_view csv, std::string_view fleet_spec,
   options.mode = Mode::kQueue;
   options.fleet = fleet.value();
   options.policies = {policy};
+  options.hold_back_age_ns = hold_back_age_ns;
   auto result = Simulate(topology::Catalog::Embedded(), trace.value(), options);
   EXPECT_TRUE(result.ok()) << (result.ok() ? "" : result.error());
   return result.ok() ? result.value() : SimResult{};
@@ -51,6 +55,34 @@ TEST(SimQueueTest, AWaitingBigPodDoesNotBlockASmallerOne) {
   EXPECT_NEAR(p.makespan_s, 252.0, 1e-9);
   // 8 x 100 + 4 x 200 + 16 x 50 device-seconds.
   EXPECT_NEAR(p.device_hours, (800.0 + 800.0 + 800.0) / 3600.0, 1e-9);
+}
+
+// One trn1.32xlarge. A holds all 16 devices until 100 s; B (16 devices) and then C and D (4 each)
+// wait for it. In queue order B starts first and C and D wait for B too; ours lets the smaller
+// two go first (the same devices start two pods), and B starts when they leave.
+constexpr std::string_view kSmallerFirst =
+    "name,num_gpu,gpu_milli,creation_time,deletion_time\n"
+    "A,16,1000,0,100\n"
+    "B,16,1000,1,51\n"
+    "C,4,1000,2,52\n"
+    "D,4,1000,3,53\n";
+
+TEST(SimQueueTest, OursLetsSmallerWaitingPodsGoFirst) {
+  const PolicyResult fifo = RunQueue(kSmallerFirst, "trn1.32xlarge=1").policies.front();
+  // B waits 99 s, C and D until B leaves at 150.
+  EXPECT_NEAR(fifo.mean_wait_s, (0 + 99 + 148 + 147) / 4.0, 1e-9);
+  // Off by default: ours starts B first, as the extender would.
+  EXPECT_NEAR(RunQueue(kSmallerFirst, "trn1.32xlarge=1", topology::Policy::kScarcity)
+                  .policies.front()
+                  .mean_wait_s,
+              fifo.mean_wait_s, 1e-9);
+  const PolicyResult ours = RunQueue(kSmallerFirst, "trn1.32xlarge=1", topology::Policy::kScarcity,
+                                     topology::kHoldBackAgeNs)
+                                .policies.front();
+  EXPECT_EQ(ours.placed, 4);
+  // C and D start at 100 and leave at 150; B starts then.
+  EXPECT_NEAR(ours.mean_wait_s, (0 + 149 + 98 + 97) / 4.0, 1e-9);
+  EXPECT_NEAR(ours.makespan_s, fifo.makespan_s, 1e-9);
 }
 
 TEST(SimQueueTest, FairnessCountsABigPodsWaitPerDeviceAndPerRequestClass) {
@@ -171,6 +203,31 @@ TEST(SimReportLeads, ExplainsABaselineAheadOrCallsItALoss) {
 
   SimResult even = TwoPolicies(Mode::kQueue);
   EXPECT_EQ(FormatTable(even, "t").find("Where a baseline is ahead"), std::string::npos);
+}
+
+// topology::HoldsBack, the rule itself.
+TEST(HoldsBackTest, ABigPodWaitsOnlyWhileSmallerOnesNeedItsRoomAndItIsYoung) {
+  using topology::Request;
+  using topology::Unit;
+  using topology::WaitingClass;
+  const Request big{Unit::kDevice, 16};
+  const std::vector<WaitingClass> two_small = {{{Unit::kDevice, 4}, 2, true}, {big, 1, true}};
+  // 16 free: starting the big pod leaves nothing for the 8 devices the small ones need.
+  const int64_t age = topology::kHoldBackAgeNs;
+  EXPECT_TRUE(topology::HoldsBack(big, 0, two_small, 16, age));
+  // 24 free: both fit, both go.
+  EXPECT_FALSE(topology::HoldsBack(big, 0, two_small, 24, age));
+  // Smaller pods that fit nowhere now take nothing from it.
+  const std::vector<WaitingClass> stuck = {{{Unit::kDevice, 4}, 2, false}};
+  EXPECT_FALSE(topology::HoldsBack(big, 0, stuck, 16, age));
+  // Past the age it goes in queue order.
+  EXPECT_FALSE(topology::HoldsBack(big, age, two_small, 16, age));
+  // A pod never holds back for its own class or bigger ones.
+  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 4}, 0, two_small, 4, age));
+  // Cores count as half a device.
+  const std::vector<WaitingClass> cores = {{{Unit::kCore, 2}, 3, true}};
+  EXPECT_TRUE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 4, age));
+  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 5, age));
 }
 
 }  // namespace

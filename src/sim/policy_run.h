@@ -204,6 +204,18 @@ class PolicyRun {
     return false;
   }
 
+  // Whether the pod would find a node now; nothing is counted or taken.
+  bool FitsNow(const tracker::PodSpec& pod) const { return tracker_.Rank(pod, names_).best >= 0; }
+  // Whether some node's type could ever grant the request.
+  bool EverLegal(const Request& request) const {
+    return std::any_of(nodes_.begin(), nodes_.end(), [&](const NodeView& node) {
+      return topology::CanEverGrant(node.shape, request);
+    });
+  }
+  // An arrival held back without being tried still counts into the expected demand, once.
+  void ObserveOnly(const tracker::PodSpec& pod) { tracker_.ObserveDemand(pod); }
+
+  double free_devices() const { return total_devices_ - allocated_devices(); }
   // Device-equivalents: a core counts as 1/cores_per_device of its device.
   double allocated_devices() const {
     return static_cast<double>(allocated_units_) / static_cast<double>(units_per_device_);

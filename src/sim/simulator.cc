@@ -14,6 +14,7 @@
 #include "base/text.h"
 #include "sim/policy_run.h"
 #include "topology/pools.h"
+#include "topology/queue.h"
 #include "tracker/tracker.h"
 
 namespace toposched::sim {
@@ -294,15 +295,61 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       out.timeline.push_back({x, share, out.rejected, static_cast<int>(waiting.size())});
     }
   };
+  // With Options::hold_back_age_ns, ours lets smaller pods go first (topology::HoldsBack): the
+  // pods waiting now per class, each class's fit known until the next placement takes room (-1:
+  // to ask again).
+  const bool queue_aware = policy == Policy::kScarcity && options.hold_back_age_ns > 0;
+  std::vector<RequestClassKey> class_keys;
+  std::vector<topology::WaitingClass> classes;
+  std::vector<const tracker::PodSpec*> class_pod;  // one pod of each class, to ask whether it fits
+  std::vector<int> class_fits;
+  auto count_waiting = [&]() {
+    class_keys.clear();
+    classes.clear();
+    class_pod.clear();
+    class_fits.clear();
+    for (size_t j : waiting) {
+      const RequestClassKey key = ClassKeyOf(jobs[j].request);
+      const auto it = std::find(class_keys.begin(), class_keys.end(), key);
+      if (it != class_keys.end()) {
+        ++classes[static_cast<size_t>(it - class_keys.begin())].pods;
+        continue;
+      }
+      class_keys.push_back(key);
+      classes.push_back({jobs[j].request, 1, false});
+      class_pod.push_back(&jobs[j].pod);
+      class_fits.push_back(-1);
+    }
+  };
+  auto class_of = [&](const RequestClassKey& key) {
+    return static_cast<size_t>(std::find(class_keys.begin(), class_keys.end(), key) -
+                               class_keys.begin());
+  };
+  auto holds_back = [&](size_t j) {
+    if (!queue_aware) return false;
+    const Request& request = jobs[j].request;
+    const double size = topology::QueueSize(request);
+    // Only the smaller classes matter; their fit is asked once per change.
+    for (size_t c = 0; c < classes.size(); ++c) {
+      if (class_fits[c] < 0 && topology::QueueSize(classes[c].request) < size) {
+        class_fits[c] = run.FitsNow(*class_pod[c]) ? 1 : 0;
+      }
+      classes[c].fits = class_fits[c] > 0;
+    }
+    return topology::HoldsBack(request, wait_ns[j] + (now - queued_ns[j]), classes,
+                               run.free_devices(), options.hold_back_age_ns);
+  };
+
   // After a departure: every waiting pod is tried once, in queue order. Within one pass, a
   // request that did not fit is not tried again for later pods of the same class (nothing was
   // freed in between: placing others only takes room).
   auto retry_waiting = [&]() -> Status {
     std::vector<size_t> still;
     std::vector<RequestClassKey> failed;
+    if (queue_aware) count_waiting();
     for (size_t j : waiting) {
       const RequestClassKey key = ClassKeyOf(jobs[j].request);
-      if (std::find(failed.begin(), failed.end(), key) != failed.end()) {
+      if (std::find(failed.begin(), failed.end(), key) != failed.end() || holds_back(j)) {
         still.push_back(j);
         continue;
       }
@@ -310,8 +357,13 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       if (outcome) {
         failed.push_back(key);
         still.push_back(j);
+        if (queue_aware) class_fits[class_of(key)] = 0;
       } else {
         started(j);
+        if (queue_aware) {
+          --classes[class_of(key)].pods;
+          std::fill(class_fits.begin(), class_fits.end(), -1);
+        }
       }
     }
     waiting = std::move(still);
@@ -356,7 +408,15 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
     } else {
       const size_t j = arrivals[next++];
       advance(jobs[j].creation_ns);
-      TOPOSCHED_ASSIGN_OR_RETURN(auto outcome, run.Place(j, jobs[j], now));
+      std::optional<RejectReason> outcome;
+      if (queue_aware) count_waiting();
+      // A request no node could ever grant is refused as before, never held back.
+      if (holds_back(j) && run.EverLegal(jobs[j].request)) {
+        run.ObserveOnly(jobs[j].pod);
+        outcome = RejectReason::kNoRoom;
+      } else {
+        TOPOSCHED_ASSIGN_OR_RETURN(outcome, run.Place(j, jobs[j], now));
+      }
       if (!outcome) {
         started(j);
       } else if (*outcome == RejectReason::kNeverLegal) {
