@@ -94,7 +94,7 @@ struct Cluster {
         next += count;
       }
     }
-    service.ReplacePods(pods);
+    service.ReplacePods(std::move(pods));
   }
   void AddCorePods(int cores_per_pod) {
     std::vector<kube::Pod> pods;
@@ -107,7 +107,7 @@ struct Cluster {
         pods.push_back(RecordedPod(uid++, n, "trn2.48xlarge", "aws.amazon.com/neuroncore", ids));
       }
     }
-    service.ReplacePods(pods);
+    service.ReplacePods(std::move(pods));
   }
 
   OfflineClusterWriter writer;

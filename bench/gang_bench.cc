@@ -83,7 +83,7 @@ struct Fleet {
       for (auto& [k, v] : claims::AllocationAnnotations(record, 1)) pod.annotations[k] = v;
       pods.push_back(std::move(pod));
     }
-    service.ReplacePods(pods);
+    service.ReplacePods(std::move(pods));
   }
 
   OfflineClusterWriter writer;

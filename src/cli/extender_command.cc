@@ -655,7 +655,7 @@ Status ExtenderProcess::FeedService() {
   pod_informer = std::make_unique<kube::Informer<kube::Pod>>(
       *client, "/api/v1/pods",
       kube::InformerHandlers<kube::Pod>{
-          [&svc](const std::vector<kube::Pod>& all) { svc.ReplacePods(all); },
+          [&svc](std::vector<kube::Pod>&& all) { svc.ReplacePods(std::move(all)); },
           [&svc](const kube::Pod& p) { svc.UpsertPod(p); },
           [&svc](const kube::Pod& p) { svc.DeletePod(p); },
           // A relist merges: holds taken after this point are newer than the list.

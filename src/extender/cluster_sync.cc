@@ -244,39 +244,44 @@ Result<tracker::RecordedPod> ExtenderService::RecordedFromPod(const kube::Pod& p
   return recorded;
 }
 
-ExtenderService::PodListScan ExtenderService::ScanPods(std::span<const kube::Pod> pods) const {
+ExtenderService::PodListScan ExtenderService::ScanPods(std::span<kube::Pod> pods) const {
   PodListScan scan;
   scan.alive.reserve(pods.size());
   scan.requests.reserve(pods.size());
   scan.recorded.reserve(pods.size());
-  for (const auto& pod : pods) {
-    if (pod.Terminated()) continue;
-    scan.alive.insert(pod.uid);
-    if (partitions_) scan.listed.emplace(pod.uid, pod.Key());
-    auto requests = RequestsOf(pod, options_.resources);
-    if (!requests.ok() || !requests->spec.AsksForAnything()) continue;
-    scan.requests[pod.uid] = std::move(requests).value();
-    if (pod.node_name.empty()) continue;
-    if (!KnowsNode(pod.node_name)) {
-      // Adopted when its node is learned; until then the node is unknown to filter and bind.
-      if (claims::HasAllocation(pod)) {
-        scan.unplaced[pod.node_name][pod.uid] = pod;
-        ++scan.unplaced_count;
-      }
-      continue;
-    }
-    auto rec = RecordedFromPod(pod);
-    if (!rec.ok()) {
-      if (claims::HasAllocation(pod)) scan.invalid.push_back({pod.uid, pod.Key(), rec.error()});
-      continue;
-    }
-    const int64_t at = AllocTimeOf(pod);
-    if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
-      scan.annotated[pod.uid] = {pod.Key(), p->second};
-    }
-    scan.recorded.emplace_back(at, std::move(rec).value());
+  for (kube::Pod& pod : pods) {
+    ScanPod(pod, scan);
+    pod = kube::Pod{};  // read: what the scan needs of it is copied; its memory serves the scan
   }
   return scan;
+}
+
+void ExtenderService::ScanPod(const kube::Pod& pod, PodListScan& scan) const {
+  if (pod.Terminated()) return;
+  scan.alive.insert(pod.uid);
+  if (partitions_) scan.listed.emplace(pod.uid, pod.Key());
+  auto requests = RequestsOf(pod, options_.resources);
+  if (!requests.ok() || !requests->spec.AsksForAnything()) return;
+  scan.requests[pod.uid] = std::move(requests).value();
+  if (pod.node_name.empty()) return;
+  if (!KnowsNode(pod.node_name)) {
+    // Adopted when its node is learned; until then the node is unknown to filter and bind.
+    if (claims::HasAllocation(pod)) {
+      scan.unplaced[pod.node_name][pod.uid] = pod;
+      ++scan.unplaced_count;
+    }
+    return;
+  }
+  auto rec = RecordedFromPod(pod);
+  if (!rec.ok()) {
+    if (claims::HasAllocation(pod)) scan.invalid.push_back({pod.uid, pod.Key(), rec.error()});
+    return;
+  }
+  const int64_t at = AllocTimeOf(pod);
+  if (auto p = pod.annotations.find(kAnnotationPartition); p != pod.annotations.end()) {
+    scan.annotated[pod.uid] = {pod.Key(), p->second};
+  }
+  scan.recorded.emplace_back(at, std::move(rec).value());
 }
 
 void ExtenderService::PodListScan::Append(PodListScan&& later) {
@@ -293,12 +298,11 @@ void ExtenderService::PodListScan::Append(PodListScan&& later) {
                  std::make_move_iterator(later.invalid.end()));
 }
 
-ExtenderService::PodListScan ExtenderService::ScanPodList(
-    const std::vector<kube::Pod>& pods) const {
+ExtenderService::PodListScan ExtenderService::ScanPodList(std::vector<kube::Pod>& pods) const {
   // A first list of a large cluster (1,000,000 pods) is read on two threads, each pod on its own;
   // a small one (every relist of a test, a quiet cluster) is not worth a thread.
   constexpr size_t kSplitAt = 20000;
-  const std::span<const kube::Pod> all(pods);
+  const std::span<kube::Pod> all(pods);
   if (pods.size() < kSplitAt) return ScanPods(all);
   const size_t half = pods.size() / 2;
   PodListScan later;
@@ -310,12 +314,14 @@ ExtenderService::PodListScan ExtenderService::ScanPodList(
   return scan;
 }
 
-void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
+void ExtenderService::ReplacePods(std::vector<kube::Pod> pods) {
   // Holds taken after the list was requested are newer than it (without BeginPodList: after
   // now, i.e. none).
   const uint64_t listed_at =
       pod_list_marked_.exchange(false) ? pod_list_mark_.load() : tracker_.Generation();
+  const size_t listed = pods.size();
   PodListScan scan = ScanPodList(pods);
+  std::vector<kube::Pod>().swap(pods);  // every pod was freed as it was read; now the array
   for (const auto& problem : scan.invalid) {
     ReportProblem(problem.uid, problem.pod_key, "AllocationRecordInvalid", problem.message);
   }
@@ -371,7 +377,7 @@ void ExtenderService::ReplacePods(const std::vector<kube::Pod>& pods) {
   spdlog::info(
       "rebuilt from {} pods: {} allocations restored, {} reservations kept, {} newer holds kept, "
       "{} holds of pods gone dropped, {} pods waiting for their node, {} problems",
-      pods.size(), report.applied, report.reservations_kept, report.newer_kept, report.dropped,
+      listed, report.applied, report.reservations_kept, report.newer_kept, report.dropped,
       unplaced_count, report.problems.size() + invalid);
   // A node learned while the list was being read missed these pods: adopt them now.
   for (const auto& node : unplaced_nodes) {

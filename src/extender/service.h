@@ -208,8 +208,10 @@ class ExtenderService {
   void BeginPodList();
   // A full pod list: merges the pods' recorded allocations into the tracker (a relist removes
   // only the holds it proves gone: tracker::RebuildScope). Bound pods whose node is not known
-  // yet are kept and adopted when it is (LearnNode).
-  void ReplacePods(const std::vector<kube::Pod>& pods);
+  // yet are kept and adopted when it is (LearnNode). Takes the list and frees each pod once read:
+  // at 1,000,000 pods the list, the state held and the state being built would otherwise be in
+  // memory at once.
+  void ReplacePods(std::vector<kube::Pod> pods);
   void UpsertPod(const kube::Pod& pod);
   void DeletePod(const kube::Pod& pod);
 
@@ -348,9 +350,11 @@ class ExtenderService {
     // Adds what a scan of the pods after this one's found, keeping the list's order.
     void Append(PodListScan&& later);
   };
-  PodListScan ScanPods(std::span<const kube::Pod> pods) const TS_EXCLUDES(mu_);
+  // Reads the pods into a scan, freeing each one once read (its place is left empty).
+  PodListScan ScanPods(std::span<kube::Pod> pods) const TS_EXCLUDES(mu_);
+  void ScanPod(const kube::Pod& pod, PodListScan& scan) const TS_EXCLUDES(mu_);
   // ScanPods over the whole list, a large one split between two threads.
-  PodListScan ScanPodList(const std::vector<kube::Pod>& pods) const TS_EXCLUDES(mu_);
+  PodListScan ScanPodList(std::vector<kube::Pod>& pods) const TS_EXCLUDES(mu_);
   Result<tracker::RecordedPod> RecordedFromPod(const kube::Pod& pod) const TS_EXCLUDES(mu_);
   // The one way out of a bind that failed after its first checks: gives back what it held (the
   // reservation, the partition) and answers kube-scheduler with the reason.

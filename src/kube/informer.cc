@@ -436,12 +436,11 @@ Result<std::string> Informer<T>::ListAll(const std::string& seen) {
     continue_token = std::move(page->continue_token);
   }
   if (stop_.load()) return Error{"stopped"};
-  return DeliverList(all, std::move(resource_version), seen);
+  return DeliverList(std::move(all), std::move(resource_version), seen);
 }
 
 template <typename T>
-Result<std::string> Informer<T>::DeliverList(const std::vector<T>& all,
-                                             std::string resource_version,
+Result<std::string> Informer<T>::DeliverList(std::vector<T>&& all, std::string resource_version,
                                              const std::string& seen) {
   // A quorum list is never older than what the watch delivered; one that is comes from a lagging
   // cache or proxy, and would take back objects changed since (a pod bound meanwhile: its hold
@@ -455,7 +454,7 @@ Result<std::string> Informer<T>::DeliverList(const std::vector<T>& all,
         resource_version, seen)};
   }
   stale_lists_in_a_row_ = 0;
-  if (handlers_.on_replace) handlers_.on_replace(all);
+  if (handlers_.on_replace) handlers_.on_replace(std::move(all));
   Delivered(resource_version);
   lists_.fetch_add(1);
   if (!synced_.load()) {
@@ -554,7 +553,8 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
           all.reserve(initial.size());
           for (auto& [key, object] : initial) all.push_back(std::move(object));
           initial.clear();
-          Result<std::string> delivered = DeliverList(all, event->resource_version, seen);
+          Result<std::string> delivered =
+              DeliverList(std::move(all), event->resource_version, seen);
           if (!delivered.ok()) {
             spdlog::warn("informer {}: watch list not delivered: {}", kind, delivered.error());
             stale = true;

@@ -50,9 +50,12 @@ struct InformerOptions {
 
 template <typename T>
 struct InformerHandlers {
-  std::function<void(const std::vector<T>& all)> on_replace;  // after every (re)list
-  std::function<void(const T& object)> on_upsert;             // ADDED, MODIFIED
-  std::function<void(const T& object)> on_delete;             // DELETED
+  // After every (re)list. The list is the handler's: it may move the objects out (the extender
+  // frees each pod once read, so a large list and the state built from it are not in memory
+  // at once).
+  std::function<void(std::vector<T>&& all)> on_replace;
+  std::function<void(const T& object)> on_upsert;  // ADDED, MODIFIED
+  std::function<void(const T& object)> on_delete;  // DELETED
   // Just before each list's first page is requested: what the consumer learns after this point
   // is newer than the list (the extender's relist merge, tracker::RebuildScope).
   std::function<void()> on_list_start{};
@@ -137,7 +140,7 @@ class Informer {
                      uint64_t requested = 0);
   // Hands a complete list (a LIST's pages or a watch list's initial events) to on_replace, unless
   // it is older than `seen` (then an error). Marks the informer synced.
-  Result<std::string> DeliverList(const std::vector<T>& all, std::string resource_version,
+  Result<std::string> DeliverList(std::vector<T>&& all, std::string resource_version,
                                   const std::string& seen);
   std::string Selectors() const;
   // Sleeps unless Stop() is called first.
