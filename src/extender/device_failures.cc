@@ -122,6 +122,10 @@ bool ExtenderService::TellHolder(const tracker::NodeView& view, const tracker::H
 
 std::string ExtenderService::BoundGangOf(const std::string& uid) const {
   ReaderLock lock(mu_);
+  return BoundGangOfLocked(uid);
+}
+
+std::string ExtenderService::BoundGangOfLocked(const std::string& uid) const {
   auto it = pods_.find(uid);
   return it != pods_.end() && it->second.gang_record ? it->second.gang_record->gang : std::string();
 }
@@ -152,9 +156,8 @@ void ExtenderService::TellGangOfFailedMember(const std::string& uid, const std::
   std::vector<std::pair<std::string, std::string>> others;
   {
     MutexLock lock(mu_);
-    auto pod = pods_.find(uid);
-    if (pod == pods_.end() || !pod->second.gang_record) return;
-    gang = pod->second.gang_record->gang;
+    gang = BoundGangOfLocked(uid);
+    if (gang.empty()) return;
     std::unordered_set<std::string>& failing = gang_failures_[gang];
     const bool first = failing.empty();
     failing.insert(uid);
@@ -196,9 +199,8 @@ void ExtenderService::TellGangOfRecoveredMember(const std::string& uid) {
   std::vector<std::pair<std::string, std::string>> others;
   {
     MutexLock lock(mu_);
-    auto pod = pods_.find(uid);
-    if (pod == pods_.end() || !pod->second.gang_record) return;
-    gang = pod->second.gang_record->gang;
+    gang = BoundGangOfLocked(uid);
+    if (gang.empty()) return;
     auto failing = gang_failures_.find(gang);
     if (failing == gang_failures_.end() || failing->second.erase(uid) == 0) return;
     if (!failing->second.empty()) return;  // another member is still on a failed device

@@ -406,6 +406,7 @@ class ExtenderService {
   void TellGangOfRecoveredMember(const std::string& uid) TS_EXCLUDES(mu_);
   // The gang id a pod was bound into (its gang record), or empty.
   std::string BoundGangOf(const std::string& uid) const TS_EXCLUDES(mu_);
+  std::string BoundGangOfLocked(const std::string& uid) const TS_REQUIRES_SHARED(mu_);
   // The gang's bound members but `uid`: (uid, namespace/name), by name.
   std::vector<std::pair<std::string, std::string>> OtherBoundMembersLocked(
       const std::string& gang, const std::string& uid) const TS_REQUIRES_SHARED(mu_);

@@ -553,6 +553,7 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
           all.reserve(initial.size());
           for (auto& [key, object] : initial) all.push_back(std::move(object));
           initial.clear();
+          const size_t count = all.size();  // the list is the handler's once delivered
           Result<std::string> delivered =
               DeliverList(std::move(all), event->resource_version, seen);
           if (!delivered.ok()) {
@@ -568,7 +569,7 @@ typename Informer<T>::WatchEnd Informer<T>::WatchFrom(std::string& resource_vers
           backoff_ = std::chrono::milliseconds(0);
           spdlog::log(watch_lists_.load() == 1 ? spdlog::level::info : spdlog::level::debug,
                       "informer {}: {} objects from a watch list at resourceVersion {}", kind,
-                      all.size(), resource_version);
+                      count, resource_version);
           return true;
         }
         case WatchEventType::kError:
