@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/build_paths.h"
 #include "topology/allocator.h"
 
 namespace toposched::topology {
@@ -323,7 +324,7 @@ void ExpectSameType(const InstanceType& a, const InstanceType& b) {
 }
 
 TEST(Catalog, FileOnDiskParsesAndEqualsTheEmbeddedCatalog) {
-  const std::string path = std::string(TOPOSCHED_SOURCE_DIR) + "/catalog/instance-types.yaml";
+  const std::string path = toposched::testing::SourcePath("catalog/instance-types.yaml");
   std::ifstream in(path);
   ASSERT_TRUE(in) << "cannot read " << path;
   std::stringstream text;

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <yaml-cpp/yaml.h>
 
+#include "support/build_paths.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 
@@ -27,7 +28,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const char kChart[] = TOPOSCHED_SOURCE_DIR "/deploy/helm/toposched";
+const std::string kChart = toposched::testing::SourcePath("deploy/helm/toposched");
 
 // $HELM, else where scripts/install-tools.sh puts it, else the PATH.
 std::string Helm() {

@@ -22,6 +22,7 @@
 #include "kubectl/render.h"
 #include "kubectl/sources.h"
 #include "kubectl/views.h"
+#include "support/build_paths.h"
 #include "support/fake_apiserver.h"
 #include "support/pods.h"
 #include "support/run_command.h"
@@ -37,7 +38,7 @@ using ::testing::Not;
 constexpr const char* kInf1Node = "ip-10-0-1-23.us-west-2.compute.internal";
 
 std::string GoldenPath(const std::string& name) {
-  return std::string(TOPOSCHED_SOURCE_DIR) + "/test/support/testdata/kubectl_neuron/" + name;
+  return toposched::testing::SourcePath("test/support/testdata/kubectl_neuron/" + name);
 }
 
 // Compares with the golden file, or rewrites it under TOPOSCHED_UPDATE_GOLDEN=1.
@@ -336,7 +337,7 @@ TEST_F(KubectlNeuronTest, SaysWhichApiServerItCannotReach) {
 
 TEST_F(KubectlNeuronTest, RunsAsAKubectlPluginThroughASymlink) {
   const std::string link = dir_ / "kubectl-neuron";
-  std::filesystem::create_symlink(TOPOSCHED_BINARY, link);
+  std::filesystem::create_symlink(toposched::testing::ToposchedBinary(), link);
   PluginOptions all = Options("pods");
   all.all_namespaces = true;
   const std::string expected = Run(all);
@@ -375,7 +376,7 @@ TEST_F(KubectlNeuronTest, RunsAsAKubectlPluginThroughASymlink) {
 // The fuzz target's seeds (fuzz/corpus/kubectl_views_fuzz) are what they say: every field of
 // both views read and drawn, and a hold index out of range refused.
 TEST(KubectlNeuronViewsTest, ReadsTheFuzzSeedsAndDrawsThem) {
-  const std::string dir = std::string(TOPOSCHED_SOURCE_DIR) + "/fuzz/corpus/kubectl_views_fuzz/";
+  const std::string dir = toposched::testing::SourcePath("fuzz/corpus/kubectl_views_fuzz/");
   auto fleet = ParseFleetView(testing::ReadWholeFile(dir + "fleet"));
   ASSERT_TRUE(fleet.ok()) << fleet.error();
   ASSERT_EQ(fleet->nodes.size(), 2u);

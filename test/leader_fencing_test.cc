@@ -34,6 +34,7 @@
 #include "kube/informer.h"
 #include "kube/leader_election.h"
 #include "net/http_client.h"
+#include "support/build_paths.h"
 #include "support/fake_apiserver.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
@@ -303,7 +304,8 @@ TEST(LeaderFencing, FlagsThatLeaveNoMarginOrNoWriteBudgetAreRefused) {
 class ExtenderProcess {
  public:
   ExtenderProcess(const std::string& args, std::string log) : log_(std::move(log)) {
-    const std::string command = std::string("exec '") + TOPOSCHED_BINARY + "' extender " + args;
+    const std::string command =
+        "exec '" + toposched::testing::ToposchedBinary() + "' extender " + args;
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

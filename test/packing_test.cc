@@ -15,6 +15,7 @@
 #include "sim/simulator.h"
 #include "sim/synthetic.h"
 #include "sim/trace.h"
+#include "support/build_paths.h"
 #include "topology/catalog.h"
 
 namespace toposched::sim {
@@ -31,7 +32,8 @@ constexpr std::string_view kOrders[] = {
 };
 
 Trace LoadTrace(std::string_view file) {
-  const std::string path = fmt::format("{}/data/alibaba-gpu-v2023/{}", TOPOSCHED_SOURCE_DIR, file);
+  const std::string path =
+      toposched::testing::SourcePath("data/alibaba-gpu-v2023/" + std::string(file));
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();

@@ -11,13 +11,14 @@
 #include "sim/dra.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "support/build_paths.h"
 #include "topology/catalog.h"
 
 namespace toposched::sim {
 namespace {
 
 Trace LoadDefaultTrace() {
-  const std::string path = fmt::format("{}/{}", TOPOSCHED_SOURCE_DIR, kDefaultTraceRelativePath);
+  const std::string path = toposched::testing::SourcePath(kDefaultTraceRelativePath);
   std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();

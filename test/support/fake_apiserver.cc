@@ -32,6 +32,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "support/build_paths.h"
 #include "support/test_certs.h"
 
 namespace toposched::testing {
@@ -1646,7 +1647,7 @@ std::string FakeApiServer::WriteKubeconfig(const std::string& path,
 }
 
 std::string ReadSourceFile(const std::string& relative_path) {
-  const std::string path = std::string(TOPOSCHED_SOURCE_DIR) + "/" + relative_path;
+  const std::string path = SourcePath(relative_path);
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     std::fprintf(stderr, "cannot read %s\n", path.c_str());

@@ -11,6 +11,8 @@
 
 #include <sys/wait.h>
 
+#include "support/build_paths.h"
+
 namespace toposched::testing {
 
 std::string ReadWholeFile(const std::string& path) {
@@ -38,7 +40,7 @@ Outcome RunCommand(const std::string& command) {
 }
 
 Outcome RunToposched(const std::string& args) {
-  return RunCommand(std::string("'") + TOPOSCHED_BINARY + "' " + args);
+  return RunCommand("'" + ToposchedBinary() + "' " + args);
 }
 
 }  // namespace toposched::testing
