@@ -74,7 +74,7 @@ BENCHMARK_CAPTURE(BM_PreferenceTopology, trn2_lnc1_cores_16, "trn2.48xlarge", Un
 // refuses ids another pod holds or reserves, so they cannot all record 4-7). Allocate of 4-7 finds
 // job-0 and then, once it is served in memory, answers by the re-Allocate path: the same ids, and
 // every call reads every pod's record.
-class StaticPods : public deviceplugin::PodSource {
+class StaticPods : public nodeagent::PodSource {
  public:
   explicit StaticPods(int pods) {
     for (int i = 0; i < pods; ++i) {
@@ -115,7 +115,7 @@ struct Server {
         source(pods),
         health(16),
         allocations(source, shape,
-                    {"n", deviceplugin::CoreNumbering::kContainer,
+                    {"n", nodeagent::CoreNumbering::kContainer,
                      deviceplugin::DefaultResources("aws.amazon.com/neuron", "")}) {
     char pattern[] = "/tmp/tsdpb.XXXXXX";
     dir = ::mkdtemp(pattern);
@@ -123,7 +123,7 @@ struct Server {
     endpoint = std::make_unique<deviceplugin::PluginEndpoint>(
         allocations.options().resources[0], dir, "bench.sock",
         deviceplugin::EndpointContext{&shape, &health, &allocations,
-                                      deviceplugin::CoreNumbering::kContainer});
+                                      nodeagent::CoreNumbering::kContainer});
     (void)endpoint->Start();
     stub = v1beta1::DevicePlugin::NewStub(
         grpc::CreateChannel("unix://" + dir + "/bench.sock", grpc::InsecureChannelCredentials()));
@@ -184,7 +184,7 @@ struct SocketServer {
   std::unique_ptr<deviceplugin::PluginEndpoint> endpoint;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
 };
-Result<SocketServer> ServeOnSocket(const deviceplugin::ResourceSpec& resource,
+Result<SocketServer> ServeOnSocket(const nodeagent::ResourceSpec& resource,
                                    deviceplugin::AllocationService& allocations,
                                    const NodeShape& shape, deviceplugin::HealthBoard& health,
                                    const std::string& dir, const std::string& socket) {
@@ -192,7 +192,7 @@ Result<SocketServer> ServeOnSocket(const deviceplugin::ResourceSpec& resource,
   out.endpoint = std::make_unique<deviceplugin::PluginEndpoint>(
       resource, dir, socket,
       deviceplugin::EndpointContext{&shape, &health, &allocations,
-                                    deviceplugin::CoreNumbering::kContainer});
+                                    nodeagent::CoreNumbering::kContainer});
   if (auto started = out.endpoint->Start(); !started.ok()) return Error{started.error()};
   out.stub = v1beta1::DevicePlugin::NewStub(
       grpc::CreateChannel("unix://" + dir + "/" + socket, grpc::InsecureChannelCredentials()));
@@ -238,7 +238,7 @@ void BM_AllocateThroughApi100Pods(benchmark::State& state) {
     api.UpsertPod(ApiPodJson("served-" + std::to_string(d), std::to_string(d), 1, true, d));
   }
   api.UpsertPod(ApiPodJson("served-3", "3", 1, true, 3));
-  std::unique_ptr<deviceplugin::PodSource> owned;
+  std::unique_ptr<nodeagent::PodSource> owned;
   deviceplugin::WatchedPodSource* watched = nullptr;
   if (state.range(0) == 0) {
     owned = std::make_unique<deviceplugin::ApiPodSource>(**client, "n");
@@ -248,13 +248,13 @@ void BM_AllocateThroughApi100Pods(benchmark::State& state) {
     watched = w.get();
     owned = std::move(w);
   }
-  deviceplugin::PodSource& source = *owned;
+  nodeagent::PodSource& source = *owned;
   const NodeShape shape = ShapeOf("trn1.32xlarge");
   deviceplugin::HealthBoard health(16);
   for (int d = 0; d < 16; ++d) health.Set(d, true);
   deviceplugin::AllocationService allocations(
       source, shape,
-      {"n", deviceplugin::CoreNumbering::kContainer,
+      {"n", nodeagent::CoreNumbering::kContainer,
        deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore")});
   auto served =
       ServeOnSocket(allocations.options().resources[0], allocations, shape, health, dir, "a.sock");
@@ -333,7 +333,7 @@ void BM_PreferredAllocation128Cores(benchmark::State& state) {
   for (int d = 0; d < shape.devices; ++d) health.Set(d, true);
   deviceplugin::AllocationService allocations(
       source, shape,
-      {"n", deviceplugin::CoreNumbering::kContainer,
+      {"n", nodeagent::CoreNumbering::kContainer,
        deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore")});
   char pattern[] = "/tmp/tsdpb.XXXXXX";
   const std::string dir = ::mkdtemp(pattern);

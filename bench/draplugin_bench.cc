@@ -22,11 +22,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "deviceplugin_fixtures.h"
 #include "draplugin/plugin.h"
 #include "draplugin/prepare.h"
 #include "draplugin/resource_claim.h"
 #include "kube/client.h"
+#include "node_fixtures.h"
 #include "support/fake_apiserver.h"
 #include "topology/catalog.h"
 
@@ -184,7 +184,7 @@ void BM_PlanClaim(benchmark::State& state, const Layout& layout) {
   const int m = layout.measured;
   auto claim = DecodeResourceClaim(ClaimJson(m, layout.device(m)));
   if (!claim.ok()) return state.SkipWithError(claim.error().c_str());
-  const PrepareContext context{&shape, kNode, deviceplugin::CoreNumbering::kContainer};
+  const PrepareContext context{&shape, kNode, nodeagent::CoreNumbering::kContainer};
   for (auto _ : state) {
     auto planned = PlanClaim(context, *claim, ClaimUid(m));
     if (!planned.ok()) return state.SkipWithError(planned.error().c_str());
@@ -198,7 +198,7 @@ BENCHMARK_CAPTURE(BM_PlanClaim, trn2_core_pairs, kTrn2CorePairs);
 // What every publish does under the plugin's lock: N + 1 prepared claims' units into one usage.
 void BM_UsageOfPrepared(benchmark::State& state, const Layout& layout) {
   const topology::NodeShape shape = ShapeOf(layout);
-  const PrepareContext context{&shape, kNode, deviceplugin::CoreNumbering::kContainer};
+  const PrepareContext context{&shape, kNode, nodeagent::CoreNumbering::kContainer};
   std::vector<PreparedClaim> claims;
   std::vector<int> indexes;
   for (int i = 0; i < state.range(0); ++i) indexes.push_back(i);

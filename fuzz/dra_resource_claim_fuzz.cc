@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto claim = draplugin::DecodeResourceClaim(text);
   if (!claim.ok()) return 0;
   if (claim->uid.empty()) std::abort();
-  draplugin::PrepareContext context{&shape, "node-a", deviceplugin::CoreNumbering::kContainer};
+  draplugin::PrepareContext context{&shape, "node-a", nodeagent::CoreNumbering::kContainer};
   auto prepared = draplugin::PlanClaim(context, *claim, claim->uid);
   if (!prepared.ok()) {
     if (prepared.error().empty()) std::abort();

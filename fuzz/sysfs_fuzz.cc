@@ -11,9 +11,9 @@
 #include "claims/allocation_record.h"
 #include "claims/keys.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/device_ids.h"
 #include "deviceplugin/manager.h"
-#include "deviceplugin/sysfs.h"
+#include "nodeagent/device_ids.h"
+#include "nodeagent/sysfs.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
 
@@ -43,25 +43,25 @@ kube::Pod PodWith(std::string_view key, std::string_view value) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  static const std::vector<deviceplugin::ResourceSpec> resources =
+  static const std::vector<nodeagent::ResourceSpec> resources =
       deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore");
   switch (data[0] % 9) {
     case 0:
-      (void)deviceplugin::ParseCoreCount(text);
+      (void)nodeagent::ParseCoreCount(text);
       break;
     case 1:
-      (void)deviceplugin::ParseConnectedDevices(text);
+      (void)nodeagent::ParseConnectedDevices(text);
       break;
     case 2:
-      (void)deviceplugin::ParseLncConfig(text);
+      (void)nodeagent::ParseLncConfig(text);
       break;
     case 3:
-      (void)deviceplugin::ParseProductName(text);
-      (void)deviceplugin::DeviceIndexFromName(text);
+      (void)nodeagent::ParseProductName(text);
+      (void)nodeagent::DeviceIndexFromName(text);
       break;
     case 4:
-      (void)deviceplugin::ParseUnitId(topology::Unit::kDevice, text, 16);
-      (void)deviceplugin::ParseUnitId(topology::Unit::kCore, text, 512);
+      (void)nodeagent::ParseUnitId(topology::Unit::kDevice, text, 16);
+      (void)nodeagent::ParseUnitId(topology::Unit::kCore, text, 512);
       break;
     case 5:
       (void)deviceplugin::ReadPodClaims(PodWith(claims::kAnnotationRecord, text), resources, "n");

@@ -11,6 +11,9 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TABLE_ROW = re.compile(r"^\| `(\w+)` \|.*\| ([^|]*) \|\s*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]+"')
+# Modules that must never reach each other, whatever the table says: the two node agents share
+# what they need through nodeagent, so a change to one cannot break the other.
+NEVER_REACH = [("deviceplugin", "draplugin"), ("draplugin", "deviceplugin")]
 # Targets beside a module's own folder: generated protobuf headers live under the module that
 # owns the .proto (deviceplugin/..., draplugin/...), so they are checked as that module.
 
@@ -41,6 +44,14 @@ def reachable(graph, module):
                 seen.add(d)
                 todo.append(d)
     return seen
+
+
+def forbidden_edges(graph):
+    """Messages for each NEVER_REACH pair the table lets one module reach."""
+    for module, other in NEVER_REACH:
+        if module in graph and other in reachable(graph, module):
+            yield (f"docs/architecture.md: {module} may reach {other}; the node agents share through "
+                   "nodeagent and never include each other")
 
 
 def violations(graph, files):
@@ -80,6 +91,12 @@ def self_test():
     found = list(violations(graph, bad))
     assert len(found) == 3, found
     assert found[0].startswith("src/topology/a.cc:2: topology includes tracker"), found[0]
+    agents = read_graph("| `nodeagent` | x | — |\n| `deviceplugin` | x | nodeagent |\n"
+                        "| `draplugin` | x | nodeagent |\n")
+    assert not list(forbidden_edges(agents))
+    agents["draplugin"].add("deviceplugin")
+    assert len(list(forbidden_edges(agents))) == 1
+    assert list(violations(agents, [("draplugin/p.cc", '#include "deviceplugin/m.h"\n')])) == []
     print("check-modules self-test: ok")
     return 0
 
@@ -94,7 +111,7 @@ def main():
     src = ROOT / "src"
     files = [(str(p.relative_to(src)), p.read_text(errors="replace"))
              for p in sorted(src.rglob("*")) if p.suffix in (".h", ".cc", ".proto") and p.is_file()]
-    found = list(violations(graph, files))
+    found = list(forbidden_edges(graph)) + list(violations(graph, files))
     for message in found:
         print(message, file=sys.stderr)
     if found:

@@ -13,9 +13,9 @@
 #include "claims/annotations.h"
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/manager.h"
-#include "deviceplugin/pod_resources.h"
 #include "deviceplugin_fixtures.h"
 #include "extender/pod_requests.h"
+#include "nodeagent/pod_resources.h"
 
 namespace toposched::deviceplugin {
 namespace {
@@ -34,16 +34,16 @@ topology::NodeShape Shape(const std::string& type, int lnc = 0) {
   return *topology::NodeShape::Make(*topology::Catalog::Embedded().Find(type), lnc);
 }
 
-std::vector<ResourceSpec> Resources() { return DefaultResources(kNeuron, kCore); }
+std::vector<nodeagent::ResourceSpec> Resources() { return DefaultResources(kNeuron, kCore); }
 
 class DevicePluginAllocationTest : public ::testing::Test {
  protected:
   explicit DevicePluginAllocationTest(const std::string& type = "trn1.32xlarge")
       : shape_(Shape(type)),
-        service_(pods_, shape_, {"node-a", CoreNumbering::kHost, Resources()}) {}
+        service_(pods_, shape_, {"node-a", nodeagent::CoreNumbering::kHost, Resources()}) {}
 
-  const ResourceSpec& devices() const { return service_.options().resources[0]; }
-  const ResourceSpec& cores() const { return service_.options().resources[1]; }
+  const nodeagent::ResourceSpec& devices() const { return service_.options().resources[0]; }
+  const nodeagent::ResourceSpec& cores() const { return service_.options().resources[1]; }
 
   FakePodSource pods_;
   topology::NodeShape shape_;
@@ -83,7 +83,7 @@ TEST(ContainerUnitsTest, ExtenderAndDevicePluginCountAlike) {
   limits_only.name = "limits-only";
   limits_only.limits["aws.amazon.com/neuron"] = 1;
   pod.containers = {both, requests_only, limits_only};
-  const deviceplugin::ResourceSpec devices{
+  const nodeagent::ResourceSpec devices{
       "aws.amazon.com/neuron", topology::Unit::kDevice, {"aws.amazon.com/neurondevice"}};
   auto extender_view = extender::RequestsOf(pod, extender::ResourceNames{});
   ASSERT_TRUE(extender_view.ok()) << extender_view.error();
@@ -99,7 +99,7 @@ TEST(ContainerUnitsTest, ExtenderAndDevicePluginCountAlike) {
 TEST(DevicePluginCacheTest, AllocateAsksTheApiWhenTheCacheLacksThePod) {
   LaggingPodSource pods;
   const auto shape = Shape("trn1.32xlarge");
-  AllocationService service(pods, shape, {"node-a", CoreNumbering::kHost, Resources()});
+  AllocationService service(pods, shape, {"node-a", nodeagent::CoreNumbering::kHost, Resources()});
   pods.Add(MakePod("old", {{"main", kNeuron, 4}},
                    RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100)));
   pods.Add(MakePod("new", {{"main", kNeuron, 4}},
@@ -147,7 +147,7 @@ class StalePhasePodSource : public FakePodSource {
 TEST(DevicePluginCacheTest, AConflictIsCheckedAgainstTheApiBeforeRefusing) {
   StalePhasePodSource pods;
   const auto shape = Shape("trn1.32xlarge");
-  AllocationService service(pods, shape, {"node-a", CoreNumbering::kHost, Resources()});
+  AllocationService service(pods, shape, {"node-a", nodeagent::CoreNumbering::kHost, Resources()});
   kube::Pod failed = MakePod("failed", {{"main", kNeuron, 4}},
                              RecordAnnotations({{"main", kNeuron, {4, 5, 6, 7}}}, 100));
   pods.Add(failed);
@@ -527,51 +527,56 @@ TEST(DevicePluginPreferenceTest, Trn2AtLnc1) {
 
 TEST(DevicePluginSetupTest, DeviceAndCoreNumbering) {
   const auto trn1 = Shape("trn1.32xlarge");
-  auto setup = BuildContainerSetup(trn1, Unit::kDevice, {4, 5, 6, 7}, CoreNumbering::kHost);
+  auto setup = nodeagent::BuildContainerSetup(trn1, Unit::kDevice, {4, 5, 6, 7},
+                                              nodeagent::CoreNumbering::kHost);
   EXPECT_THAT(setup.device_nodes,
               ElementsAre("/dev/neuron4", "/dev/neuron5", "/dev/neuron6", "/dev/neuron7"));
   EXPECT_EQ(setup.envs.at("NEURON_RT_VISIBLE_CORES"), "8-15");
   EXPECT_EQ(setup.envs.count("NEURON_LOGICAL_NC_CONFIG"), 0u);
-  setup = BuildContainerSetup(trn1, Unit::kDevice, {4, 5, 6, 7}, CoreNumbering::kContainer);
+  setup = nodeagent::BuildContainerSetup(trn1, Unit::kDevice, {4, 5, 6, 7},
+                                         nodeagent::CoreNumbering::kContainer);
   EXPECT_EQ(setup.envs.at("NEURON_RT_VISIBLE_CORES"), "0-7");
   // Cores 5-6 touch devices 2 and 3; inside the container those are devices 0 and 1.
-  setup = BuildContainerSetup(trn1, Unit::kCore, {5, 6}, CoreNumbering::kContainer);
+  setup = nodeagent::BuildContainerSetup(trn1, Unit::kCore, {5, 6},
+                                         nodeagent::CoreNumbering::kContainer);
   EXPECT_THAT(setup.device_nodes, ElementsAre("/dev/neuron2", "/dev/neuron3"));
   EXPECT_EQ(setup.envs.at("NEURON_RT_VISIBLE_CORES"), "1-2");
-  setup = BuildContainerSetup(trn1, Unit::kCore, {5}, CoreNumbering::kHost);
+  setup = nodeagent::BuildContainerSetup(trn1, Unit::kCore, {5}, nodeagent::CoreNumbering::kHost);
   EXPECT_EQ(setup.envs.at("NEURON_RT_VISIBLE_CORES"), "5");
   const auto trn2 = Shape("trn2.48xlarge", 1);
-  setup = BuildContainerSetup(trn2, Unit::kCore, {8, 9, 10}, CoreNumbering::kHost);
+  setup = nodeagent::BuildContainerSetup(trn2, Unit::kCore, {8, 9, 10},
+                                         nodeagent::CoreNumbering::kHost);
   EXPECT_THAT(setup.device_nodes, ElementsAre("/dev/neuron1"));
   EXPECT_EQ(setup.envs.at("NEURON_LOGICAL_NC_CONFIG"), "1");
-  EXPECT_EQ(FormatCoreList({1, 3}), "1,3");
+  EXPECT_EQ(nodeagent::FormatCoreList({1, 3}), "1,3");
 }
 
 TEST(DevicePluginIdsTest, ParseAndFormat) {
-  EXPECT_EQ(UnitId(Unit::kDevice, 3), "neuron3");
-  EXPECT_EQ(UnitId(Unit::kCore, 12), "neuroncore12");
-  EXPECT_EQ(*ParseUnitId(Unit::kDevice, "neuron15", 16), 15);
-  EXPECT_FALSE(ParseUnitId(Unit::kDevice, "neuron16", 16).ok());
-  EXPECT_FALSE(ParseUnitId(Unit::kDevice, "neuroncore1", 16).ok());
-  EXPECT_FALSE(ParseUnitId(Unit::kCore, "neuron1", 16).ok());
-  EXPECT_FALSE(ParseUnitId(Unit::kDevice, "neuron01", 16).ok());
-  EXPECT_FALSE(ParseUnitId(Unit::kDevice, "neuron-1", 16).ok());
-  EXPECT_THAT(*ParseUnitIds(Unit::kDevice, {"neuron3", "neuron1"}, 16), ElementsAre(1, 3));
-  EXPECT_FALSE(ParseUnitIds(Unit::kDevice, {"neuron3", "neuron3"}, 16).ok());
+  EXPECT_EQ(nodeagent::UnitId(Unit::kDevice, 3), "neuron3");
+  EXPECT_EQ(nodeagent::UnitId(Unit::kCore, 12), "neuroncore12");
+  EXPECT_EQ(*nodeagent::ParseUnitId(Unit::kDevice, "neuron15", 16), 15);
+  EXPECT_FALSE(nodeagent::ParseUnitId(Unit::kDevice, "neuron16", 16).ok());
+  EXPECT_FALSE(nodeagent::ParseUnitId(Unit::kDevice, "neuroncore1", 16).ok());
+  EXPECT_FALSE(nodeagent::ParseUnitId(Unit::kCore, "neuron1", 16).ok());
+  EXPECT_FALSE(nodeagent::ParseUnitId(Unit::kDevice, "neuron01", 16).ok());
+  EXPECT_FALSE(nodeagent::ParseUnitId(Unit::kDevice, "neuron-1", 16).ok());
+  EXPECT_THAT(*nodeagent::ParseUnitIds(Unit::kDevice, {"neuron3", "neuron1"}, 16),
+              ElementsAre(1, 3));
+  EXPECT_FALSE(nodeagent::ParseUnitIds(Unit::kDevice, {"neuron3", "neuron3"}, 16).ok());
   EXPECT_EQ(SocketName("toposched", "aws.amazon.com/neuroncore"), "toposched-neuroncore.sock");
   EXPECT_EQ(SocketName("p", "Example.com/GPU_x"), "p-gpu-x.sock");
 }
 
 TEST(DevicePluginRecordTest, KubeletAssignmentIsRecordedOnUnannotatedPods) {
   const auto shape = Shape("inf2.48xlarge");
-  const RecordContext context{"node-a", "inf2.48xlarge", &shape, Resources()};
+  const nodeagent::RecordContext context{"node-a", "inf2.48xlarge", &shape, Resources()};
   std::vector<kube::Pod> pods = {
       MakePod("plain", {{"init", kNeuron, 1, true}, {"main", kNeuron, 1}}),
       MakePod("ours", {{"main", kNeuron, 2}}, RecordAnnotations({{"main", kNeuron, {2, 3}}}, 100)),
       MakePod("aws", {{"main", kCore, 1}}, {{"AWS_NEURON_IDS", "9"}}),
       MakePod("foreign", {{"main", kNeuron, 1}}),
   };
-  const std::vector<AssignedDevices> assigned = {
+  const std::vector<nodeagent::AssignedDevices> assigned = {
       {"default", "plain", "main", kNeuron, {"neuron7"}},
       {"default", "plain", "init", kNeuron, {"neuron5"}},
       {"default", "ours", "main", kNeuron, {"neuron2", "neuron3"}},
@@ -580,7 +585,7 @@ TEST(DevicePluginRecordTest, KubeletAssignmentIsRecordedOnUnannotatedPods) {
       {"default", "gone", "main", kNeuron, {"neuron1"}},
   };
   std::vector<std::string> warnings;
-  const auto patches = PlanRecordPatches(pods, assigned, context, 42, &warnings);
+  const auto patches = nodeagent::PlanRecordPatches(pods, assigned, context, 42, &warnings);
   ASSERT_EQ(patches.size(), 2u);
   EXPECT_EQ(patches[0].name, "plain");
   const auto& plain = patches[0].changes;
@@ -610,7 +615,7 @@ TEST(DevicePluginRecordTest, KubeletAssignmentIsRecordedOnUnannotatedPods) {
 // books them. What the container really gets is the grant's ids. The model keeps both and says
 // when one physical unit is given to two live pods. The "extender" here picks the lowest ids its
 // books (every live pod's record, as claims::RecordFromPod reads it) call free.
-class KubeletModel : public KubeletView {
+class KubeletModel : public nodeagent::KubeletView {
  public:
   KubeletModel(FakePodSource& pods, AllocationService& service, const topology::NodeShape& shape)
       : pods_(pods), service_(service), shape_(shape) {}
@@ -618,7 +623,7 @@ class KubeletModel : public KubeletView {
   struct Held {
     std::string pod;
     std::string container;
-    const ResourceSpec* resource = nullptr;
+    const nodeagent::ResourceSpec* resource = nullptr;
     std::vector<int> booked;  // kubelet's books (checkpoint, PodResources)
     std::vector<int> real;    // what the container was given
   };
@@ -633,7 +638,7 @@ class KubeletModel : public KubeletView {
     const kube::Pod pod = pods_.Get(name);
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
-        for (const ResourceSpec& resource : service_.options().resources) {
+        for (const nodeagent::ResourceSpec& resource : service_.options().resources) {
           const int n = static_cast<int>(AsksWithAliases(container, resource));
           if (n == 0) continue;
           std::vector<int> available = FreeFor(resource);
@@ -665,12 +670,14 @@ class KubeletModel : public KubeletView {
 
   // The plugin's pass over PodResources (PlanRecordPatches), applied to the pods.
   void Reconcile() {
-    const RecordContext context{"node-a", "trn1.32xlarge", &shape_, service_.options().resources};
+    const nodeagent::RecordContext context{"node-a", "trn1.32xlarge", &shape_,
+                                           service_.options().resources};
     auto live = pods_.PodsOnNode();
     ASSERT_TRUE(live.ok());
     auto listed = List();
     ASSERT_TRUE(listed.ok());
-    for (const RecordPatch& patch : PlanRecordPatches(*live, *listed, context, 1, nullptr)) {
+    for (const nodeagent::RecordPatch& patch :
+         nodeagent::PlanRecordPatches(*live, *listed, context, 1, nullptr)) {
       ASSERT_TRUE(pods_.PatchAnnotations(pods_.Get(patch.name), patch.changes).ok());
     }
   }
@@ -726,15 +733,15 @@ class KubeletModel : public KubeletView {
   }
 
   // kubelet's PodResources: every pod it knows, with the ids it booked.
-  Result<std::vector<AssignedDevices>> List() override {
-    std::vector<AssignedDevices> out;
+  Result<std::vector<nodeagent::AssignedDevices>> List() override {
+    std::vector<nodeagent::AssignedDevices> out;
     for (const std::string& name : known_) {
       bool any = false;
       for (const Held& h : held_) {
         if (h.pod != name) continue;
         any = true;
-        out.push_back(
-            {"default", name, h.container, h.resource->name, UnitIds(h.resource->unit, h.booked)});
+        out.push_back({"default", name, h.container, h.resource->name,
+                       nodeagent::UnitIds(h.resource->unit, h.booked)});
       }
       if (!any) out.push_back({"default", name, "", "", {}});
     }
@@ -742,7 +749,7 @@ class KubeletModel : public KubeletView {
   }
 
  private:
-  std::vector<int> FreeFor(const ResourceSpec& resource) const {
+  std::vector<int> FreeFor(const nodeagent::ResourceSpec& resource) const {
     const int units = resource.unit == Unit::kDevice ? shape_.devices : shape_.cores;
     std::set<int> taken;
     for (const Held& h : held_) {

@@ -50,14 +50,16 @@ class DevicePluginApiTest : public ::testing::Test {
     client_ = std::move(client).value();
     source_ = std::make_unique<ApiPodSource>(*client_, "node-a");
     service_ = std::make_unique<AllocationService>(
-        *source_, shape_, AllocatorOptions{"node-a", CoreNumbering::kContainer, resources_});
+        *source_, shape_,
+        AllocatorOptions{"node-a", nodeagent::CoreNumbering::kContainer, resources_});
   }
 
   testing::FakeApiServer api_;
   testing::TempDir config_dir_;
   topology::NodeShape shape_ =
       *topology::NodeShape::Make(*topology::Catalog::Embedded().Find("trn1.32xlarge"));
-  std::vector<ResourceSpec> resources_ = DefaultResources(kNeuron, "aws.amazon.com/neuroncore");
+  std::vector<nodeagent::ResourceSpec> resources_ =
+      DefaultResources(kNeuron, "aws.amazon.com/neuroncore");
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<ApiPodSource> source_;
   std::unique_ptr<AllocationService> service_;
@@ -71,7 +73,7 @@ TEST_F(DevicePluginApiTest, AllocateOverTheSocketPatchesThePod) {
   testing::ShortTempDir dir;
   HealthBoard health(16);
   PluginEndpoint endpoint(resources_[0], dir.path(), "p.sock",
-                          {&shape_, &health, service_.get(), CoreNumbering::kContainer});
+                          {&shape_, &health, service_.get(), nodeagent::CoreNumbering::kContainer});
   ASSERT_TRUE(endpoint.Start().ok());
   auto stub = v1beta1::DevicePlugin::NewStub(
       grpc::CreateChannel("unix://" + endpoint.socket_path(), grpc::InsecureChannelCredentials()));
@@ -126,8 +128,9 @@ TEST_F(DevicePluginApiTest, WatchedSourceServesFromItsCacheAndAsksTheApiOnAMiss)
   api_.UpsertPod(PodJson("elsewhere", "node-b", 4, "0,1,2,3", 50));
   WatchedPodSource watched(*client_, "node-a");
   ASSERT_TRUE(watched.WaitForSync(std::chrono::seconds(5)));
-  AllocationService service(watched, shape_,
-                            AllocatorOptions{"node-a", CoreNumbering::kContainer, resources_});
+  AllocationService service(
+      watched, shape_,
+      AllocatorOptions{"node-a", nodeagent::CoreNumbering::kContainer, resources_});
 
   const size_t lists_before = api_.RequestsMatching("GET", "/api/v1/pods").size();
   EXPECT_EQ(service.Prefer(resources_[0], {0, 1, 2, 3, 4, 5, 6, 7}, {}, 4),

@@ -11,11 +11,11 @@
 
 #include "claims/resources.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/pod_resources.h"
-#include "deviceplugin/probe.h"
-#include "deviceplugin/readiness.h"
 #include "deviceplugin_fixtures.h"
 #include "net/http_client.h"
+#include "nodeagent/pod_resources.h"
+#include "nodeagent/probe.h"
+#include "nodeagent/readiness.h"
 #include "support/temp_dir.h"
 #include "topology/catalog.h"
 
@@ -43,7 +43,7 @@ class PodResourcesTest : public ::testing::Test {
   ShortTempDir dir_;
   const std::string socket_ = dir_.path() + "/kubelet.sock";
   FakePodResources kubelet_{socket_};
-  PodResourcesClient client_{socket_};
+  nodeagent::PodResourcesClient client_{socket_};
 };
 
 TEST_F(PodResourcesTest, GetReadsOnePodWhenOffered) {
@@ -52,7 +52,7 @@ TEST_F(PodResourcesTest, GetReadsOnePodWhenOffered) {
   ASSERT_TRUE(web.ok()) << web.error();
   ASSERT_TRUE(web->has_value());
   ASSERT_EQ((*web)->size(), 1u);
-  const AssignedDevices& item = (*web)->front();
+  const nodeagent::AssignedDevices& item = (*web)->front();
   EXPECT_EQ(item.ns, "default");
   EXPECT_EQ(item.pod, "web");
   EXPECT_EQ(item.container, "main");
@@ -151,9 +151,9 @@ TEST_F(PodResourcesTest, RecordsOnePodWithGet) {
   const topology::InstanceType* type = topology::Catalog::Embedded().Find("inf2.48xlarge");
   ASSERT_NE(type, nullptr);
   const topology::NodeShape shape = *topology::NodeShape::Make(*type);
-  const RecordContext context{"node-a", "inf2.48xlarge", &shape,
-                              claims::DefaultResources(kNeuron, kCore)};
-  auto patched = RecordKubeletAssignment(client_, pods, context, "default/web");
+  const nodeagent::RecordContext context{"node-a", "inf2.48xlarge", &shape,
+                                         claims::DefaultResources(kNeuron, kCore)};
+  auto patched = nodeagent::RecordKubeletAssignment(client_, pods, context, "default/web");
   ASSERT_TRUE(patched.ok()) << patched.error();
   ASSERT_TRUE(patched->has_value());
   EXPECT_EQ(**patched, 1);
@@ -164,10 +164,10 @@ TEST_F(PodResourcesTest, RecordsOnePodWithGet) {
 
   kubelet_.Offer(false, false);
   client_.KubeletRestarted();
-  auto fallback = RecordKubeletAssignment(client_, pods, context, "default/other");
+  auto fallback = nodeagent::RecordKubeletAssignment(client_, pods, context, "default/other");
   ASSERT_TRUE(fallback.ok()) << fallback.error();
   EXPECT_FALSE(fallback->has_value());  // the caller does the List pass
-  auto listed = RecordKubeletAssignments(client_, pods, context);
+  auto listed = nodeagent::RecordKubeletAssignments(client_, pods, context);
   ASSERT_TRUE(listed.ok()) << listed.error();
   EXPECT_EQ(*listed, 1);
   EXPECT_EQ(pods.Get("other").annotations.at("AWS_NEURON_IDS"), "0");
@@ -180,7 +180,7 @@ TEST_F(PodResourcesTest, RecordsOnePodWithGet) {
 TEST(DraClaimsTest, ADraClaimsDeviceIsNeverGrantedNorPreferred) {
   ShortTempDir dir;
   FakePodResources kubelet(dir.path() + "/kubelet.sock");
-  PodResourcesClient client(dir.path() + "/kubelet.sock");
+  nodeagent::PodResourcesClient client(dir.path() + "/kubelet.sock");
   kubelet.AddClaim("default", "dra-pod", "main", "c0", "neuron.aws.com", "node-a", "neurondevice0");
   // Not ours: another driver, and our driver's device in another node's pool.
   kubelet.AddClaim("default", "gpu-pod", "main", "g1", "gpu.example.com", "node-a",
@@ -191,10 +191,11 @@ TEST(DraClaimsTest, ADraClaimsDeviceIsNeverGrantedNorPreferred) {
   FakePodSource pods;
   pods.Add(MakePod("new", {{"main", kNeuron, 1}}));
   AllocationService service(
-      pods, shape, {"node-a", CoreNumbering::kHost, claims::DefaultResources(kNeuron, kCore)});
+      pods, shape,
+      {"node-a", nodeagent::CoreNumbering::kHost, claims::DefaultResources(kNeuron, kCore)});
   service.set_kubelet_view(&client);
-  const ResourceSpec& devices = service.options().resources[0];
-  const ResourceSpec& cores = service.options().resources[1];
+  const nodeagent::ResourceSpec& devices = service.options().resources[0];
+  const nodeagent::ResourceSpec& cores = service.options().resources[1];
   auto refused = service.Allocate(devices, {0});
   ASSERT_FALSE(refused.ok()) << "device 0 was granted to default/new while DRA claim c0 holds it";
   EXPECT_THAT(refused.error(), HasSubstr("default/dra-pod container main holds DRA device "
@@ -213,7 +214,7 @@ TEST(DraClaimsTest, ADraClaimsDeviceIsNeverGrantedNorPreferred) {
 TEST(DraClaimsTest, DraHoldsAreOurDriversDevicesInThisPool) {
   ShortTempDir dir;
   FakePodResources kubelet(dir.path() + "/kubelet.sock");
-  PodResourcesClient client(dir.path() + "/kubelet.sock");
+  nodeagent::PodResourcesClient client(dir.path() + "/kubelet.sock");
   kubelet.AddClaim("default", "dra-pod", "main", "c0", "neuron.aws.com", "node-a",
                    "neurondevices-4-5");
   kubelet.AddClaim("default", "gpu-pod", "main", "g1", "gpu.example.com", "node-a",
@@ -226,7 +227,8 @@ TEST(DraClaimsTest, DraHoldsAreOurDriversDevicesInThisPool) {
   const topology::NodeShape shape =
       *topology::NodeShape::Make(*topology::Catalog::Embedded().Find("inf2.48xlarge"));
   std::vector<std::string> warnings;
-  const std::vector<DraHold> holds = DraHolds(*listed, shape, "node-a", &warnings);
+  const std::vector<nodeagent::DraHold> holds =
+      nodeagent::DraHolds(*listed, shape, "node-a", &warnings);
   ASSERT_EQ(holds.size(), 1u);
   EXPECT_EQ(holds[0].pod, "default/dra-pod");
   EXPECT_EQ(holds[0].container, "main");
@@ -243,25 +245,25 @@ TEST(CompareAllocatableTest, MissingAndExtraPerServedResource) {
       {kNeuron, {"neuron0", "neuron2", "neuron7"}},
       {kCore, {"neuroncore0", "neuroncore1"}},
       {"example.com/gpu", {"g0"}}};  // another plugin's: not ours to judge
-  const auto diffs = CompareAllocatable(advertised, kubelet);
+  const auto diffs = nodeagent::CompareAllocatable(advertised, kubelet);
   ASSERT_EQ(diffs.size(), 2u);
   EXPECT_EQ(diffs[0].resource, kNeuron);
   EXPECT_EQ(diffs[0].advertised, 3u);
   EXPECT_THAT(diffs[0].missing, ElementsAre("neuron1"));
   EXPECT_THAT(diffs[0].extra, ElementsAre("neuron7"));
   EXPECT_TRUE(diffs[1].matches());
-  EXPECT_EQ(DescribeMismatch(diffs),
+  EXPECT_EQ(nodeagent::DescribeMismatch(diffs),
             "aws.amazon.com/neuron: kubelet lacks 1 of the 3 advertised healthy (neuron1); "
             "kubelet holds 1 not advertised healthy (neuron7)");
   // kubelet without the resource at all (not read our list yet): every id is missing.
-  const auto none = CompareAllocatable(advertised, {});
+  const auto none = nodeagent::CompareAllocatable(advertised, {});
   EXPECT_EQ(none[0].missing.size(), 3u);
   EXPECT_EQ(none[1].missing.size(), 2u);
 }
 
 TEST(ReadinessTest, MetricsAndProbeEndpoint) {
-  Readiness readiness;
-  auto server = StartProbeServer("127.0.0.1", 0, readiness);
+  nodeagent::Readiness readiness;
+  auto server = nodeagent::StartProbeServer("127.0.0.1", 0, readiness);
   ASSERT_TRUE(server.ok()) << server.error();
   net::HttpClient http{net::HttpClientOptions{}};
   auto get = [&](const std::string& path) {
@@ -278,8 +280,8 @@ TEST(ReadinessTest, MetricsAndProbeEndpoint) {
   EXPECT_EQ(get("/healthz")->status, 200);
   EXPECT_EQ(get("/nothing")->status, 404);
 
-  readiness.Record(Readiness::Check::kMismatch,
-                   CompareAllocatable({{kNeuron, {"neuron0", "neuron1"}}}, {}));
+  readiness.Record(nodeagent::Readiness::Check::kMismatch,
+                   nodeagent::CompareAllocatable({{kNeuron, {"neuron0", "neuron1"}}}, {}));
   readiness.Set(true, "registered; kubelet holds every advertised healthy id");
   auto ready = get("/readyz");
   EXPECT_EQ(ready->status, 200);

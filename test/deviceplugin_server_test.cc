@@ -49,7 +49,7 @@ PluginOptions FastOptions(const FakeHost& host) {
   options.pod_resources_socket.clear();
   options.node_name = "node-a";
   options.resources = DefaultResources(kNeuron, kCore);
-  options.numbering = CoreNumbering::kHost;
+  options.numbering = nodeagent::CoreNumbering::kHost;
   options.health_interval = 100ms;
   options.health_recover = 200ms;  // two passing polls bring a device back
   options.discovery_interval = 100ms;
@@ -63,7 +63,7 @@ PluginOptions FastOptions(const FakeHost& host) {
 // The manager on its own thread, stopped and joined on destruction (bounded: ~200 ms).
 class RunningPlugin {
  public:
-  RunningPlugin(PluginOptions options, PodSource& pods)
+  RunningPlugin(PluginOptions options, nodeagent::PodSource& pods)
       : manager_(std::move(options), topology::Catalog::Embedded(), pods),
         thread_([this] { status_ = manager_.Run(stop_); }) {}
   ~RunningPlugin() {
@@ -516,7 +516,7 @@ TEST_F(DevicePluginServerTest, ReadyOnlyOnceKubeletHoldsTheAdvertisedDevices) {
   options.pod_resources_socket = socket;
   options.allocatable_retry = 20ms;
   RunningPlugin plugin(options, pods_);
-  const Readiness& readiness = plugin.manager().readiness();
+  const nodeagent::Readiness& readiness = plugin.manager().readiness();
   // Registered, but kubelet has not taken our list yet: not ready.
   ASSERT_TRUE(WaitUntil([&] { return kubelet_->registrations().size() == 2; }, 5s));
   ASSERT_TRUE(WaitUntil(
@@ -564,7 +564,7 @@ TEST_F(DevicePluginServerTest, ReadyOnceRegisteredWhenKubeletHasNoAllocatable) {
   PluginOptions options = FastOptions(host_);
   options.pod_resources_socket = socket;
   RunningPlugin plugin(options, pods_);
-  const Readiness& readiness = plugin.manager().readiness();
+  const nodeagent::Readiness& readiness = plugin.manager().readiness();
   ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
   EXPECT_THAT(readiness.reason(), HasSubstr("does not offer PodResources GetAllocatableResources"));
   EXPECT_EQ(kubelet_->registrations().size(), 2u);
@@ -619,7 +619,7 @@ TEST_F(DevicePluginServerTest, AnEndpointKubeletAlreadyHoldsCountsAsRegistered) 
   Install("inf2.48xlarge");
   kubelet_->AnswerAlreadyConnected();
   RunningPlugin plugin(FastOptions(host_), pods_);
-  const Readiness& readiness = plugin.manager().readiness();
+  const nodeagent::Readiness& readiness = plugin.manager().readiness();
   ASSERT_TRUE(WaitUntil([&] { return readiness.ready(); }, 5s)) << readiness.reason();
   EXPECT_EQ(plugin.manager().registrations(), 2);
 }

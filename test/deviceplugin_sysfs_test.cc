@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "deviceplugin/health.h"
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/sysfs.h"
 #include "deviceplugin_fixtures.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/sysfs.h"
 #include "support/temp_dir.h"
 
 namespace toposched::deviceplugin {
@@ -20,8 +20,8 @@ using ::testing::HasSubstr;
 using testing::ShortTempDir;
 using testing::WriteFile;
 
-HostPaths PathsFor(const FakeHost& host) {
-  HostPaths paths;
+nodeagent::HostPaths PathsFor(const FakeHost& host) {
+  nodeagent::HostPaths paths;
   paths.sysfs_root = host.sys();
   paths.dev_root = host.dev();
   paths.opt_aws_root = host.opt();
@@ -29,56 +29,58 @@ HostPaths PathsFor(const FakeHost& host) {
 }
 
 TEST(DevicePluginSysfsTest, CoreCountWithAndWithoutNewline) {
-  EXPECT_EQ(*ParseCoreCount("2"), 2);
-  EXPECT_EQ(*ParseCoreCount("8\n"), 8);
-  EXPECT_FALSE(ParseCoreCount("").ok());
-  EXPECT_FALSE(ParseCoreCount("0").ok());
-  EXPECT_FALSE(ParseCoreCount("-2").ok());
-  EXPECT_FALSE(ParseCoreCount("2 cores").ok());
-  EXPECT_FALSE(ParseCoreCount("99999999999").ok());
-  EXPECT_THAT(ParseCoreCount("x\x01y").error(), HasSubstr("\\x01"));
+  EXPECT_EQ(*nodeagent::ParseCoreCount("2"), 2);
+  EXPECT_EQ(*nodeagent::ParseCoreCount("8\n"), 8);
+  EXPECT_FALSE(nodeagent::ParseCoreCount("").ok());
+  EXPECT_FALSE(nodeagent::ParseCoreCount("0").ok());
+  EXPECT_FALSE(nodeagent::ParseCoreCount("-2").ok());
+  EXPECT_FALSE(nodeagent::ParseCoreCount("2 cores").ok());
+  EXPECT_FALSE(nodeagent::ParseCoreCount("99999999999").ok());
+  EXPECT_THAT(nodeagent::ParseCoreCount("x\x01y").error(), HasSubstr("\\x01"));
 }
 
 TEST(DevicePluginSysfsTest, ConnectedDevicesFormats) {
-  EXPECT_THAT(*ParseConnectedDevices("12, 3, 4, 1\n"), ElementsAre(12, 3, 4, 1));
-  EXPECT_THAT(*ParseConnectedDevices("11, 1"), ElementsAre(11, 1));
-  EXPECT_TRUE(ParseConnectedDevices("\n")->empty());
-  EXPECT_TRUE(ParseConnectedDevices("")->empty());
-  EXPECT_FALSE(ParseConnectedDevices("1, , 2").ok());
-  EXPECT_FALSE(ParseConnectedDevices("1, 2,").ok());
-  EXPECT_FALSE(ParseConnectedDevices("1, 1").ok());
-  EXPECT_FALSE(ParseConnectedDevices("a, b").ok());
-  EXPECT_FALSE(ParseConnectedDevices("1; 2").ok());
+  EXPECT_THAT(*nodeagent::ParseConnectedDevices("12, 3, 4, 1\n"), ElementsAre(12, 3, 4, 1));
+  EXPECT_THAT(*nodeagent::ParseConnectedDevices("11, 1"), ElementsAre(11, 1));
+  EXPECT_TRUE(nodeagent::ParseConnectedDevices("\n")->empty());
+  EXPECT_TRUE(nodeagent::ParseConnectedDevices("")->empty());
+  EXPECT_FALSE(nodeagent::ParseConnectedDevices("1, , 2").ok());
+  EXPECT_FALSE(nodeagent::ParseConnectedDevices("1, 2,").ok());
+  EXPECT_FALSE(nodeagent::ParseConnectedDevices("1, 1").ok());
+  EXPECT_FALSE(nodeagent::ParseConnectedDevices("a, b").ok());
+  EXPECT_FALSE(nodeagent::ParseConnectedDevices("1; 2").ok());
 }
 
 TEST(DevicePluginSysfsTest, LncConfigFile) {
-  EXPECT_EQ(*ParseLncConfig("NEURON_LOGICAL_NC_CONFIG=1"), 1);
-  EXPECT_EQ(*ParseLncConfig("# set by user data\nexport NEURON_LOGICAL_NC_CONFIG=\"2\"\n"), 2);
-  EXPECT_EQ(*ParseLncConfig("OTHER=5\nNEURON_LOGICAL_NC_CONFIG = 1\n"), 1);
-  EXPECT_THAT(ParseLncConfig("NEURON_LOGICAL_NC_CONFIG=4").error(), HasSubstr("must be 1 or 2"));
-  EXPECT_THAT(ParseLncConfig("").error(), HasSubstr("no NEURON_LOGICAL_NC_CONFIG"));
-  EXPECT_FALSE(ParseLncConfig("garbage").ok());
+  EXPECT_EQ(*nodeagent::ParseLncConfig("NEURON_LOGICAL_NC_CONFIG=1"), 1);
+  EXPECT_EQ(
+      *nodeagent::ParseLncConfig("# set by user data\nexport NEURON_LOGICAL_NC_CONFIG=\"2\"\n"), 2);
+  EXPECT_EQ(*nodeagent::ParseLncConfig("OTHER=5\nNEURON_LOGICAL_NC_CONFIG = 1\n"), 1);
+  EXPECT_THAT(nodeagent::ParseLncConfig("NEURON_LOGICAL_NC_CONFIG=4").error(),
+              HasSubstr("must be 1 or 2"));
+  EXPECT_THAT(nodeagent::ParseLncConfig("").error(), HasSubstr("no NEURON_LOGICAL_NC_CONFIG"));
+  EXPECT_FALSE(nodeagent::ParseLncConfig("garbage").ok());
 }
 
 TEST(DevicePluginSysfsTest, ProductNameAndDeviceNames) {
-  EXPECT_EQ(*ParseProductName("trn1.32xlarge\n"), "trn1.32xlarge");
-  EXPECT_FALSE(ParseProductName("  \n").ok());
-  EXPECT_FALSE(ParseProductName(std::string("a\0b", 3)).ok());
-  EXPECT_EQ(DeviceIndexFromName("neuron12"), 12);
-  EXPECT_EQ(DeviceIndexFromName("neuron"), std::nullopt);
-  EXPECT_EQ(DeviceIndexFromName("neuron01"), std::nullopt);
-  EXPECT_EQ(DeviceIndexFromName("ultraserver_mode"), std::nullopt);
+  EXPECT_EQ(*nodeagent::ParseProductName("trn1.32xlarge\n"), "trn1.32xlarge");
+  EXPECT_FALSE(nodeagent::ParseProductName("  \n").ok());
+  EXPECT_FALSE(nodeagent::ParseProductName(std::string("a\0b", 3)).ok());
+  EXPECT_EQ(nodeagent::DeviceIndexFromName("neuron12"), 12);
+  EXPECT_EQ(nodeagent::DeviceIndexFromName("neuron"), std::nullopt);
+  EXPECT_EQ(nodeagent::DeviceIndexFromName("neuron01"), std::nullopt);
+  EXPECT_EQ(nodeagent::DeviceIndexFromName("ultraserver_mode"), std::nullopt);
 }
 
 TEST(DevicePluginSysfsTest, NoDriverSaysSoPlainly) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_FALSE(inventory.ok());
   EXPECT_THAT(inventory.error(), HasSubstr("no Neuron driver"));
   EXPECT_THAT(inventory.error(), HasSubstr(host.sys() + "/class/neuron_device"));
   std::filesystem::create_directories(host.sys() + "/class/neuron_device");
-  inventory = Discover(PathsFor(host));
+  inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_FALSE(inventory.ok());
   EXPECT_THAT(inventory.error(), HasSubstr("no Neuron devices"));
 }
@@ -87,14 +89,14 @@ TEST(DevicePluginSysfsTest, Inf2Ring) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("inf2.48xlarge");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok()) << inventory.error();
   EXPECT_EQ(inventory->instance_type, "inf2.48xlarge");
   ASSERT_EQ(inventory->devices.size(), 12u);
   EXPECT_THAT(inventory->devices[0].connected, ElementsAre(11, 1));
   EXPECT_EQ(inventory->devices[0].physical_cores, 2);
   EXPECT_TRUE(inventory->warnings.empty());
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok()) << topo.error();
   EXPECT_TRUE(topo->from_catalog);
   EXPECT_TRUE(topo->notes.empty()) << topo->notes.front();
@@ -107,10 +109,10 @@ TEST(DevicePluginSysfsTest, Trn1Torus) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn1.32xlarge");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok()) << inventory.error();
   EXPECT_THAT(inventory->devices[5].connected, ElementsAre(1, 4, 9, 6));
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok());
   EXPECT_TRUE(topo->notes.empty());
   EXPECT_EQ(topo->shape.cores, 32);
@@ -122,11 +124,11 @@ TEST(DevicePluginSysfsTest, Trn2DividesPhysicalCoresByLnc) {
     ShortTempDir dir;
     FakeHost host{dir.path()};
     host.Install("trn2.48xlarge", lnc);
-    auto inventory = Discover(PathsFor(host));
+    auto inventory = nodeagent::Discover(PathsFor(host));
     ASSERT_TRUE(inventory.ok());
     EXPECT_EQ(inventory->lnc, lnc);
     EXPECT_EQ(inventory->devices[0].physical_cores, 8);
-    auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+    auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
     ASSERT_TRUE(topo.ok());
     EXPECT_TRUE(topo->notes.empty());
     EXPECT_EQ(topo->shape.lnc, lnc);
@@ -139,10 +141,10 @@ TEST(DevicePluginSysfsTest, Trn2WithoutLncFileUsesDefault) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("trn2.48xlarge");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
   EXPECT_EQ(inventory->lnc, 0);
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok());
   EXPECT_EQ(topo->shape.lnc, 2);
   EXPECT_EQ(topo->shape.cores, 64);
@@ -153,7 +155,7 @@ TEST(DevicePluginSysfsTest, BadLncFileIsAWarningNotAFailure) {
   FakeHost host{dir.path()};
   host.Install("trn2.48xlarge");
   WriteFile(host.opt() + "/neuron/logical_nc_config", "NEURON_LOGICAL_NC_CONFIG=7\n");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
   EXPECT_EQ(inventory->lnc, 0);
   ASSERT_EQ(inventory->warnings.size(), 1u);
@@ -166,9 +168,9 @@ TEST(DevicePluginSysfsTest, MismatchWithCatalogIsNotedWithBothSides) {
   host.Install("trn1.32xlarge");
   WriteFile(host.sys() + "/class/neuron_device/neuron5/connected_devices", "1, 4\n");
   std::filesystem::remove_all(host.sys() + "/class/neuron_device/neuron15");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok());
   EXPECT_EQ(topo->shape.devices, 16);  // the catalog wins; neuron15 will be Unhealthy
   ASSERT_EQ(topo->notes.size(), 2u);
@@ -181,9 +183,9 @@ TEST(DevicePluginSysfsTest, UnknownTypeUsesSysfsAdjacency) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
   host.InstallDevices("inf9.huge", 4, 2, {{1}, {0, 2}, {1, 3}, {2}});
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok()) << topo.error();
   EXPECT_FALSE(topo->from_catalog);
   EXPECT_EQ(topo->type->name, "inf9.huge");
@@ -197,9 +199,9 @@ TEST(DevicePluginSysfsTest, UnknownAllToAllTypeAllowsAnySet) {
   FakeHost host{dir.path()};
   host.InstallDevices("trn3.48xlarge", 4, 8, {{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}});
   WriteFile(host.opt() + "/neuron/logical_nc_config", "NEURON_LOGICAL_NC_CONFIG=2\n");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok());
   EXPECT_EQ(topo->type->rule, topology::LegalSetRule::kAny);
   EXPECT_EQ(topo->shape.cores_per_device, 4);
@@ -212,17 +214,17 @@ TEST(DevicePluginSysfsTest, GarbageInSysfsIsReportedNotFatal) {
   WriteFile(host.sys() + "/class/neuron_device/neuron3/core_count", "\xff\xfe");
   WriteFile(host.sys() + "/class/neuron_device/neuron4/connected_devices", "3,, 5");
   WriteFile(host.sys() + "/devices/virtual/dmi/id/product_name", "");
-  auto inventory = Discover(PathsFor(host));
+  auto inventory = nodeagent::Discover(PathsFor(host));
   ASSERT_TRUE(inventory.ok());
   EXPECT_EQ(inventory->warnings.size(), 3u);
   EXPECT_EQ(inventory->devices[3].physical_cores, 0);
   // Without a product name the type is unknown: built from sysfs.
-  auto topo = ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(topo.ok());
   EXPECT_FALSE(topo->from_catalog);
   EXPECT_EQ(topo->shape.cores_per_device, 2);
   // A flag can name the type instead.
-  topo = ResolveTopology(topology::Catalog::Embedded(), *inventory, "inf2.48xlarge");
+  topo = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory, "inf2.48xlarge");
   ASSERT_TRUE(topo.ok());
   EXPECT_TRUE(topo->from_catalog);
 }
@@ -231,14 +233,14 @@ TEST(DevicePluginSysfsTest, HealthFollowsDevNodeAndCoreCount) {
   ShortTempDir dir;
   FakeHost host{dir.path()};
   host.Install("inf2.48xlarge");
-  const HostPaths paths = PathsFor(host);
+  const nodeagent::HostPaths paths = PathsFor(host);
   HealthBoard board(12);
   EXPECT_EQ(PollHealth(paths, board), 12);
   EXPECT_EQ(PollHealth(paths, board), 0);
   std::filesystem::remove(host.dev() + "/neuron2");
   WriteFile(host.sys() + "/class/neuron_device/neuron7/core_count", "");
-  EXPECT_THAT(CheckDeviceHealth(paths, 2).error(), HasSubstr("neuron2 is missing"));
-  EXPECT_THAT(CheckDeviceHealth(paths, 7).error(), HasSubstr("core_count"));
+  EXPECT_THAT(nodeagent::CheckDeviceHealth(paths, 2).error(), HasSubstr("neuron2 is missing"));
+  EXPECT_THAT(nodeagent::CheckDeviceHealth(paths, 7).error(), HasSubstr("core_count"));
   const uint64_t before = board.Get().version;
   EXPECT_EQ(PollHealth(paths, board), 2);
   const auto snapshot = board.Get();

@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/sysfs.h"
-#include "deviceplugin_fixtures.h"
 #include "draplugin/plugin.h"
+#include "node_fixtures.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/sysfs.h"
 #include "topology/catalog.h"
 
 namespace toposched::testing {
@@ -123,17 +123,16 @@ inline std::string ClaimPath(const std::string& name) {
 
 // The paths of `host` and the node they describe (ASSERTs on failure: call through
 // ASSERT_NO_FATAL_FAILURE).
-inline void DiscoverFakeHost(const toposched::testing::FakeHost& host,
-                             deviceplugin::HostPaths& paths,
-                             std::unique_ptr<deviceplugin::NodeTopology>& topology) {
+inline void DiscoverFakeHost(const toposched::testing::FakeHost& host, nodeagent::HostPaths& paths,
+                             std::unique_ptr<nodeagent::NodeTopology>& topology) {
   paths.sysfs_root = host.sys();
   paths.dev_root = host.dev();
   paths.opt_aws_root = host.opt();
-  auto inventory = deviceplugin::Discover(paths);
+  auto inventory = nodeagent::Discover(paths);
   ASSERT_TRUE(inventory.ok()) << inventory.error();
-  auto resolved = deviceplugin::ResolveTopology(topology::Catalog::Embedded(), *inventory);
+  auto resolved = nodeagent::ResolveTopology(topology::Catalog::Embedded(), *inventory);
   ASSERT_TRUE(resolved.ok()) << resolved.error();
-  topology = std::make_unique<deviceplugin::NodeTopology>(std::move(resolved).value());
+  topology = std::make_unique<nodeagent::NodeTopology>(std::move(resolved).value());
 }
 
 }  // namespace toposched::testing

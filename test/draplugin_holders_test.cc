@@ -12,12 +12,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/sysfs.h"
-#include "deviceplugin_fixtures.h"
 #include "dra/offers.h"
 #include "draplugin/plugin.h"
 #include "draplugin_fixtures.h"
+#include "node_fixtures.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/sysfs.h"
 #include "support/fake_apiserver.h"
 #include "support/temp_dir.h"
 #include "support/wait.h"
@@ -47,7 +47,7 @@ class DraHoldersTest : public ::testing::Test {
 
   void Start(const std::string& type, int lnc = 0) {
     host_.Install(type, lnc);
-    deviceplugin::HostPaths host;
+    nodeagent::HostPaths host;
     ASSERT_NO_FATAL_FAILURE(testing::DiscoverFakeHost(host_, host, topology_));
     DraPluginOptions options;
     options.node_name = kNode;
@@ -84,7 +84,7 @@ class DraHoldersTest : public ::testing::Test {
   FakeApiServer api_;
   std::unique_ptr<kube::ApiClient> client_;
   FakePublisher publisher_;
-  std::unique_ptr<deviceplugin::NodeTopology> topology_;
+  std::unique_ptr<nodeagent::NodeTopology> topology_;
   std::unique_ptr<FakePodResources> kubelet_;
   std::unique_ptr<DraPlugin> plugin_;
 };

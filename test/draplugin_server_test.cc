@@ -19,13 +19,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/sysfs.h"
-#include "deviceplugin_fixtures.h"
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
 #include "draplugin/plugin.h"
 #include "draplugin_fixtures.h"
+#include "node_fixtures.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/sysfs.h"
 #include "pluginregistration.grpc.pb.h"
 #include "support/fake_apiserver.h"
 #include "support/temp_dir.h"
@@ -134,10 +134,10 @@ class DraPluginServerTest : public ::testing::Test {
 
   // Installs `type` in the fake host and starts a plugin on it.
   void Start(const std::string& type, int lnc = 0,
-             deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kHost) {
+             nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kHost) {
     if (!installed_) host_.Install(type, lnc);
     installed_ = true;
-    deviceplugin::HostPaths host;
+    nodeagent::HostPaths host;
     ASSERT_NO_FATAL_FAILURE(testing::DiscoverFakeHost(host_, host, topology_));
     DraPluginOptions options;
     options.node_name = kNode;
@@ -172,7 +172,7 @@ class DraPluginServerTest : public ::testing::Test {
   FakeApiServer api_;
   std::unique_ptr<kube::ApiClient> client_;
   FakePublisher publisher_;
-  std::unique_ptr<deviceplugin::NodeTopology> topology_;
+  std::unique_ptr<nodeagent::NodeTopology> topology_;
   std::unique_ptr<DraPlugin> plugin_;
   std::unique_ptr<FakeKubelet> kubelet_;
 };
@@ -265,7 +265,7 @@ TEST_F(DraPluginServerTest, PreparesADeviceSetOnInf2) {
 }
 
 TEST_F(DraPluginServerTest, PreparesACoreRangeOnTrn2) {
-  Start("trn2.48xlarge", 2, deviceplugin::CoreNumbering::kContainer);
+  Start("trn2.48xlarge", 2, nodeagent::CoreNumbering::kContainer);
   ASSERT_EQ(topology_->shape.cores_per_device, 4);
   api_.ServeJson(ClaimPath("cores"), ClaimJson("cores", "uid-cores", {"neuroncores-4-5"}));
   const auto response = kubelet_->Prepare({{"cores", "uid-cores"}});

@@ -408,7 +408,7 @@ TEST_F(ServiceTest, MultiContainerAwsIdsReadBackAsWritten) {
     EXPECT_EQ(ids, want) << "extender rebuild, container " << c.container;
   }
 
-  const std::vector<deviceplugin::ResourceSpec> devices = {
+  const std::vector<nodeagent::ResourceSpec> devices = {
       {"aws.amazon.com/neuron", topology::Unit::kDevice, {}}};
   auto claims = deviceplugin::ReadPodClaims(*decoded, devices, "inf-a");
   ASSERT_TRUE(claims.ok()) << claims.error();

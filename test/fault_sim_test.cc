@@ -47,8 +47,6 @@
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/pod_resources.h"
-#include "deviceplugin/pod_source.h"
 #include "dra/offers.h"
 #include "draplugin/node_holders.h"
 #include "draplugin/prepare.h"
@@ -56,6 +54,8 @@
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "kube/objects.h"
+#include "nodeagent/pod_resources.h"
+#include "nodeagent/pod_source.h"
 #include "support/every_verdict.h"
 #include "support/kubelet_model.h"
 #include "support/pods.h"
@@ -422,7 +422,7 @@ class Simulation {
   // writes go to the API model: annotation patches are seen by the extenders' watches like any
   // other change; Warning events and node labels are logged. kubelet's PodResources (every pod's
   // booked ids) is the KubeletModel, set with AllocationService::set_kubelet_view.
-  class NodePods final : public deviceplugin::PodSource {
+  class NodePods final : public nodeagent::PodSource {
    public:
     NodePods(Simulation& sim, FakeApi& api, std::string node)
         : sim_(sim), api_(api), node_(std::move(node)) {}
@@ -526,7 +526,7 @@ class Simulation {
       state.pods = std::make_unique<NodePods>(*this, api_, name);
       state.plugin = std::make_unique<deviceplugin::AllocationService>(
           *state.pods, state.shape,
-          deviceplugin::AllocatorOptions{name, deviceplugin::CoreNumbering::kHost,
+          deviceplugin::AllocatorOptions{name, nodeagent::CoreNumbering::kHost,
                                          claims::DefaultResources(kNeuron, kCore)});
       state.kubelet = std::make_unique<testing::KubeletModel>(
           name, *state.plugin, state.shape.devices, state.shape.cores);
@@ -1056,14 +1056,14 @@ class Simulation {
     for (auto& [name, state] : nodes_) {
       if (!state.record_due) continue;
       state.record_due = false;
-      const deviceplugin::RecordContext context{name, state.node.instance_type, &state.shape,
-                                                state.plugin->options().resources};
+      const nodeagent::RecordContext context{name, state.node.instance_type, &state.shape,
+                                             state.plugin->options().resources};
       auto pods = state.pods->PodsOnNode();
       auto assigned = state.kubelet->List();
       if (!pods.ok() || !assigned.ok()) return;
       std::vector<std::string> warnings;
-      for (const deviceplugin::RecordPatch& patch : deviceplugin::PlanRecordPatches(
-               *pods, *assigned, context, kWallBase + now_, &warnings)) {
+      for (const nodeagent::RecordPatch& patch :
+           nodeagent::PlanRecordPatches(*pods, *assigned, context, kWallBase + now_, &warnings)) {
         const kube::Pod* pod = api_.FindByKey(patch.ns + "/" + patch.name);
         if (pod == nullptr) continue;
         Log(fmt::format("device plugin on {} records what {}/{} got: {}", name, patch.ns,
@@ -1351,10 +1351,10 @@ class Simulation {
     if (state.dra) return;  // no device plugin runs there
     auto listed = state.kubelet->List();
     if (!listed.ok()) return;
-    const auto holds = deviceplugin::DraHolds(*listed, state.shape, state.node.name, nullptr);
+    const auto holds = nodeagent::DraHolds(*listed, state.shape, state.node.name, nullptr);
     topology::DeviceMask devices = 0;
-    for (const deviceplugin::DraHold& hold : holds) devices |= hold.offer.placement.devices;
-    const std::optional<std::string> value = deviceplugin::DraClaimsHeldValue(devices);
+    for (const nodeagent::DraHold& hold : holds) devices |= hold.offer.placement.devices;
+    const std::optional<std::string> value = nodeagent::DraClaimsHeldValue(devices);
     // Written at every pass while claims remain; the removal once.
     if (state.claims_held && *state.claims_held == value && !value) return;
     state.claims_held.emplace(value);

@@ -15,7 +15,7 @@
 #include "deviceplugin/allocation.h"
 #include "deviceplugin/api_pod_source.h"
 #include "deviceplugin/manager.h"
-#include "deviceplugin/probe.h"
+#include "nodeagent/probe.h"
 
 namespace toposched::cli {
 
@@ -118,7 +118,7 @@ std::shared_ptr<DevicePluginOptions> AddDevicePluginCommand(CLI::App& app) {
 namespace {
 
 // Used when the API is out of reach: one-or-all requests still work, others get this reason.
-class UnavailablePodSource : public deviceplugin::PodSource {
+class UnavailablePodSource : public nodeagent::PodSource {
  public:
   explicit UnavailablePodSource(std::string reason) : reason_(std::move(reason)) {}
   Result<std::vector<kube::Pod>> PodsOnNode() override { return Error{reason_}; }
@@ -142,7 +142,7 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
     fmt::print(stderr, "error: {}\n", catalog.error());
     return kExitUsage;
   }
-  auto numbering = deviceplugin::ParseCoreNumbering(opts.visible_cores);
+  auto numbering = nodeagent::ParseCoreNumbering(opts.visible_cores);
   if (!numbering.ok()) {
     fmt::print(stderr, "error: {}\n", numbering.error());
     return kExitUsage;
@@ -168,7 +168,7 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
   options.reconcile_interval = std::chrono::seconds(opts.reconcile_interval_s);
 
   std::unique_ptr<kube::ApiClient> client;
-  std::unique_ptr<deviceplugin::PodSource> pods;
+  std::unique_ptr<nodeagent::PodSource> pods;
   if (options.node_name.empty()) {
     const std::string reason =
         "this node's name is unknown (set --node-name or NODE_NAME from the downward API), so "
@@ -196,8 +196,7 @@ int RunDevicePlugin(const DevicePluginOptions& opts, const std::string& catalog_
       fmt::print(stderr, "error: {}\n", listen.error());
       return kExitUsage;
     }
-    auto started =
-        deviceplugin::StartProbeServer(listen->first, listen->second, manager.readiness());
+    auto started = nodeagent::StartProbeServer(listen->first, listen->second, manager.readiness());
     if (!started.ok()) {
       // A readinessProbe against a port we could not take would never pass: say so and stop.
       fmt::print(stderr, "error: --probe-listen {}: {}\n", opts.probe_listen, started.error());

@@ -12,14 +12,14 @@
 
 #include "cli/commands.h"
 #include "cli/stop_signals.h"
-#include "deviceplugin/allocation.h"
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/probe.h"
-#include "deviceplugin/sysfs.h"
 #include "draplugin/node_info.h"
 #include "draplugin/plugin.h"
 #include "draplugin/slice_publisher.h"
 #include "kube/client.h"
+#include "nodeagent/container_setup.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/probe.h"
+#include "nodeagent/sysfs.h"
 
 namespace toposched::cli {
 
@@ -169,7 +169,7 @@ namespace {
 
 // The Neuron driver's version from sysfs; empty when unreadable.
 std::string NeuronDriverVersion(const std::string& sysfs_root) {
-  auto text = deviceplugin::ReadSmallFile(sysfs_root + "/module/neuron/version");
+  auto text = nodeagent::ReadSmallFile(sysfs_root + "/module/neuron/version");
   if (!text.ok()) return {};
   std::string version = *text;
   while (!version.empty() && std::isspace(static_cast<unsigned char>(version.back()))) {
@@ -192,7 +192,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   };
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) return fail(catalog.error());
-  auto numbering = deviceplugin::ParseCoreNumbering(opts.visible_cores);
+  auto numbering = nodeagent::ParseCoreNumbering(opts.visible_cores);
   if (!numbering.ok()) return fail(numbering.error());
   auto partitionable = draplugin::ParsePartitionable(opts.partitionable);
   if (!partitionable.ok()) return fail(partitionable.error());
@@ -248,14 +248,14 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
     return kExitRefused;
   }
 
-  deviceplugin::HostPaths host;
+  nodeagent::HostPaths host;
   host.sysfs_root = opts.sysfs_root;
   host.dev_root = opts.dev_root;
   host.opt_aws_root = opts.opt_aws_root;
-  auto inventory = deviceplugin::Discover(host);
+  auto inventory = nodeagent::Discover(host);
   if (!inventory.ok()) return fail(inventory.error());
   for (const std::string& warning : inventory->warnings) spdlog::warn("{}", warning);
-  auto topology = deviceplugin::ResolveTopology(**catalog, *inventory, opts.instance_type);
+  auto topology = nodeagent::ResolveTopology(**catalog, *inventory, opts.instance_type);
   if (!topology.ok()) return fail(topology.error());
   for (const std::string& note : topology->notes) spdlog::info("{}", note);
   const topology::NodeShape& shape = topology->shape;
@@ -307,8 +307,7 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   if (!opts.probe_listen.empty()) {
     auto listen = SplitListen(opts.probe_listen, "--probe-listen");
     if (!listen.ok()) return fail(listen.error());
-    auto started =
-        deviceplugin::StartProbeServer(listen->first, listen->second, plugin.readiness());
+    auto started = nodeagent::StartProbeServer(listen->first, listen->second, plugin.readiness());
     if (!started.ok())
       return fail(fmt::format("--probe-listen {}: {}", opts.probe_listen, started.error()));
     probe = std::move(started).value();

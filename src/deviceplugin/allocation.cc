@@ -11,7 +11,7 @@
 #include "claims/annotations.h"
 #include "claims/gang.h"
 #include "claims/keys.h"
-#include "deviceplugin/pod_resources.h"
+#include "nodeagent/pod_resources.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::deviceplugin {
@@ -63,7 +63,8 @@ Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod) {
   return claims::GangEnv(*record);
 }
 
-Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
+Result<PodClaims> ReadPodClaims(const kube::Pod& pod,
+                                const std::vector<nodeagent::ResourceSpec>& resources,
                                 std::string_view node_name) {
   PodClaims out;
   out.alloc_time = std::numeric_limits<int64_t>::max();
@@ -91,7 +92,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
     for (const claims::ContainerIds& entry : record.containers) {
       const auto spec =
           std::find_if(resources.begin(), resources.end(),
-                       [&](const ResourceSpec& r) { return r.Matches(entry.resource); });
+                       [&](const nodeagent::ResourceSpec& r) { return r.Matches(entry.resource); });
       if (spec == resources.end()) continue;  // another resource, served by another plugin
       Claim claim;
       claim.container = entry.container;
@@ -111,54 +112,6 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<Resource
   std::stable_sort(out.claims.begin(), out.claims.end(),
                    [](const Claim& a, const Claim& b) { return a.order < b.order; });
   return out;
-}
-
-Result<CoreNumbering> ParseCoreNumbering(std::string_view text) {
-  if (text == "container") return CoreNumbering::kContainer;
-  if (text == "host") return CoreNumbering::kHost;
-  return Error{fmt::format("unknown core numbering '{}': use container or host", text)};
-}
-
-std::string FormatCoreList(const std::vector<int>& cores) {
-  if (cores.empty()) return "";
-  bool contiguous = true;
-  for (size_t i = 1; i < cores.size(); ++i) contiguous = contiguous && cores[i] == cores[i - 1] + 1;
-  if (!contiguous) return fmt::format("{}", fmt::join(cores, ","));
-  if (cores.size() == 1) return std::to_string(cores.front());
-  return fmt::format("{}-{}", cores.front(), cores.back());
-}
-
-ContainerSetup BuildContainerSetup(const topology::NodeShape& shape, topology::Unit unit,
-                                   const std::vector<int>& ids, CoreNumbering numbering) {
-  const int cpd = std::max(shape.cores_per_device, 1);
-  std::vector<int> devices;
-  std::vector<int> cores;
-  for (int id : ids) {
-    if (unit == topology::Unit::kDevice) {
-      devices.push_back(id);
-      for (int c = id * cpd; c < (id + 1) * cpd; ++c) cores.push_back(c);
-    } else {
-      devices.push_back(id / cpd);
-      cores.push_back(id);
-    }
-  }
-  std::sort(devices.begin(), devices.end());
-  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  std::sort(cores.begin(), cores.end());
-  if (numbering == CoreNumbering::kContainer) {
-    // Inside the container the runtime numbers the mounted devices from 0 in host order.
-    for (int& c : cores) {
-      const auto local =
-          std::lower_bound(devices.begin(), devices.end(), c / cpd) - devices.begin();
-      c = static_cast<int>(local) * cpd + c % cpd;
-    }
-  }
-  ContainerSetup setup;
-  for (int d : devices) setup.device_nodes.push_back(fmt::format("/dev/neuron{}", d));
-  setup.envs[std::string(claims::kEnvVisibleCores)] = FormatCoreList(cores);
-  if (shape.lnc != 0)
-    setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(shape.lnc);
-  return setup;
 }
 
 std::vector<int> PreferredByTopology(const topology::NodeShape& shape, topology::Unit unit,
@@ -260,7 +213,7 @@ bool Terminal(const kube::Pod& pod) { return pod.Terminated(); }
 
 }  // namespace
 
-AllocationService::AllocationService(PodSource& pods, const topology::NodeShape& shape,
+AllocationService::AllocationService(nodeagent::PodSource& pods, const topology::NodeShape& shape,
                                      AllocatorOptions options)
     : pods_(pods), shape_(shape), options_(std::move(options)) {}
 
@@ -302,15 +255,15 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
     auto listed = kubelet_->List();
     if (listed.ok()) {
       view.kubelet_answered = true;
-      for (const AssignedDevices& item : *listed) {
+      for (const nodeagent::AssignedDevices& item : *listed) {
         const std::string pod = item.ns + "/" + item.pod;
         view.known.insert(pod);
-        const auto spec =
-            std::find_if(options_.resources.begin(), options_.resources.end(),
-                         [&](const ResourceSpec& r) { return r.Matches(item.resource); });
+        const auto spec = std::find_if(
+            options_.resources.begin(), options_.resources.end(),
+            [&](const nodeagent::ResourceSpec& r) { return r.Matches(item.resource); });
         if (spec == options_.resources.end() || item.device_ids.empty()) continue;
         const int units = spec->unit == topology::Unit::kDevice ? shape_.devices : shape_.cores;
-        auto ids = ParseUnitIds(spec->unit, item.device_ids, units);
+        auto ids = nodeagent::ParseUnitIds(spec->unit, item.device_ids, units);
         if (!ids.ok()) {
           spdlog::warn("kubelet lists {} {} for {} container {}: {}", spec->name,
                        fmt::join(item.device_ids, ","), pod, item.container, ids.error());
@@ -324,7 +277,8 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
       }
       // A DRA claim's devices (the node ran the DRA driver before; its claims still run).
       std::vector<std::string> warnings;
-      for (DraHold& hold : DraHolds(*listed, shape_, options_.node_name, &warnings)) {
+      for (nodeagent::DraHold& hold :
+           nodeagent::DraHolds(*listed, shape_, options_.node_name, &warnings)) {
         const std::vector<int> cores = dra::CoresOfOffer(shape_, hold.offer);
         const bool by_core = hold.offer.kind == dra::OfferKind::kCores;
         view.holders.push_back({Holder::Kind::kDra, std::move(hold.pod), std::move(hold.container),
@@ -365,7 +319,7 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
       if (served) continue;
       const auto spec =
           std::find_if(options_.resources.begin(), options_.resources.end(),
-                       [&](const ResourceSpec& r) { return r.name == claim.resource; });
+                       [&](const nodeagent::ResourceSpec& r) { return r.name == claim.resource; });
       if (spec == options_.resources.end()) continue;
       view.pending.push_back({Holder::Kind::kPending, key, claim.container, claim.resource,
                               spec->unit, claim.ids, PhysicalCores(spec->unit, claim.ids)});
@@ -375,7 +329,7 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
 }
 
 std::vector<AllocationService::Candidate> AllocationService::Candidates(
-    const View& view, const ResourceSpec& resource, int count,
+    const View& view, const nodeagent::ResourceSpec& resource, int count,
     std::vector<std::string>* skipped) const {
   auto explain = [&](std::string text) {
     if (skipped != nullptr) skipped->push_back(std::move(text));
@@ -527,7 +481,7 @@ size_t TiedWithFirst(const std::vector<Candidate>& candidates) {
 
 }  // namespace
 
-std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
+std::vector<int> AllocationService::Prefer(const nodeagent::ResourceSpec& resource,
                                            const std::vector<int>& available,
                                            const std::vector<int>& must_include, int size) {
   std::vector<int> avail = available;
@@ -603,7 +557,7 @@ std::vector<int> AllocationService::Prefer(const ResourceSpec& resource,
   return PreferredByTopology(shape_, resource.unit, available, must_include, size);
 }
 
-Result<Grant> AllocationService::Allocate(const ResourceSpec& resource,
+Result<Grant> AllocationService::Allocate(const nodeagent::ResourceSpec& resource,
                                           const std::vector<int>& requested) {
   const int count = static_cast<int>(requested.size());
   const int units = resource.unit == topology::Unit::kDevice ? shape_.devices : shape_.cores;

@@ -51,9 +51,10 @@
 #include "base/result.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
-#include "deviceplugin/device_ids.h"
-#include "deviceplugin/pod_source.h"
 #include "kube/objects.h"
+#include "nodeagent/container_setup.h"
+#include "nodeagent/device_ids.h"
+#include "nodeagent/pod_source.h"
 #include "topology/allocator.h"
 
 namespace toposched::deviceplugin {
@@ -83,30 +84,13 @@ struct PodClaims {
 
 // The claims a pod's annotations record for the resources in `resources`. A pod without either
 // annotation gives an empty list; malformed annotations are errors naming the annotation.
-Result<PodClaims> ReadPodClaims(const kube::Pod& pod, const std::vector<ResourceSpec>& resources,
+Result<PodClaims> ReadPodClaims(const kube::Pod& pod,
+                                const std::vector<nodeagent::ResourceSpec>& resources,
                                 std::string_view node_name);
 
 // The quantity a container asks for of `spec` (claims/resources.h: limit, else request, summed
 // over the resource's name and aliases, as the extender counts it).
 using claims::AsksWithAliases;
-
-// How NEURON_RT_VISIBLE_CORES numbers cores.
-enum class CoreNumbering {
-  kContainer,  // 0-based over the devices mounted in the container (Neuron K8s >= 2.16.18)
-  kHost,       // node-wide ids, as the annotations carry them
-};
-Result<CoreNumbering> ParseCoreNumbering(std::string_view text);
-
-// What a container gets for `ids`: its /dev/neuronN nodes and environment.
-struct ContainerSetup {
-  std::vector<std::string> device_nodes;  // "/dev/neuronN", the same path on host and container
-  std::map<std::string, std::string> envs;
-};
-ContainerSetup BuildContainerSetup(const topology::NodeShape& shape, topology::Unit unit,
-                                   const std::vector<int>& ids, CoreNumbering numbering);
-
-// "4-7", "3", or "1,3" when not contiguous.
-std::string FormatCoreList(const std::vector<int>& cores);
 
 // A topology-legal choice of `size` units among `available` that includes `must_include`,
 // best-fit; if no legal set exists, must_include filled up from the lowest available ids (kubelet
@@ -117,8 +101,8 @@ std::vector<int> PreferredByTopology(const topology::NodeShape& shape, topology:
 
 struct AllocatorOptions {
   std::string node_name;
-  CoreNumbering numbering = CoreNumbering::kContainer;
-  std::vector<ResourceSpec> resources;  // every resource this process serves
+  nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
+  std::vector<nodeagent::ResourceSpec> resources;  // every resource this process serves
 };
 
 // What Allocate decided for one container.
@@ -137,14 +121,16 @@ struct Grant {
 // so two containers never take the same claim.
 class AllocationService {
  public:
-  AllocationService(PodSource& pods, const topology::NodeShape& shape, AllocatorOptions options);
+  AllocationService(nodeagent::PodSource& pods, const topology::NodeShape& shape,
+                    AllocatorOptions options);
 
   // GetPreferredAllocation for one container: the ids recorded for the pod kubelet is admitting
   // when they fit `available` and `must_include` and no other pod holds or reserves any of them,
   // else a topology-legal set among the available ids no other pod holds or reserves (else among
   // all available ids: kubelet only takes it as a hint).
-  std::vector<int> Prefer(const ResourceSpec& resource, const std::vector<int>& available,
-                          const std::vector<int>& must_include, int size);
+  std::vector<int> Prefer(const nodeagent::ResourceSpec& resource,
+                          const std::vector<int>& available, const std::vector<int>& must_include,
+                          int size);
 
   // Allocate for one container that kubelet gave `requested`: grants exactly `requested`, or
   // refuses. Refused (with a Warning event on the pod when there is an API writer): ids another
@@ -153,11 +139,12 @@ class AllocationService {
   // and a size other than one or all for a pod without a record. A pod carrying a gang record
   // gets its env in the grant; a malformed record fails the allocation (a member must not start
   // with a wrong or missing rank).
-  Result<Grant> Allocate(const ResourceSpec& resource, const std::vector<int>& requested);
+  Result<Grant> Allocate(const nodeagent::ResourceSpec& resource,
+                         const std::vector<int>& requested);
 
   // kubelet's PodResources, read by both calls (see the header comment). Null: our own marks
   // only. Must outlive the service.
-  void set_kubelet_view(KubeletView* view) {
+  void set_kubelet_view(nodeagent::KubeletView* view) {
     MutexLock lock(mutex_);
     kubelet_ = view;
   }
@@ -178,8 +165,9 @@ class AllocationService {
   struct View;
   // The pods, kubelet's books and every holder, read once per call.
   Result<View> Read(bool fresh) TS_REQUIRES(mutex_);
-  std::vector<Candidate> Candidates(const View& view, const ResourceSpec& resource, int count,
-                                    std::vector<std::string>* skipped) const TS_REQUIRES(mutex_);
+  std::vector<Candidate> Candidates(const View& view, const nodeagent::ResourceSpec& resource,
+                                    int count, std::vector<std::string>* skipped) const
+      TS_REQUIRES(mutex_);
   // The first holder whose physical cores meet `cores`, or null: another pod, or another app
   // container of `pod` (`pod_key`) than `container` (app containers and sidecars run side by
   // side; only an init container, which runs alone before them, shares its units with the pod's
@@ -191,13 +179,13 @@ class AllocationService {
   std::set<int> PhysicalCores(topology::Unit unit, const std::vector<int>& ids) const;
   void ForgetGonePods(const std::vector<kube::Pod>& pods) TS_REQUIRES(mutex_);
 
-  PodSource& pods_;
+  nodeagent::PodSource& pods_;
   const topology::NodeShape shape_;
   const AllocatorOptions options_;
   std::function<void(const std::string& pod)> on_grant_to_record_;
 
   Mutex mutex_;
-  KubeletView* kubelet_ TS_GUARDED_BY(mutex_) = nullptr;
+  nodeagent::KubeletView* kubelet_ TS_GUARDED_BY(mutex_) = nullptr;
   // What this process granted: pod uid -> "container=resource" -> ids (the annotation may lag
   // or fail, and kubelet's books may not answer).
   struct Served {

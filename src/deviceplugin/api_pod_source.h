@@ -8,13 +8,13 @@
 #include <string>
 
 #include "base/mutex.h"
-#include "deviceplugin/pod_source.h"
 #include "kube/client.h"
 #include "kube/informer.h"
+#include "nodeagent/pod_source.h"
 
 namespace toposched::deviceplugin {
 
-class ApiPodSource : public PodSource {
+class ApiPodSource : public nodeagent::PodSource {
  public:
   // `client` must outlive this object.
   ApiPodSource(kube::ApiClient& client, std::string node_name);
@@ -38,7 +38,7 @@ class ApiPodSource : public PodSource {
 // ApiPodSource behind a watch of the node's pods (fieldSelector spec.nodeName): PodsOnNode reads
 // the cache, so GetPreferredAllocation and Allocate do not wait on the API; PodsOnNodeFresh and
 // every call before the first list completes go to the API.
-class WatchedPodSource : public PodSource {
+class WatchedPodSource : public nodeagent::PodSource {
  public:
   // `client` must outlive this object. Starts the watch.
   WatchedPodSource(kube::ApiClient& client, const std::string& node_name,

@@ -33,7 +33,7 @@ v1beta1::DevicePluginOptions Options() {
 
 class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
  public:
-  Service(const ResourceSpec& resource, const EndpointContext& context)
+  Service(const nodeagent::ResourceSpec& resource, const EndpointContext& context)
       : resource_(resource), context_(context) {}
 
   void Stop() { stopping_ = true; }
@@ -72,8 +72,8 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
                                                container.available_deviceids().end());
       const std::vector<std::string> must(container.must_include_deviceids().begin(),
                                           container.must_include_deviceids().end());
-      auto available_ids = ParseUnitIds(resource_.unit, available, limit);
-      auto must_ids = ParseUnitIds(resource_.unit, must, limit);
+      auto available_ids = nodeagent::ParseUnitIds(resource_.unit, available, limit);
+      auto must_ids = nodeagent::ParseUnitIds(resource_.unit, must, limit);
       if (!available_ids.ok() || !must_ids.ok()) {
         return grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
@@ -83,7 +83,8 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
       const std::vector<int> chosen = context_.allocations->Prefer(
           resource_, *available_ids, *must_ids, container.allocation_size());
       auto* out = response->add_container_responses();
-      for (const std::string& id : UnitIds(resource_.unit, chosen)) out->add_deviceids(id);
+      for (const std::string& id : nodeagent::UnitIds(resource_.unit, chosen))
+        out->add_deviceids(id);
       spdlog::info("GetPreferredAllocation {} x{} (available {}, must include {}): {}",
                    resource_.name, container.allocation_size(),
                    topology::FormatIdRanges(*available_ids), topology::FormatIdRanges(*must_ids),
@@ -98,7 +99,7 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
     for (const auto& container : request->container_requests()) {
       const std::vector<std::string> ids(container.devices_ids().begin(),
                                          container.devices_ids().end());
-      auto requested = ParseUnitIds(resource_.unit, ids, limit);
+      auto requested = nodeagent::ParseUnitIds(resource_.unit, ids, limit);
       if (!requested.ok()) {
         return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             fmt::format("Allocate for {}: {}", resource_.name, requested.error()));
@@ -113,8 +114,8 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
                       grant.error());
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, grant.error());
       }
-      const ContainerSetup setup =
-          BuildContainerSetup(*context_.shape, resource_.unit, grant->ids, context_.numbering);
+      const nodeagent::ContainerSetup setup = nodeagent::BuildContainerSetup(
+          *context_.shape, resource_.unit, grant->ids, context_.numbering);
       auto* out = response->add_container_responses();
       for (const auto& [name, value] : setup.envs) (*out->mutable_envs())[name] = value;
       for (const auto& [name, value] : grant->envs) (*out->mutable_envs())[name] = value;
@@ -159,12 +160,12 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
     return response;
   }
 
-  const ResourceSpec& resource_;
+  const nodeagent::ResourceSpec& resource_;
   const EndpointContext& context_;
   std::atomic<bool> stopping_{false};
 };
 
-std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& resource,
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::ResourceSpec& resource,
                                                             const topology::NodeShape& shape,
                                                             const std::vector<bool>& healthy) {
   const int units = resource.unit == topology::Unit::kDevice ? shape.devices : shape.cores;
@@ -174,12 +175,12 @@ std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& 
     const int device = resource.unit == topology::Unit::kDevice ? id : id / cpd;
     const bool ok =
         static_cast<size_t>(device) < healthy.size() && healthy[static_cast<size_t>(device)];
-    out.emplace_back(UnitId(resource.unit, id), ok);
+    out.emplace_back(nodeagent::UnitId(resource.unit, id), ok);
   }
   return out;
 }
 
-PluginEndpoint::PluginEndpoint(ResourceSpec resource, std::string directory,
+PluginEndpoint::PluginEndpoint(nodeagent::ResourceSpec resource, std::string directory,
                                std::string socket_name, EndpointContext context)
     : resource_(std::move(resource)),
       directory_(std::move(directory)),

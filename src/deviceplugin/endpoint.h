@@ -11,8 +11,8 @@
 
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/device_ids.h"
 #include "deviceplugin/health.h"
+#include "nodeagent/device_ids.h"
 #include "topology/allocator.h"
 
 namespace grpc {
@@ -27,12 +27,12 @@ struct EndpointContext {
   const topology::NodeShape* shape = nullptr;
   HealthBoard* health = nullptr;
   AllocationService* allocations = nullptr;
-  CoreNumbering numbering = CoreNumbering::kContainer;
+  nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
 };
 
 // The ids `resource` advertises in ListAndWatch, each with its health (a core is as healthy as
 // its device; `healthy` is per device).
-std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& resource,
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::ResourceSpec& resource,
                                                             const topology::NodeShape& shape,
                                                             const std::vector<bool>& healthy);
 
@@ -40,7 +40,7 @@ std::vector<std::pair<std::string, bool>> AdvertisedDevices(const ResourceSpec& 
 // gRPC's threads and only read shared state that is thread-safe.
 class PluginEndpoint {
  public:
-  PluginEndpoint(ResourceSpec resource, std::string directory, std::string socket_name,
+  PluginEndpoint(nodeagent::ResourceSpec resource, std::string directory, std::string socket_name,
                  EndpointContext context);
   ~PluginEndpoint();
   PluginEndpoint(const PluginEndpoint&) = delete;
@@ -59,14 +59,14 @@ class PluginEndpoint {
   // it answers.
   Status Register(const std::string& kubelet_socket, std::chrono::milliseconds timeout) const;
 
-  const ResourceSpec& resource() const { return resource_; }
+  const nodeagent::ResourceSpec& resource() const { return resource_; }
   const std::string& socket_name() const { return socket_name_; }
   std::string socket_path() const { return directory_ + "/" + socket_name_; }
 
  private:
   class Service;
 
-  const ResourceSpec resource_;
+  const nodeagent::ResourceSpec resource_;
   const std::string directory_;
   const std::string socket_name_;
   const EndpointContext context_;

@@ -103,11 +103,11 @@ bool HealthBoard::closed() const {
   return closed_;
 }
 
-int PollHealth(const HostPaths& paths, HealthBoard& board) {
+int PollHealth(const nodeagent::HostPaths& paths, HealthBoard& board) {
   int changes = 0;
   const std::string now = kube::Rfc3339Now();
   for (int d = 0; d < board.devices(); ++d) {
-    const Status status = CheckDeviceHealth(paths, d);
+    const Status status = nodeagent::CheckDeviceHealth(paths, d);
     if (board.Report(d, status, now)) {
       ++changes;
       if (status.ok()) {

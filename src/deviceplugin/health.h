@@ -13,7 +13,7 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
-#include "deviceplugin/sysfs.h"
+#include "nodeagent/sysfs.h"
 
 namespace toposched::deviceplugin {
 
@@ -76,7 +76,7 @@ std::map<std::string, std::optional<std::string>> FaultAnnotations(
 
 // Checks every device once and reports the result (HealthBoard::Report); logs each transition
 // with its reason. Returns the number of devices whose health changed.
-int PollHealth(const HostPaths& paths, HealthBoard& board);
+int PollHealth(const nodeagent::HostPaths& paths, HealthBoard& board);
 
 }  // namespace toposched::deviceplugin
 

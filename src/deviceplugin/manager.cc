@@ -70,16 +70,17 @@ struct DevicePluginManager::Endpoint {
 };
 
 DevicePluginManager::DevicePluginManager(PluginOptions options, const topology::Catalog& catalog,
-                                         PodSource& pods)
+                                         nodeagent::PodSource& pods)
     : options_(std::move(options)), catalog_(catalog), pods_(pods) {}
 
 DevicePluginManager::~DevicePluginManager() = default;
 
 bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
   std::string last_error;
-  std::optional<Inventory> previous;  // the last scan that found devices, not yet confirmed
+  std::optional<nodeagent::Inventory>
+      previous;  // the last scan that found devices, not yet confirmed
   while (!stop) {
-    auto inventory = Discover(options_.host);
+    auto inventory = nodeagent::Discover(options_.host);
     ++discovery_scans_;
     if (inventory.ok() && previous != *inventory) {
       // First sight, or the tree changed since: the driver may still be making it. Look again.
@@ -88,13 +89,14 @@ bool DevicePluginManager::WaitForDevices(const std::atomic<bool>& stop) {
       if (!SleepUnlessStopped(stop, options_.discovery_settle)) break;
       continue;
     }
-    Result<NodeTopology> resolved =
-        inventory.ok() ? ResolveTopology(catalog_, *inventory, options_.instance_type_override)
-                       : Result<NodeTopology>(Error{inventory.error()});
+    Result<nodeagent::NodeTopology> resolved =
+        inventory.ok()
+            ? nodeagent::ResolveTopology(catalog_, *inventory, options_.instance_type_override)
+            : Result<nodeagent::NodeTopology>(Error{inventory.error()});
     if (resolved.ok()) {
       for (const std::string& warning : inventory->warnings) spdlog::warn("sysfs: {}", warning);
       for (const std::string& note : resolved->notes) spdlog::warn("topology: {}", note);
-      topology_ = std::make_unique<NodeTopology>(std::move(resolved).value());
+      topology_ = std::make_unique<nodeagent::NodeTopology>(std::move(resolved).value());
       const topology::NodeShape& shape = topology_->shape;
       spdlog::info("node {}: {} with {} devices x {} cores = {} cores{}, rule {} ({})",
                    options_.node_name, shape.type->name, shape.devices, shape.cores_per_device,
@@ -184,12 +186,12 @@ void DevicePluginManager::PublishDraClaims() {
     return;
   }
   std::vector<std::string> warnings;
-  const std::vector<DraHold> holds =
-      DraHolds(*listed, topology_->shape, options_.node_name, &warnings);
+  const std::vector<nodeagent::DraHold> holds =
+      nodeagent::DraHolds(*listed, topology_->shape, options_.node_name, &warnings);
   for (const std::string& warning : warnings) spdlog::warn("{}", warning);
   topology::DeviceMask devices = 0;
-  for (const DraHold& hold : holds) devices |= hold.offer.placement.devices;
-  const std::optional<std::string> value = DraClaimsHeldValue(devices);
+  for (const nodeagent::DraHold& hold : holds) devices |= hold.offer.placement.devices;
+  const std::optional<std::string> value = nodeagent::DraClaimsHeldValue(devices);
   const bool same = dra_claims_published_ && *dra_claims_published_ == value;
   // While claims hold devices the label is written at every pass (a Node object re-created by
   // kubelet has lost it; an unchanged merge-patch changes nothing); its absence once only.
@@ -203,7 +205,7 @@ void DevicePluginManager::PublishDraClaims() {
   if (value) {
     std::vector<std::string> named;
     named.reserve(holds.size());
-    for (const DraHold& hold : holds) {
+    for (const nodeagent::DraHold& hold : holds) {
       named.push_back(fmt::format("{} ({} container {})", hold.offer.name, hold.claim, hold.pod));
     }
     spdlog::warn(
@@ -264,8 +266,8 @@ void DevicePluginManager::KickReconcile(const std::string& pod) {
 }
 
 void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
-  const RecordContext context{options_.node_name, topology_->type->name, &topology_->shape,
-                              options_.resources};
+  const nodeagent::RecordContext context{options_.node_name, topology_->type->name,
+                                         &topology_->shape, options_.resources};
   auto last_run = std::chrono::steady_clock::now();
   std::string last_error;
   while (!stop) {
@@ -296,7 +298,7 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
       // makes kubelet build every pod's devices, CPUs, memory and DRA claims, and we plan
       // patches for every pod again. Without Get (kubelet < 1.34 by default), the List pass.
       for (const std::string& pod : pods) {
-        auto one = RecordKubeletAssignment(*pod_resources_, pods_, context, pod);
+        auto one = nodeagent::RecordKubeletAssignment(*pod_resources_, pods_, context, pod);
         if (!one.ok()) {
           error = one.error();
         } else if (!one->has_value()) {
@@ -307,7 +309,7 @@ void DevicePluginManager::ReconcileLoop(const std::atomic<bool>& stop) {
     }
     if (every_pod || due) {
       last_run = now;
-      auto patched = RecordKubeletAssignments(*pod_resources_, pods_, context);
+      auto patched = nodeagent::RecordKubeletAssignments(*pod_resources_, pods_, context);
       if (!patched.ok()) error = patched.error();
     }
     if (!error.empty() && error != last_error) {
@@ -340,7 +342,7 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
   constexpr auto kSlowRetry = std::chrono::seconds(2);
   auto held = pod_resources_->Allocatable(std::chrono::seconds(2));
   if (!held.ok()) {
-    readiness_.Record(Readiness::Check::kError, {});
+    readiness_.Record(nodeagent::Readiness::Check::kError, {});
     if (held.error() != watch.logged) spdlog::warn("{}", held.error());
     watch.logged = held.error();
     watch.next_check = now + (watch.holds ? options_.allocatable_recheck : kSlowRetry);
@@ -351,7 +353,7 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
     return;
   }
   if (!held->has_value()) {
-    readiness_.Record(Readiness::Check::kNotOffered, {});
+    readiness_.Record(nodeagent::Readiness::Check::kNotOffered, {});
     watch.not_offered = true;
     readiness_.Set(true,
                    "registered with kubelet, which does not offer PodResources "
@@ -361,21 +363,25 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
   }
   const HealthBoard::Snapshot health = health_->Get();
   std::map<std::string, std::set<std::string>> advertised;
-  for (const ResourceSpec& resource : options_.resources) {
+  for (const nodeagent::ResourceSpec& resource : options_.resources) {
     std::set<std::string>& ids = advertised[resource.name];
     for (const auto& [id, ok] : AdvertisedDevices(resource, topology_->shape, health.healthy)) {
       if (ok) ids.insert(id);
     }
   }
-  const std::vector<AllocatableDiff> diffs = CompareAllocatable(advertised, **held);
-  const bool matches =
-      std::all_of(diffs.begin(), diffs.end(), [](const AllocatableDiff& d) { return d.matches(); });
-  const bool holds_all = std::all_of(diffs.begin(), diffs.end(),
-                                     [](const AllocatableDiff& d) { return d.missing.empty(); });
-  readiness_.Record(matches ? Readiness::Check::kMatch : Readiness::Check::kMismatch, diffs);
+  const std::vector<nodeagent::AllocatableDiff> diffs =
+      nodeagent::CompareAllocatable(advertised, **held);
+  const bool matches = std::all_of(diffs.begin(), diffs.end(),
+                                   [](const nodeagent::AllocatableDiff& d) { return d.matches(); });
+  const bool holds_all =
+      std::all_of(diffs.begin(), diffs.end(),
+                  [](const nodeagent::AllocatableDiff& d) { return d.missing.empty(); });
+  readiness_.Record(
+      matches ? nodeagent::Readiness::Check::kMatch : nodeagent::Readiness::Check::kMismatch,
+      diffs);
   std::vector<std::string> counts;
   counts.reserve(diffs.size());
-  for (const AllocatableDiff& diff : diffs) {
+  for (const nodeagent::AllocatableDiff& diff : diffs) {
     counts.push_back(fmt::format("{} {} ids", diff.resource, diff.advertised));
   }
   if (matches) {
@@ -398,7 +404,7 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
   // Right after registering, kubelet has not read our ListAndWatch list yet: only a mismatch
   // that lasts is news.
   const bool lasting = now - watch.mismatch_since >= options_.allocatable_grace;
-  const std::string mismatch = DescribeMismatch(diffs);
+  const std::string mismatch = nodeagent::DescribeMismatch(diffs);
   if (lasting && mismatch != watch.logged) {
     spdlog::warn(
         "kubelet's allocatable does not match the advertised ids for {} ms: {}",
@@ -430,7 +436,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
   const EndpointContext context{&topology_->shape, health_.get(), allocations_.get(),
                                 options_.numbering};
   std::vector<Endpoint> endpoints;
-  for (const ResourceSpec& resource : options_.resources) {
+  for (const nodeagent::ResourceSpec& resource : options_.resources) {
     Endpoint endpoint;
     endpoint.server = std::make_unique<PluginEndpoint>(
         resource, options_.kubelet_dir, SocketName(options_.socket_prefix, resource.name), context);
@@ -520,7 +526,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
 
 Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
   if (options_.resources.empty()) return Error{"no resources to serve"};
-  for (const ResourceSpec& resource : options_.resources) {
+  for (const nodeagent::ResourceSpec& resource : options_.resources) {
     if (resource.name.find('/') == std::string::npos ||
         resource.name.rfind("kubernetes.io/", 0) == 0) {
       return Error{
@@ -545,8 +551,8 @@ Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
     // GetPreferredAllocation and Allocate read kubelet's books (who holds what, which pods
     // kubelet knows) with List, not Get: they weigh every pod on the node. A short deadline
     // (the client's default), as kubelet waits on them.
-    pod_resources_ = std::make_unique<PodResourcesClient>(options_.pod_resources_socket,
-                                                          std::chrono::seconds(2));
+    pod_resources_ = std::make_unique<nodeagent::PodResourcesClient>(options_.pod_resources_socket,
+                                                                     std::chrono::seconds(2));
     allocations_->set_kubelet_view(pod_resources_.get());
     allocations_->set_on_grant_to_record([this](const std::string& pod) { KickReconcile(pod); });
   }

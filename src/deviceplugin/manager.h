@@ -19,19 +19,19 @@
 #include "base/mutex.h"
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/device_ids.h"
 #include "deviceplugin/health.h"
-#include "deviceplugin/node_topology.h"
-#include "deviceplugin/pod_resources.h"
-#include "deviceplugin/pod_source.h"
-#include "deviceplugin/readiness.h"
-#include "deviceplugin/sysfs.h"
+#include "nodeagent/device_ids.h"
+#include "nodeagent/node_topology.h"
+#include "nodeagent/pod_resources.h"
+#include "nodeagent/pod_source.h"
+#include "nodeagent/readiness.h"
+#include "nodeagent/sysfs.h"
 #include "topology/catalog.h"
 
 namespace toposched::deviceplugin {
 
 struct PluginOptions {
-  HostPaths host;
+  nodeagent::HostPaths host;
   std::string kubelet_dir = "/var/lib/kubelet/device-plugins";
   std::string kubelet_socket_name = "kubelet.sock";
   // kubelet's PodResources socket; empty turns the recording of unannotated pods off.
@@ -39,9 +39,9 @@ struct PluginOptions {
   std::string node_name;
   std::string instance_type_override;
   // Resources served, one endpoint each. Socket file: "<socket_prefix>-<last part of name>.sock".
-  std::vector<ResourceSpec> resources;
+  std::vector<nodeagent::ResourceSpec> resources;
   std::string socket_prefix = "toposched";
-  CoreNumbering numbering = CoreNumbering::kContainer;
+  nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
 
   std::chrono::milliseconds health_interval{250};
   // How long a failed device must pass its checks, without a failure, to be back in service.
@@ -77,7 +77,8 @@ std::string SocketName(const std::string& prefix, const std::string& resource);
 class DevicePluginManager {
  public:
   // `catalog` and `pods` must outlive the manager.
-  DevicePluginManager(PluginOptions options, const topology::Catalog& catalog, PodSource& pods);
+  DevicePluginManager(PluginOptions options, const topology::Catalog& catalog,
+                      nodeagent::PodSource& pods);
   ~DevicePluginManager();
   DevicePluginManager(const DevicePluginManager&) = delete;
   DevicePluginManager& operator=(const DevicePluginManager&) = delete;
@@ -94,7 +95,7 @@ class DevicePluginManager {
   int discovery_scans() const { return discovery_scans_; }
   int kubelet_missing_checks() const { return kubelet_missing_checks_; }
   // For the probe endpoint (probe.h); valid from construction.
-  const Readiness& readiness() const { return readiness_; }
+  const nodeagent::Readiness& readiness() const { return readiness_; }
 
  private:
   struct Endpoint;
@@ -126,17 +127,17 @@ class DevicePluginManager {
 
   const PluginOptions options_;
   const topology::Catalog& catalog_;
-  PodSource& pods_;
+  nodeagent::PodSource& pods_;
 
-  std::unique_ptr<NodeTopology> topology_;
+  std::unique_ptr<nodeagent::NodeTopology> topology_;
   std::unique_ptr<HealthBoard> health_;
   // The fault annotations last written (HealthLoop's thread, and Run's before it starts), and
   // the last write error logged.
   std::optional<std::map<std::string, std::optional<std::string>>> faults_published_;
   std::string faults_error_;
   std::unique_ptr<AllocationService> allocations_;
-  std::unique_ptr<PodResourcesClient> pod_resources_;  // null when PodResources is off
-  Readiness readiness_;
+  std::unique_ptr<nodeagent::PodResourcesClient> pod_resources_;  // null when PodResources is off
+  nodeagent::Readiness readiness_;
   // The kLabelDraClaimsHeld value last written (nullopt inside: removed); unset until the first
   // write. Only Run, before the reconcile thread starts, and that thread touch it.
   std::optional<std::optional<std::string>> dra_claims_published_;

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "claims/resources.h"
-#include "deviceplugin/device_ids.h"
+#include "nodeagent/device_ids.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
@@ -30,10 +30,10 @@ std::string Holder::Describe() const {
 }
 
 Result<std::vector<Holder>> HoldersOf(const topology::NodeShape& shape,
-                                      const std::vector<deviceplugin::AssignedDevices>& assigned) {
+                                      const std::vector<nodeagent::AssignedDevices>& assigned) {
   const std::vector<claims::ResourceSpec> specs = claims::ResourceSet{}.Specs();
   std::vector<Holder> holders;
-  for (const deviceplugin::AssignedDevices& item : assigned) {
+  for (const nodeagent::AssignedDevices& item : assigned) {
     const claims::ResourceSpec* spec = nullptr;
     for (const claims::ResourceSpec& s : specs) {
       if (s.Matches(item.resource)) spec = &s;
@@ -42,7 +42,7 @@ Result<std::vector<Holder>> HoldersOf(const topology::NodeShape& shape,
     Holder holder{item.ns, item.pod, item.container, item.resource, item.device_ids, {}, 0};
     const int limit = spec->unit == topology::Unit::kDevice ? shape.devices : shape.cores;
     for (const std::string& id : item.device_ids) {
-      auto index = deviceplugin::ParseUnitId(spec->unit, id, limit);
+      auto index = nodeagent::ParseUnitId(spec->unit, id, limit);
       if (!index.ok()) {
         return Error{fmt::format("kubelet lists {} for {}, which is not a {} of this node ({})", id,
                                  holder.Describe(), topology::UnitName(spec->unit, 1),
@@ -81,7 +81,7 @@ Status CheckClaimFree(const topology::NodeShape& shape, const HolderView& view,
 }
 
 NodeHolders::NodeHolders(const topology::NodeShape& shape,
-                         std::unique_ptr<deviceplugin::KubeletView> kubelet, std::string source)
+                         std::unique_ptr<nodeagent::KubeletView> kubelet, std::string source)
     : shape_(shape), kubelet_(std::move(kubelet)), source_(std::move(source)) {
   if (kubelet_ != nullptr) {
     // Nothing is known before kubelet first answers.

@@ -17,8 +17,8 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
-#include "deviceplugin/pod_source.h"
 #include "draplugin/prepare.h"
+#include "nodeagent/pod_source.h"
 #include "topology/allocator.h"
 
 namespace toposched::draplugin {
@@ -38,10 +38,10 @@ struct Holder {
 
 // kubelet's list as holders on a node of `shape`: device ids "neuronN" hold device N; core ids
 // "neuroncoreN" hold logical core N at the node's LNC (numbered as the device plugin numbers
-// them, deviceplugin/device_ids.h). Items of other resources are skipped. An id of our resources
+// them, nodeagent/device_ids.h). Items of other resources are skipped. An id of our resources
 // that names no unit of this node is an error, since which device it holds cannot be told.
 Result<std::vector<Holder>> HoldersOf(const topology::NodeShape& shape,
-                                      const std::vector<deviceplugin::AssignedDevices>& assigned);
+                                      const std::vector<nodeagent::AssignedDevices>& assigned);
 
 // What is known of the holders at one moment.
 struct HolderView {
@@ -63,7 +63,7 @@ Status CheckClaimFree(const topology::NodeShape& shape, const HolderView& view,
 class NodeHolders {
  public:
   // `kubelet` null: no check, nothing is ever held. `source` names it in logs (the socket).
-  NodeHolders(const topology::NodeShape& shape, std::unique_ptr<deviceplugin::KubeletView> kubelet,
+  NodeHolders(const topology::NodeShape& shape, std::unique_ptr<nodeagent::KubeletView> kubelet,
               std::string source);
 
   bool enabled() const { return kubelet_ != nullptr; }
@@ -74,7 +74,7 @@ class NodeHolders {
 
  private:
   const topology::NodeShape& shape_;
-  const std::unique_ptr<deviceplugin::KubeletView> kubelet_;
+  const std::unique_ptr<nodeagent::KubeletView> kubelet_;
   const std::string source_;
   // Held across one ask, so that views replace each other in the order they were taken.
   Mutex refresh_mutex_;

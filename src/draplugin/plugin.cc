@@ -13,10 +13,10 @@
 
 #include "base/clock.h"
 #include "claims/keys.h"
-#include "deviceplugin/pod_resources.h"
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
 #include "draplugin/resource_claim.h"
+#include "nodeagent/pod_resources.h"
 #include "pluginregistration.grpc.pb.h"
 #include "topology/id_ranges.h"
 
@@ -154,12 +154,11 @@ DraPlugin::DraPlugin(DraPluginOptions options, const topology::NodeShape& shape,
       shape_(shape),
       api_(api),
       publisher_(publisher),
-      holders_(
-          shape,
-          options_.pod_resources_socket.empty()
-              ? nullptr
-              : std::make_unique<deviceplugin::PodResourcesClient>(options_.pod_resources_socket),
-          options_.pod_resources_socket),
+      holders_(shape,
+               options_.pod_resources_socket.empty()
+                   ? nullptr
+                   : std::make_unique<nodeagent::PodResourcesClient>(options_.pod_resources_socket),
+               options_.pod_resources_socket),
       notices_(api, options_.node_name, options_.evict_on_device_failure) {}
 
 DraPlugin::~DraPlugin() { Stop(); }
@@ -432,7 +431,7 @@ dra::DeviceFaults DraPlugin::CheckHealth() {
     before = faults_;
   }
   for (int d = 0; d < shape_.devices; ++d) {
-    const Status status = deviceplugin::CheckDeviceHealth(options_.host, d);
+    const Status status = nodeagent::CheckDeviceHealth(options_.host, d);
     auto was = before.find(d);
     if (status.ok()) {
       if (was != before.end()) spdlog::info("neuron{} is healthy again", d);

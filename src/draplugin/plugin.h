@@ -20,15 +20,15 @@
 
 #include "base/mutex.h"
 #include "base/result.h"
-#include "deviceplugin/allocation.h"
-#include "deviceplugin/readiness.h"
-#include "deviceplugin/sysfs.h"
 #include "dra/slices.h"
 #include "draplugin/failure_notices.h"
 #include "draplugin/node_holders.h"
 #include "draplugin/prepare.h"
 #include "draplugin/usage_publisher.h"
 #include "kube/client.h"
+#include "nodeagent/container_setup.h"
+#include "nodeagent/readiness.h"
+#include "nodeagent/sysfs.h"
 #include "topology/allocator.h"
 
 namespace grpc {
@@ -43,11 +43,11 @@ inline constexpr std::string_view kDraServiceVersion = "v1.DRAPlugin";
 
 struct DraPluginOptions {
   std::string node_name;
-  deviceplugin::HostPaths host;
+  nodeagent::HostPaths host;
   std::string cdi_root = "/var/run/cdi";
   std::string plugin_dir = "/var/lib/kubelet/plugins/neuron.aws.com";
   std::string registry_dir = "/var/lib/kubelet/plugins_registry";
-  deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kContainer;
+  nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
   std::chrono::milliseconds health_interval{1000};
   // How often the slices are read back from the API server and repaired (kubelet wipes them at
   // its start; another client may edit them). Also done at once when kubelet registers us.
@@ -93,7 +93,7 @@ class DraPlugin {
 
   const std::string& dra_socket() const { return dra_socket_; }                    // absolute
   const std::string& registration_socket() const { return registration_socket_; }  // absolute
-  const deviceplugin::Readiness& readiness() const { return readiness_; }
+  const nodeagent::Readiness& readiness() const { return readiness_; }
   bool registered() const { return registered_; }
   std::vector<PreparedClaim> PreparedClaims() const;
   topology::NodeUsage Usage() const;
@@ -134,7 +134,7 @@ class DraPlugin {
   const topology::NodeShape& shape_;
   kube::ApiClient& api_;
   UsagePublisher& publisher_;
-  deviceplugin::Readiness readiness_;
+  nodeagent::Readiness readiness_;
   NodeHolders holders_;     // devices held outside DRA (device-plugin pods)
   FailureNotices notices_;  // only the health loop uses it
 

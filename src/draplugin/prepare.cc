@@ -8,8 +8,8 @@
 
 #include "claims/gang.h"
 #include "claims/keys.h"
-#include "deviceplugin/pod_resources.h"
 #include "draplugin/opaque_config.h"
+#include "nodeagent/pod_resources.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
@@ -187,7 +187,7 @@ Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& contex
                                                     int lnc, int ultraserver_mode) {
   const NodeShape& shape = *context.shape;
   const int node_lnc = shape.lnc == 0 ? 1 : shape.lnc;
-  deviceplugin::ContainerSetup setup;
+  nodeagent::ContainerSetup setup;
   if (lnc != 0 && lnc != node_lnc) {
     // Whole devices can run at another LNC than the node's; a core range is a range of the
     // node's logical cores and cannot.
@@ -205,18 +205,18 @@ Result<std::map<std::string, std::string>> ClaimEnv(const PrepareContext& contex
     for (const PreparedDevice& device : devices) {
       ids.insert(device.offer.placement.ids.begin(), device.offer.placement.ids.end());
     }
-    setup = deviceplugin::BuildContainerSetup(*other, topology::Unit::kDevice,
-                                              std::vector<int>(ids.begin(), ids.end()),
-                                              context.numbering);
+    setup =
+        nodeagent::BuildContainerSetup(*other, topology::Unit::kDevice,
+                                       std::vector<int>(ids.begin(), ids.end()), context.numbering);
     setup.envs[std::string(claims::kEnvLogicalNcConfig)] = std::to_string(lnc);
   } else {
     std::set<int> cores;
     for (const PreparedDevice& device : devices) {
       for (int core : dra::CoresOfOffer(shape, device.offer)) cores.insert(core);
     }
-    setup = deviceplugin::BuildContainerSetup(shape, topology::Unit::kCore,
-                                              std::vector<int>(cores.begin(), cores.end()),
-                                              context.numbering);
+    setup = nodeagent::BuildContainerSetup(shape, topology::Unit::kCore,
+                                           std::vector<int>(cores.begin(), cores.end()),
+                                           context.numbering);
   }
   if (ultraserver_mode != 0) {
     setup.envs["NEURON_RT_ULTRASERVER_MODE"] =
@@ -375,7 +375,7 @@ std::optional<std::string> ClaimsHeldValue(const std::map<std::string, PreparedC
                                            const PreparedClaim* adding) {
   topology::DeviceMask devices = adding != nullptr ? adding->held.devices : 0;
   for (const auto& [uid, claim] : prepared) devices |= claim.held.devices;
-  return deviceplugin::DraClaimsHeldValue(devices);
+  return nodeagent::DraClaimsHeldValue(devices);
 }
 
 topology::Request RequestOf(const NodeShape& shape, const PreparedClaim& claim) {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "base/result.h"
-#include "deviceplugin/allocation.h"
 #include "dra/offers.h"
 #include "draplugin/resource_claim.h"
+#include "nodeagent/container_setup.h"
 #include "topology/allocator.h"
 
 namespace toposched::draplugin {
@@ -92,7 +92,7 @@ struct PreparedClaim {
 struct PrepareContext {
   const topology::NodeShape* shape = nullptr;
   std::string node_name;  // the pool of this node's devices
-  deviceplugin::CoreNumbering numbering = deviceplugin::CoreNumbering::kContainer;
+  nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
 };
 
 // The claim prepared for this node. `expected_uid` is the uid kubelet named: a claim read back

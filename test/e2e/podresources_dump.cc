@@ -1,7 +1,7 @@
 // Prints what kubelet's PodResources List says, one JSON object per line, for the e2e scenarios'
 // invariant checks (modeswitch.sh): device-plugin devices ({"kind":"devices"}) and DRA devices
 // ({"kind":"dra"}) of every container kubelet runs or is admitting. Reads through the same client
-// the device plugin uses (deviceplugin::PodResourcesClient), so what it prints is what the plugin
+// the device plugin uses (nodeagent::PodResourcesClient), so what it prints is what the plugin
 // sees.
 //   podresources_dump /path/to/pod-resources/kubelet.sock
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "base/json_escape.h"
-#include "deviceplugin/pod_resources.h"
+#include "nodeagent/pod_resources.h"
 
 int main(int argc, char** argv) {
   using toposched::JsonQuote;
@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s KUBELET_POD_RESOURCES_SOCKET\n", argv[0]);
     return 2;
   }
-  toposched::deviceplugin::PodResourcesClient client(argv[1]);
+  toposched::nodeagent::PodResourcesClient client(argv[1]);
   auto listed = client.List();
   if (!listed.ok()) {
     std::fprintf(stderr, "PodResources List on %s: %s\n", argv[1], listed.error().c_str());

@@ -14,7 +14,7 @@
 // - an Allocate error (or too few available ids) rejects the pod (UnexpectedAdmissionError): the
 //   pod fails and the ids kubelet assigned to its earlier containers are free again.
 // - when a pod ends (deleted, or Succeeded/Failed) its containers stop and kubelet's ids are free.
-// - its PodResources List (deviceplugin::KubeletView) reports every pod it runs and the pod it is
+// - its PodResources List (nodeagent::KubeletView) reports every pod it runs and the pod it is
 //   admitting (a pod with no ids yet is one item with an empty container), with the ids it booked
 //   for each container; it books each Allocate before it admits the next container.
 // - prepared DRA claims (PrepareDra) are listed as their containers' dynamic_resources.
@@ -34,14 +34,14 @@
 
 #include "base/result.h"
 #include "deviceplugin/allocation.h"
-#include "deviceplugin/device_ids.h"
-#include "deviceplugin/pod_source.h"
 #include "kube/objects.h"
+#include "nodeagent/device_ids.h"
+#include "nodeagent/pod_source.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::testing {
 
-class KubeletModel : public deviceplugin::KubeletView {
+class KubeletModel : public nodeagent::KubeletView {
  public:
   // One running container's share of one resource.
   struct ContainerGrant {
@@ -70,7 +70,7 @@ class KubeletModel : public deviceplugin::KubeletView {
     std::vector<ContainerGrant>& granted = pending_;
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
-        for (const deviceplugin::ResourceSpec& spec : plugin_.options().resources) {
+        for (const nodeagent::ResourceSpec& spec : plugin_.options().resources) {
           const int size = static_cast<int>(deviceplugin::AsksWithAliases(container, spec));
           if (size <= 0) continue;
           std::vector<int> available = Available(spec, granted);
@@ -127,12 +127,12 @@ class KubeletModel : public deviceplugin::KubeletView {
 
   // PodResources List: every admitted pod's containers with the ids kubelet booked, and the pod
   // being admitted (its containers booked so far, or one item with no container).
-  Result<std::vector<deviceplugin::AssignedDevices>> List() override {
-    std::vector<deviceplugin::AssignedDevices> out;
+  Result<std::vector<nodeagent::AssignedDevices>> List() override {
+    std::vector<nodeagent::AssignedDevices> out;
     std::set<std::string> listed;
     auto add = [&](const std::string& ns, const std::string& name, const ContainerGrant& g) {
       out.push_back(
-          {ns, name, g.container, g.resource, deviceplugin::UnitIds(g.unit, g.kubelet_ids), {}});
+          {ns, name, g.container, g.resource, nodeagent::UnitIds(g.unit, g.kubelet_ids), {}});
       listed.insert(g.pod_uid);
     };
     for (const ContainerGrant& g : running_) {
@@ -154,7 +154,7 @@ class KubeletModel : public deviceplugin::KubeletView {
 
   // A DRA claim prepared for a container that now runs: kubelet lists its devices as that
   // container's `dynamic_resources` (an item with no resource) until the claim is unprepared.
-  void PrepareDra(const std::string& claim_uid, deviceplugin::AssignedDevices item) {
+  void PrepareDra(const std::string& claim_uid, nodeagent::AssignedDevices item) {
     dra_[claim_uid] = std::move(item);
   }
   void UnprepareDra(const std::string& claim_uid) { dra_.erase(claim_uid); }
@@ -173,7 +173,7 @@ class KubeletModel : public deviceplugin::KubeletView {
  private:
   // Ids of the resource kubelet has not assigned to a live container (nor to `pending`, the
   // pod's earlier containers), ascending.
-  std::vector<int> Available(const deviceplugin::ResourceSpec& spec,
+  std::vector<int> Available(const nodeagent::ResourceSpec& spec,
                              const std::vector<ContainerGrant>& pending) const {
     const int units = spec.unit == topology::Unit::kDevice ? devices_ : cores_;
     std::set<int> used;
@@ -198,7 +198,7 @@ class KubeletModel : public deviceplugin::KubeletView {
   std::map<std::string, std::pair<std::string, std::string>> pods_;  // uid -> (namespace, name)
   std::optional<kube::Pod> admitting_;                               // the pod Admit is on
   std::vector<ContainerGrant> pending_;                              // its containers booked so far
-  std::map<std::string, deviceplugin::AssignedDevices> dra_;         // prepared claims by claim uid
+  std::map<std::string, nodeagent::AssignedDevices> dra_;            // prepared claims by claim uid
 };
 
 }  // namespace toposched::testing

@@ -5,8 +5,8 @@
 // PodResources GetAllocatableResources (1.21+), the plugin compares what kubelet holds with what
 // it advertises healthy and turns ready on a match; without it (kubelet 1.20) it is ready once
 // registered. Served on the probe endpoint (/readyz) with the mismatch as metrics.
-#ifndef TOPOSCHED_DEVICEPLUGIN_READINESS_H_
-#define TOPOSCHED_DEVICEPLUGIN_READINESS_H_
+#ifndef TOPOSCHED_NODEAGENT_READINESS_H_
+#define TOPOSCHED_NODEAGENT_READINESS_H_
 
 #include <map>
 #include <memory>
@@ -25,7 +25,7 @@ class Family;
 class Registry;
 }  // namespace prometheus
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 // One served resource's ids as kubelet holds them, against what the plugin advertises healthy.
 struct AllocatableDiff {
@@ -78,6 +78,6 @@ class Readiness {
   prometheus::Family<prometheus::Counter>* checks_ = nullptr;
 };
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_READINESS_H_
+#endif  // TOPOSCHED_NODEAGENT_READINESS_H_

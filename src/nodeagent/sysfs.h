@@ -5,8 +5,8 @@
 //
 // All file contents are untrusted: the parsers return errors that quote the bad text, and never
 // throw.
-#ifndef TOPOSCHED_DEVICEPLUGIN_SYSFS_H_
-#define TOPOSCHED_DEVICEPLUGIN_SYSFS_H_
+#ifndef TOPOSCHED_NODEAGENT_SYSFS_H_
+#define TOPOSCHED_NODEAGENT_SYSFS_H_
 
 #include <optional>
 #include <string>
@@ -15,7 +15,7 @@
 
 #include "base/result.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 struct HostPaths {
   std::string sysfs_root = "/sys";
@@ -68,6 +68,6 @@ Status CheckDeviceHealth(const HostPaths& paths, int device);
 // Reads a small file whole (at most 64 KiB). Errors name the path and the errno text.
 Result<std::string> ReadSmallFile(const std::string& path);
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_SYSFS_H_
+#endif  // TOPOSCHED_NODEAGENT_SYSFS_H_

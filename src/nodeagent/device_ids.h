@@ -3,8 +3,8 @@
 // Devices are "neuron0".."neuronN-1" (as /dev/neuronN); cores are "neuroncore0".. numbered
 // node-wide (device * cores_per_device + k, in logical cores at the node's LNC), exactly the ids
 // the extender records in the pod's annotations.
-#ifndef TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_
-#define TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_
+#ifndef TOPOSCHED_NODEAGENT_DEVICE_IDS_H_
+#define TOPOSCHED_NODEAGENT_DEVICE_IDS_H_
 
 #include <string>
 #include <string_view>
@@ -14,7 +14,7 @@
 #include "claims/resources.h"
 #include "topology/allocator.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 inline constexpr std::string_view kDeviceIdPrefix = "neuron";
 inline constexpr std::string_view kCoreIdPrefix = "neuroncore";
@@ -30,6 +30,6 @@ Result<std::vector<int>> ParseUnitIds(topology::Unit unit, const std::vector<std
                                       int limit);
 std::vector<std::string> UnitIds(topology::Unit unit, const std::vector<int>& indexes);
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_DEVICE_IDS_H_
+#endif  // TOPOSCHED_NODEAGENT_DEVICE_IDS_H_

@@ -1,10 +1,10 @@
-#include "deviceplugin/device_ids.h"
+#include "nodeagent/device_ids.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 std::string UnitId(topology::Unit unit, int index) {
   return fmt::format("{}{}", unit == topology::Unit::kDevice ? kDeviceIdPrefix : kCoreIdPrefix,
@@ -59,4 +59,4 @@ std::vector<std::string> UnitIds(topology::Unit unit, const std::vector<int>& in
   return out;
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent

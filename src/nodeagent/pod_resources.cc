@@ -1,4 +1,4 @@
-#include "deviceplugin/pod_resources.h"
+#include "nodeagent/pod_resources.h"
 
 #include <algorithm>
 #include <bit>
@@ -14,10 +14,10 @@
 #include "claims/allocation_record.h"
 #include "claims/annotations.h"
 #include "claims/keys.h"
-#include "deviceplugin/allocation.h"
+#include "nodeagent/container_setup.h"
 #include "podresources.grpc.pb.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 PodResourcesClient::PodResourcesClient(std::string socket_path, std::chrono::milliseconds timeout)
     : socket_path_(std::move(socket_path)), timeout_(timeout) {}
@@ -358,7 +358,8 @@ std::vector<RecordPatch> PlanRecordPatches(const std::vector<kube::Pod>& pods,
       patch.changes[key] = value;
     }
     patch.changes[std::string(claims::kAnnotationAllocated)] = "true";
-    patch.changes[std::string(kAnnotationAllocatedContainers)] = claims::FormatServedKeys(keys);
+    patch.changes[std::string(claims::kAnnotationAllocatedContainers)] =
+        claims::FormatServedKeys(keys);
     out.push_back(std::move(patch));
   }
   return out;
@@ -441,4 +442,4 @@ Result<std::optional<int>> RecordKubeletAssignment(const PodResourcesClient& kub
   return std::optional<int>(PatchAssignments(one, *assigned, pods, context));
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent

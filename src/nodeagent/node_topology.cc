@@ -1,4 +1,4 @@
-#include "deviceplugin/node_topology.h"
+#include "nodeagent/node_topology.h"
 
 #include <algorithm>
 #include <map>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 namespace {
 
 // The most common non-zero core_count: one unreadable device must not decide the node's shape.
@@ -144,4 +144,4 @@ Result<NodeTopology> ResolveTopology(const topology::Catalog& catalog, const Inv
   return out;
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent

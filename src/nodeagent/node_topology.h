@@ -1,19 +1,19 @@
 // The node's topology as the plugin uses it: the catalog's entry for the instance type the DMI
 // reports (checked against what sysfs says, mismatches logged with both), or, for a type the
 // catalog does not know, one built from sysfs itself.
-#ifndef TOPOSCHED_DEVICEPLUGIN_NODE_TOPOLOGY_H_
-#define TOPOSCHED_DEVICEPLUGIN_NODE_TOPOLOGY_H_
+#ifndef TOPOSCHED_NODEAGENT_NODE_TOPOLOGY_H_
+#define TOPOSCHED_NODEAGENT_NODE_TOPOLOGY_H_
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
-#include "deviceplugin/sysfs.h"
+#include "nodeagent/sysfs.h"
 #include "topology/allocator.h"
 #include "topology/catalog.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 struct NodeTopology {
   // Owned so that `shape.type` stays valid however the catalog or this struct moves.
@@ -35,6 +35,6 @@ Result<NodeTopology> ResolveTopology(const topology::Catalog& catalog, const Inv
 Result<topology::InstanceType> InstanceTypeFromSysfs(const Inventory& inventory,
                                                      const std::string& name);
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_NODE_TOPOLOGY_H_
+#endif  // TOPOSCHED_NODEAGENT_NODE_TOPOLOGY_H_

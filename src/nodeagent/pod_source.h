@@ -2,8 +2,8 @@
 // node's labels (PodSource), and kubelet's own books of what every container holds (KubeletView,
 // PodResources List). The API-backed implementations are in api_pod_source.h and pod_resources.h;
 // tests use in-memory ones.
-#ifndef TOPOSCHED_DEVICEPLUGIN_POD_SOURCE_H_
-#define TOPOSCHED_DEVICEPLUGIN_POD_SOURCE_H_
+#ifndef TOPOSCHED_NODEAGENT_POD_SOURCE_H_
+#define TOPOSCHED_NODEAGENT_POD_SOURCE_H_
 
 #include <map>
 #include <optional>
@@ -14,7 +14,7 @@
 #include "base/result.h"
 #include "kube/objects.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 class PodSource {
  public:
@@ -80,6 +80,6 @@ class KubeletView {
   virtual Result<std::vector<AssignedDevices>> List() = 0;
 };
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_POD_SOURCE_H_
+#endif  // TOPOSCHED_NODEAGENT_POD_SOURCE_H_

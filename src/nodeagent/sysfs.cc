@@ -1,4 +1,4 @@
-#include "deviceplugin/sysfs.h"
+#include "nodeagent/sysfs.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "base/text.h"
 #include "claims/keys.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 namespace {
 
 constexpr size_t kMaxFileBytes = 64 * 1024;
@@ -257,4 +257,4 @@ Status CheckDeviceHealth(const HostPaths& paths, int device) {
   return OkStatus();
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent

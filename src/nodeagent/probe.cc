@@ -1,9 +1,9 @@
-#include "deviceplugin/probe.h"
+#include "nodeagent/probe.h"
 
 #include <string_view>
 #include <utility>
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 Result<std::unique_ptr<net::HttpServer>> StartProbeServer(const std::string& address, uint16_t port,
                                                           const Readiness& readiness) {
@@ -38,4 +38,4 @@ Result<std::unique_ptr<net::HttpServer>> StartProbeServer(const std::string& add
   return net::HttpServer::Start(options, handler);
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent

@@ -3,8 +3,8 @@
 // it to record the ids on pods that reached the node without a toposched allocation (e.g. scheduled
 // by the default scheduler for one device), so the extender, which rebuilds its state from pod
 // annotations, sees those devices as used.
-#ifndef TOPOSCHED_DEVICEPLUGIN_POD_RESOURCES_H_
-#define TOPOSCHED_DEVICEPLUGIN_POD_RESOURCES_H_
+#ifndef TOPOSCHED_NODEAGENT_POD_RESOURCES_H_
+#define TOPOSCHED_NODEAGENT_POD_RESOURCES_H_
 
 #include <atomic>
 #include <chrono>
@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "base/result.h"
-#include "deviceplugin/device_ids.h"
-#include "deviceplugin/pod_source.h"
 #include "dra/offers.h"
 #include "kube/objects.h"
+#include "nodeagent/device_ids.h"
+#include "nodeagent/pod_source.h"
 #include "topology/allocator.h"
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 // kubelet's devices of every resource it holds as allocatable (GetAllocatableResources): resource
 // name -> ids. kubelet answers with the ids a plugin advertised healthy in ListAndWatch.
@@ -118,6 +118,6 @@ Result<std::optional<int>> RecordKubeletAssignment(const PodResourcesClient& kub
                                                    PodSource& pods, const RecordContext& context,
                                                    const std::string& pod_key);
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
 
-#endif  // TOPOSCHED_DEVICEPLUGIN_POD_RESOURCES_H_
+#endif  // TOPOSCHED_NODEAGENT_POD_RESOURCES_H_

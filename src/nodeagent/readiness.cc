@@ -1,4 +1,4 @@
-#include "deviceplugin/readiness.h"
+#include "nodeagent/readiness.h"
 
 #include <algorithm>
 #include <iterator>
@@ -10,7 +10,7 @@
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
-namespace toposched::deviceplugin {
+namespace toposched::nodeagent {
 
 std::vector<AllocatableDiff> CompareAllocatable(
     const std::map<std::string, std::set<std::string>>& advertised,
@@ -117,4 +117,4 @@ std::string Readiness::Metrics() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-}  // namespace toposched::deviceplugin
+}  // namespace toposched::nodeagent
