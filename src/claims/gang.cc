@@ -127,11 +127,17 @@ Status CheckRecord(const GangRecord& record) {
 
 }  // namespace
 
-Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
+namespace {
+
+// Which gang the pod names: the first of our annotation, upstream's PodGroup or Workload,
+// LeaderWorkerSet's labels or an MPIJob worker's that it carries (`source` says which). nullopt
+// when it names none, or is an MPIJob's launcher; an error when our gang keys are set without a
+// gang.
+Result<std::optional<GangMembership>> IdentifyGang(const kube::Pod& pod, Source& source) {
   const StringMap& notes = pod.annotations;
   const StringMap& labels = pod.labels;
   GangMembership gang;
-  Source source = Source::kAnnotation;
+  source = Source::kAnnotation;
   if (const std::string* name = Find(notes, kAnnotationGang)) {
     TOPOSCHED_RETURN_IF_ERROR(NonEmpty("annotation", kAnnotationGang, *name));
     gang.id = fmt::format("{}/gang:{}", pod.ns, *name);
@@ -191,6 +197,18 @@ Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
     }
     return std::optional<GangMembership>{};
   }
+  return std::optional<GangMembership>(std::move(gang));
+}
+
+}  // namespace
+
+Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
+  const StringMap& notes = pod.annotations;
+  const StringMap& labels = pod.labels;
+  Source source = Source::kAnnotation;
+  TOPOSCHED_ASSIGN_OR_RETURN(std::optional<GangMembership> found, IdentifyGang(pod, source));
+  if (!found) return found;
+  GangMembership& gang = *found;
   const bool lws = source == Source::kLeaderWorkerSet;
 
   std::string_view size_key;
@@ -249,7 +267,7 @@ Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
     return Error{fmt::format("gang {}: {} {} is {}, but the gang has {} members (annotation {})",
                              gang.id, index_kind, index_key, gang.index, gang.size, size_key)};
   }
-  return std::optional<GangMembership>(std::move(gang));
+  return found;
 }
 
 std::string EncodeGangRecord(const GangRecord& record) {

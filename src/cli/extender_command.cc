@@ -94,13 +94,11 @@ struct ExtenderOptions {
   std::string history_interval = "30s";
 };
 
-std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
-  auto o = std::make_shared<ExtenderOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "extender",
-      "Serve kube-scheduler's extender API: POST /filter, /prioritize, /bind, /preempt; GET "
-      "/healthz, /readyz, /metrics.\nOnline it lists and watches nodes and pods through the API "
-      "server; with --offline-nodes it serves nodes from a file and binds in memory.");
+namespace {
+
+// How the extender serves: its addresses, TLS, and the limits that keep a slow or hostile client
+// from holding it.
+void AddServingFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_option("--listen", o->listen,
                   "Address and port to serve on (HOST:PORT). Plain HTTP only on a loopback "
                   "address, unless --allow-insecure-http")
@@ -159,11 +157,27 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "Seconds a request's whole body may take to arrive; a trickling client is cut")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-limit", o->body_limit_mib,
+                  "Largest request body accepted, in MiB (413 above)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--threads", o->threads,
+                  "HTTP server threads. One is enough for kube-scheduler, which filters one pod at "
+                  "a time (binds wait on their own threads); more add hand-offs between threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--bind-queue", o->bind_queue,
                   "Binds waiting for or holding a bind thread at most; more are answered 503 "
                   "(kube-scheduler retries the pod)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
+  cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+}
+
+// Where the nodes and pods come from, and which resources are Neuron units.
+void AddClusterFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_option("--kubeconfig", o->kubeconfig,
                   "kubeconfig to reach the API server (default: $KUBECONFIG, in-cluster, "
                   "~/.kube/config)");
@@ -177,6 +191,18 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
   cmd->add_option("--core-resource", o->core_resources,
                   "Extended resource(s) counted in cores (repeatable)")
       ->capture_default_str();
+  cmd->add_option(
+         "--catch-up-wait", o->catch_up_wait_ms,
+         "Milliseconds filter and prioritize wait, at most, for the pod watch to reach the "
+         "pod's resourceVersion as kube-scheduler sent it (its watch can be ahead of "
+         "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10000.0));
+  cmd->add_option("--watch-list", o->watch_list, kWatchListHelp)->default_str("true");
+}
+
+// How pods are placed, and what happens to them when a device fails.
+void AddPlacementFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_option("--policy", o->policy,
                   "How prioritize ranks nodes and bind picks ids: scarcity (take least from the "
                   "requests still expected, weighted by how few homes they have in the cluster; "
@@ -210,26 +236,10 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "or binding; then the gang is released whole (docs/ultraserver.md)")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 86400.0));
-  cmd->add_option(
-         "--catch-up-wait", o->catch_up_wait_ms,
-         "Milliseconds filter and prioritize wait, at most, for the pod watch to reach the "
-         "pod's resourceVersion as kube-scheduler sent it (its watch can be ahead of "
-         "ours: a victim deleted, a pod gone); 0 never waits (docs/extender.md)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 10000.0));
-  cmd->add_option("--watch-list", o->watch_list, kWatchListHelp)->default_str("true");
-  cmd->add_option("--body-limit", o->body_limit_mib,
-                  "Largest request body accepted, in MiB (413 above)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--threads", o->threads,
-                  "HTTP server threads. One is enough for kube-scheduler, which filters one pod at "
-                  "a time (binds wait on their own threads); more add hand-offs between threads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+}
+
+// Shared pools and the partition service that provisions them (docs/pools.md).
+void AddPoolFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_option("--pools", o->pools_file,
                   fmt::format("Shared accelerator pools (YAML; docs/pools.md): nodes labelled "
                               "{}=NAME share the pool NAME",
@@ -257,6 +267,11 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "removal to the background")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 600.0));
+}
+
+// Who may bind: leader election among replicas, or a lone extender fenced from its previous
+// process.
+void AddFencingFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_flag("--leader-elect", o->leader_elect,
                 "Run as one of several replicas: only the holder of a coordination.k8s.io Lease "
                 "answers filter, prioritize, preempt and bind and is Ready; the others keep their "
@@ -294,6 +309,22 @@ std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
                   "older than ~1.27 parks a pod whose bind failed for up to 60 s or 5 min. 0s "
                   "refuses at once")
       ->capture_default_str();
+}
+
+}  // namespace
+
+std::shared_ptr<ExtenderOptions> AddExtenderCommand(CLI::App& app) {
+  auto o = std::make_shared<ExtenderOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "extender",
+      "Serve kube-scheduler's extender API: POST /filter, /prioritize, /bind, /preempt; GET "
+      "/healthz, /readyz, /metrics.\nOnline it lists and watches nodes and pods through the API "
+      "server; with --offline-nodes it serves nodes from a file and binds in memory.");
+  AddServingFlags(cmd, o.get());
+  AddClusterFlags(cmd, o.get());
+  AddPlacementFlags(cmd, o.get());
+  AddPoolFlags(cmd, o.get());
+  AddFencingFlags(cmd, o.get());
   cmd->add_option("--history-interval", o->history_interval,
                   "How often the fleet is sampled for GET /v1/history and the toposched_fleet_* "
                   "gauges of /metrics (1s to 1h); the last 6 hours are kept in memory, at most "

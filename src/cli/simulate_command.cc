@@ -41,59 +41,60 @@ struct SimulateOptions {
   double hold_back_hours = 0;
 };
 
-std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
-  auto opts = std::make_shared<SimulateOptions>();
-  opts->trace = sim::DefaultTracePath();
-  CLI::App* cmd = app.add_subcommand(
-      "simulate",
-      "Replay a GPU cluster trace onto a fleet of Neuron nodes through the same tracker and\n"
-      "allocator the scheduler uses, once per policy, and compare them side by side: pods\n"
-      "placed and rejected (by reason), device-hours, the share of devices left unallocated,\n"
-      "and fragmentation.\n"
-      "\n"
-      "Each GPU task becomes one pod:\n"
-      "  num_gpu > 1, or 1 at gpu_milli 1000  ->  num_gpu devices (aws.amazon.com/neuron)\n"
-      "  num_gpu 1 below 1000 milli          ->  1 core up to 500 milli, else 2 cores\n"
-      "                                          (aws.amazon.com/neuroncore)\n"
-      "  num_gpu 0                           ->  CPU-only: skipped and counted\n"
-      "(2 devices is never legal on trn nodes, only 1, 4, 8 or 16: such pods fit only on inf.)\n"
-      "\n"
-      "Policies (the node for each pod, and the set on it):\n"
-      "  scarcity    ours: the node and set that take least from the requests still expected,\n"
-      "              weighted by how few homes each kind of request has left in the fleet\n"
-      "              (learned from the pods seen); node order and names do not matter\n"
-      "  best-fit    the previous default: the tightest node, the set keeping big blocks whole\n"
-      "  first-fit   AWS's: lowest-index sets on the first node in fleet order that fits\n"
-      "  spread      kube-scheduler's LeastAllocated: the emptiest node, lowest-index sets\n"
-      "  binpack     MostAllocated / HAMi binpack: the fullest node that fits, lowest-index sets\n"
-      "  fgd         FGD (ATC'23): the node whose expected fragmentation over the request mix\n"
-      "              seen so far grows least, lowest-index sets (fgd-scarcity-sets: with our "
-      "sets)\n"
-      "  count-only  blind to topology, so never refused for it (always run, as a reference)\n"
-      "Ties among baselines go to the first node in fleet order.\n"
-      "Unreadable trace rows are skipped and counted. Exit 0 on success, 2 on bad flags or\n"
-      "input. Definitions: docs/simulator.md.");
-  auto* trace = cmd->add_option("--trace", opts->trace,
+namespace {
+
+constexpr char kSimulateHelp[] =
+    "Replay a GPU cluster trace onto a fleet of Neuron nodes through the same tracker and\n"
+    "allocator the scheduler uses, once per policy, and compare them side by side: pods\n"
+    "placed and rejected (by reason), device-hours, the share of devices left unallocated,\n"
+    "and fragmentation.\n"
+    "\n"
+    "Each GPU task becomes one pod:\n"
+    "  num_gpu > 1, or 1 at gpu_milli 1000  ->  num_gpu devices (aws.amazon.com/neuron)\n"
+    "  num_gpu 1 below 1000 milli          ->  1 core up to 500 milli, else 2 cores\n"
+    "                                          (aws.amazon.com/neuroncore)\n"
+    "  num_gpu 0                           ->  CPU-only: skipped and counted\n"
+    "(2 devices is never legal on trn nodes, only 1, 4, 8 or 16: such pods fit only on inf.)\n"
+    "\n"
+    "Policies (the node for each pod, and the set on it):\n"
+    "  scarcity    ours: the node and set that take least from the requests still expected,\n"
+    "              weighted by how few homes each kind of request has left in the fleet\n"
+    "              (learned from the pods seen); node order and names do not matter\n"
+    "  best-fit    the previous default: the tightest node, the set keeping big blocks whole\n"
+    "  first-fit   AWS's: lowest-index sets on the first node in fleet order that fits\n"
+    "  spread      kube-scheduler's LeastAllocated: the emptiest node, lowest-index sets\n"
+    "  binpack     MostAllocated / HAMi binpack: the fullest node that fits, lowest-index sets\n"
+    "  fgd         FGD (ATC'23): the node whose expected fragmentation over the request mix\n"
+    "              seen so far grows least, lowest-index sets (fgd-scarcity-sets: with our "
+    "sets)\n"
+    "  count-only  blind to topology, so never refused for it (always run, as a reference)\n"
+    "Ties among baselines go to the first node in fleet order.\n"
+    "Unreadable trace rows are skipped and counted. Exit 0 on success, 2 on bad flags or\n"
+    "input. Definitions: docs/simulator.md.";
+
+// What is replayed, onto which fleet, how and by whom; returns --trace (others exclude it).
+CLI::Option* AddWorkloadFlags(CLI::App* cmd, SimulateOptions& opts) {
+  auto* trace = cmd->add_option("--trace", opts.trace,
                                 "Trace CSV with columns num_gpu, gpu_milli and, for dynamic mode, "
                                 "creation_time and deletion_time (seconds)")
                     ->capture_default_str();
-  cmd->add_option("--synthetic", opts->synthetic,
+  cmd->add_option("--synthetic", opts.synthetic,
                   fmt::format("Instead of a trace file, generate Neuron-native requests: a named "
                               "mix ({}) or SIZE=WEIGHT pairs with Nd for N devices and 1c/2c for "
                               "cores, e.g. 1d=40,3d=5,6d=5,12d=2,16d=2,1c=10; Poisson arrivals, "
                               "exponential lifetimes, fixed by --seed (docs/simulator.md)",
                               sim::SyntheticMixNames()))
       ->excludes(trace);
-  cmd->add_option("--synthetic-tasks", opts->synthetic_tasks, "How many pods --synthetic generates")
+  cmd->add_option("--synthetic-tasks", opts.synthetic_tasks, "How many pods --synthetic generates")
       ->capture_default_str()
       ->check(CLI::Range(1, 10'000'000));
-  cmd->add_option("--fleet", opts->fleet,
+  cmd->add_option("--fleet", opts.fleet,
                   fmt::format("Nodes as TYPE=COUNT pairs in fleet order, e.g. "
                               "trn1.32xlarge=40,inf2.48xlarge=20 (types from the catalog); "
                               "ipu-pod16=2/4 is 2 shared IPU-PODs reached by 4 head nodes each. "
                               "Default: {} in dynamic and queue mode, {} in fill mode",
                               sim::kDefaultDynamicFleet, sim::kDefaultFillFleet));
-  cmd->add_option("--mode", opts->mode,
+  cmd->add_option("--mode", opts.mode,
                   "fill: add tasks in order, none leaving, until the fleet refuses one "
                   "(report the unallocated share then), and go on to the end. queue, the replay "
                   "in time to read: arrivals at the trace's times; a pod that does not fit "
@@ -104,26 +105,110 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
                   "rewards a policy for refusing big pods)")
       ->check(CLI::IsMember({"dynamic", "fill", "queue"}))
       ->capture_default_str();
-  cmd->add_option("--policy", opts->policies,
+  cmd->add_option("--policy", opts.policies,
                   "Comma-separated policies to compare: scarcity, best-fit, first-fit, spread, "
                   "fgd, fgd-scarcity-sets, "
                   "binpack, count-only (count-only is added when missing: the others are read "
                   "against it)")
       ->capture_default_str();
   cmd->add_option(
-         "--seed", opts->seed,
+         "--seed", opts.seed,
          "0 keeps trace order. Otherwise fill mode shuffles the tasks, and dynamic mode "
          "the order of pods arriving in the same second; with --gangs it picks the generated "
          "stream. The same seed, the same result")
       ->capture_default_str();
-  cmd->add_flag("--json", opts->json,
+  return trace;
+}
+
+// What is written besides the table; returns --report (others exclude it).
+CLI::Option* AddOutputFlags(CLI::App* cmd, SimulateOptions& opts) {
+  cmd->add_flag("--json", opts.json,
                 "Print one JSON object on stdout with a 'policies' array (name, placed, rejected, "
                 "device_hours, unallocated_share, fragmentation, ...)");
-  auto* report = cmd->add_option(
-      "--report", opts->report,
+  return cmd->add_option(
+      "--report", opts.report,
       "Also write a self-contained HTML page (inline SVG charts: allocation over time "
       "per policy, device maps of a few nodes) to this file");
+}
 
+// --gangs and what shapes its stream; returns --gangs.
+CLI::Option* AddGangFlags(CLI::App* cmd, SimulateOptions& opts) {
+  auto* gangs = cmd->add_flag(
+      "--gangs", opts.gangs,
+      "Instead of a trace: multi-node jobs on a fleet of Trn2 UltraServers (4 trn2u.48xlarge "
+      "nodes each), a generated stream of 4-node gangs (a whole UltraServer), 2-node gangs (a "
+      "half) and single pods of 1-16 devices, placed two ways: all-or-nothing (the tracker "
+      "reserves every member's node at once, or none) and pod-by-pod (kube-scheduler with "
+      "AWS's affinity rules, one member at a time). Compares deadlocked gangs, nodes stranded "
+      "by partial gangs, gang wait and single pods. --seed picks the stream");
+  cmd->add_option("--ultraservers", opts.gang.ultraservers,
+                  "--gangs: UltraServers in the fleet (nodes us<k>-n0..n3)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000))
+      ->needs(gangs);
+  cmd->add_option("--plain-nodes", opts.gang.plain_nodes,
+                  "--gangs: trn2.48xlarge nodes outside any UltraServer (single pods only)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100'000))
+      ->needs(gangs);
+  cmd->add_option("--gang-jobs", opts.gang.jobs,
+                  "--gangs: jobs in the stream (gangs and single pods; 10% 4-node gangs, 15% "
+                  "2-node gangs, 75% single pods)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000))
+      ->needs(gangs);
+  cmd->add_option("--gang-load", opts.gang.load,
+                  "--gangs: offered load, the stream's mean device demand as a share of the "
+                  "fleet's devices (sets the mean gap between arrivals)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0))
+      ->needs(gangs);
+  cmd->add_option("--gang-timeout", opts.gang.timeout_s,
+                  "--gangs: seconds a gang may sit partly placed, with a member waiting for a "
+                  "node, before it counts as deadlocked")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{31}, int64_t{7 * 86400}))
+      ->needs(gangs);
+  return gangs;
+}
+
+// Devices failing and recovering, and what becomes of their pods; returns --device-failure-rate.
+CLI::Option* AddFailureFlags(CLI::App* cmd, SimulateOptions& opts) {
+  auto* rate =
+      cmd->add_option(
+             "--device-failure-rate", opts.failures.per_device_day,
+             "Devices fail: mean failures per device per day, each device on its own (a Poisson "
+             "process drawn from --seed, the same for every policy); 0 = none. Each policy is then "
+             "also run without failures and the table adds what failures cost it. In fill mode "
+             "(no time) the long-run share of devices is out of service from the start. E.g. "
+             "0.01: one failure per device every 100 days")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--device-repair-hours", opts.failures.repair_hours,
+                  "With --device-failure-rate: mean hours a failed device stays out of service "
+                  "(exponential) before it is back")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 8760.0))
+      ->needs(rate);
+  cmd->add_option("--on-device-failure", opts.on_failure,
+                  "With --device-failure-rate, what becomes of a pod holding a device that fails, "
+                  "as the extender's flag of the same name: event = it keeps its devices until it "
+                  "ends; evict = it is removed and starts again from the beginning (queue mode: it "
+                  "waits again; dynamic mode: placed again at once or dropped)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"event", "evict"}))
+      ->needs(rate);
+  return rate;
+}
+
+}  // namespace
+
+std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
+  auto opts = std::make_shared<SimulateOptions>();
+  opts->trace = sim::DefaultTracePath();
+  CLI::App* cmd = app.add_subcommand("simulate", kSimulateHelp);
+  CLI::Option* trace = AddWorkloadFlags(cmd, *opts);
+  CLI::Option* report = AddOutputFlags(cmd, *opts);
   auto* dra = cmd->add_flag(
       "--dra", opts->dra,
       "Instead of the policies: the trace replayed (fill or dynamic mode) into a DRA cluster, "
@@ -133,67 +218,9 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
       "dra-plugin's scarcity order, each with fleet-order and least-allocated node choice. "
       "See docs/dra.md");
   dra->excludes(report);
-  auto* gangs = cmd->add_flag(
-      "--gangs", opts->gangs,
-      "Instead of a trace: multi-node jobs on a fleet of Trn2 UltraServers (4 trn2u.48xlarge "
-      "nodes each), a generated stream of 4-node gangs (a whole UltraServer), 2-node gangs (a "
-      "half) and single pods of 1-16 devices, placed two ways: all-or-nothing (the tracker "
-      "reserves every member's node at once, or none) and pod-by-pod (kube-scheduler with "
-      "AWS's affinity rules, one member at a time). Compares deadlocked gangs, nodes stranded "
-      "by partial gangs, gang wait and single pods. --seed picks the stream");
+  CLI::Option* gangs = AddGangFlags(cmd, *opts);
   gangs->excludes(trace)->excludes(report)->excludes(dra);
-  cmd->add_option("--ultraservers", opts->gang.ultraservers,
-                  "--gangs: UltraServers in the fleet (nodes us<k>-n0..n3)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 10'000))
-      ->needs(gangs);
-  cmd->add_option("--plain-nodes", opts->gang.plain_nodes,
-                  "--gangs: trn2.48xlarge nodes outside any UltraServer (single pods only)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100'000))
-      ->needs(gangs);
-  cmd->add_option("--gang-jobs", opts->gang.jobs,
-                  "--gangs: jobs in the stream (gangs and single pods; 10% 4-node gangs, 15% "
-                  "2-node gangs, 75% single pods)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1'000'000))
-      ->needs(gangs);
-  cmd->add_option("--gang-load", opts->gang.load,
-                  "--gangs: offered load, the stream's mean device demand as a share of the "
-                  "fleet's devices (sets the mean gap between arrivals)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 10.0))
-      ->needs(gangs);
-  cmd->add_option("--gang-timeout", opts->gang.timeout_s,
-                  "--gangs: seconds a gang may sit partly placed, with a member waiting for a "
-                  "node, before it counts as deadlocked")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{31}, int64_t{7 * 86400}))
-      ->needs(gangs);
-  auto* rate =
-      cmd->add_option(
-             "--device-failure-rate", opts->failures.per_device_day,
-             "Devices fail: mean failures per device per day, each device on its own (a Poisson "
-             "process drawn from --seed, the same for every policy); 0 = none. Each policy is then "
-             "also run without failures and the table adds what failures cost it. In fill mode "
-             "(no time) the long-run share of devices is out of service from the start. E.g. "
-             "0.01: one failure per device every 100 days")
-          ->capture_default_str()
-          ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--device-repair-hours", opts->failures.repair_hours,
-                  "With --device-failure-rate: mean hours a failed device stays out of service "
-                  "(exponential) before it is back")
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 8760.0))
-      ->needs(rate);
-  cmd->add_option("--on-device-failure", opts->on_failure,
-                  "With --device-failure-rate, what becomes of a pod holding a device that fails, "
-                  "as the extender's flag of the same name: event = it keeps its devices until it "
-                  "ends; evict = it is removed and starts again from the beginning (queue mode: it "
-                  "waits again; dynamic mode: placed again at once or dropped)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"event", "evict"}))
-      ->needs(rate);
+  CLI::Option* rate = AddFailureFlags(cmd, *opts);
   cmd->add_option(
          "--hold-back-hours", opts->hold_back_hours,
          "Queue mode, an experiment the extender does not run yet: ours (scarcity) lets "

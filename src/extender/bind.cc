@@ -384,32 +384,114 @@ size_t ExtenderService::ResolveUnknownBinds() {
   return unknown_binds_.size();
 }
 
-std::string ExtenderService::RunBind(const BindingArgs& args) {
-  const std::string key = args.pod_namespace + "/" + args.pod_name;
-  if (!Ready()) return EncodeBindingResult(fmt::format("bind {}: {}", key, kNotReadyReason));
+std::string ExtenderService::WriteBinding(const BindingArgs& args, UnknownBind bind) {
+  const kube::WriteResult written = writer_.BindWithOutcome(
+      args.pod_namespace, args.pod_name, args.pod_uid, args.node, bind.annotations);
+  if (written.ok()) return EncodeBindingResult(FinishBind(bind));
+  if (!written.unknown() && !written.conflict()) {
+    metrics_.CountApiError("bind");
+    return FailBind(bind.attempt, written.error);
+  }
+  // Unknown (a timeout, a 5xx) or 409 (the pod is bound already, or re-created): the truth is
+  // the pod. It is read back once here, so that kube-scheduler gets the real answer when the API
+  // server can give it; what stays unknown is read back in the background (ResolveUnknownBinds,
+  // from the housekeeping tick) while the ids stay held, and kube-scheduler is told to retry.
+  // Waiting here instead would hold kube-scheduler's bind call (its httpTimeout) for as long as
+  // the API server stays unsure, and a retried bind of the same pod is answered from the hold.
+  metrics_.CountApiError(written.unknown() ? "bind_unknown" : "bind_conflict");
+  spdlog::warn("bind {} to {}: {}; reading the pod back", bind.attempt.key, args.node,
+               written.error);
+  // A 409 answers this write definitely (it was not applied); an unknown one may still land.
+  bind.settle_ns = SteadyNsAfter(written.unknown() ? options_.unknown_write_settle
+                                                   : std::chrono::milliseconds(0));
+  std::string message;
+  const Resolution resolution = ResolveUnknownBind(bind, &message);
+  metrics_.CountBindReadBack(resolution == Resolution::kCommitted  ? "committed"
+                             : resolution == Resolution::kReleased ? "released"
+                                                                   : "unknown");
+  if (resolution == Resolution::kCommitted) return EncodeBindingResult("");
+  if (resolution == Resolution::kReleased) return EncodeBindingResult(message);
+  bind.next_try_ns = SteadyNsAfter(options_.read_back_retry);
+  if (auto s = ExtendHold(bind.attempt.uid,
+                          std::max(bind.settle_ns, bind.next_try_ns) +
+                              std::chrono::nanoseconds(options_.reservation_timeout).count());
+      !s.ok()) {
+    // The watch committed the hold meanwhile (the pod is bound as written): nothing to extend.
+    spdlog::debug("bind {}: {}", bind.attempt.key, s.error());
+  }
+  {
+    MutexLock lock(mu_);
+    const std::string uid = bind.attempt.uid;
+    unknown_binds_[uid] = std::move(bind);
+  }
+  return EncodeBindingResult(fmt::format("{}; {}", written.error, message));
+}
+
+std::optional<std::string> ExtenderService::MakePartition(BindAttempt& attempt,
+                                                          const tracker::PodAllocation& reserved) {
+  attempt.partition = provision::PartitionNameFor(attempt.uid);
+  // The reservation must outlive the whole provisioning step and then the write, however slow
+  // each is; it is only ever moved later (issue 18: the write's time was once dropped here).
+  const auto budget = partitions_->options().create_timeout +
+                      2 * partitions_->options().remove_timeout + options_.reservation_timeout +
+                      writer_.MaxWriteTime();
+  if (auto extended = ExtendHold(attempt.uid, SteadyNsAfter(budget)); !extended.ok()) {
+    // Just reserved by this thread: no longer a reservation only if the pod was deleted
+    // meanwhile (PodDeleted began its release) or it expired already (a stalled thread).
+    if (partitions_->DeletedWhileBinding(attempt.uid)) {
+      return FailBind(attempt, fmt::format("pod {} was deleted while binding; no partition was "
+                                           "made, its ids are released",
+                                           attempt.key));
+    }
+    metrics_.CountTrackerError("extend");
+    return FailBind(attempt, fmt::format("pod {}: its reservation ran out before its partition "
+                                         "was made ({}); it will be retried",
+                                         attempt.key, extended.error()));
+  }
+  auto created =
+      partitions_->Create(attempt.key, attempt.pool, attempt.partition, reserved, &attempt.made);
+  if (!created.ok()) {
+    metrics_.CountApiError("partition");
+    return FailBind(attempt, fmt::format("pod {}: {}; {}", attempt.key, created.error(),
+                                         attempt.made == PartitionMade::kLeftBehind
+                                             ? "its devices stay held until the partition is gone"
+                                             : "its devices are released"));
+  }
+  return std::nullopt;
+}
+
+Result<PodRequests> ExtenderService::BindRequests(const BindingArgs& args, const std::string& key) {
+  if (!Ready()) return Error{fmt::format("bind {}: {}", key, kNotReadyReason)};
   PodRequests requests;
   {
     ReaderLock lock(mu_);
     if (unknown_binds_.count(args.pod_uid) != 0) {
-      return EncodeBindingResult(fmt::format(
+      return Error{fmt::format(
           "pod {}: the outcome of its last Binding is not yet known; its ids stay held until the "
           "pod is read back; it will be retried",
-          key));
+          key)};
     }
     auto it = pods_.find(args.pod_uid);
     if (it == pods_.end()) {
-      return EncodeBindingResult(fmt::format(
+      return Error{fmt::format(
           "pod {} (uid {}) is not known to toposched: it was neither seen by the pod watch nor "
           "passed through filter; it will be retried",
-          key, args.pod_uid));
+          key, args.pod_uid)};
     }
     requests = it->second;
   }
   requests = WithGangSize(std::move(requests), /*may_ask=*/false);
   if (!requests.node_name.empty()) {
-    return EncodeBindingResult(
-        fmt::format("pod {} is already bound to node {}", key, requests.node_name));
+    return Error{fmt::format("pod {} is already bound to node {}", key, requests.node_name)};
   }
+  return requests;
+}
+
+std::string ExtenderService::RunBind(const BindingArgs& args) {
+  const std::string key = args.pod_namespace + "/" + args.pod_name;
+  Result<PodRequests> found = BindRequests(args, key);
+  if (!found.ok()) return EncodeBindingResult(found.error());
+  const PodRequests requests = std::move(found).value();
   if (!requests.spec.AsksForAnything()) {
     // Managed pods with zero counts: bind without ids, so an unknown outcome holds nothing.
     if (auto s = writer_.Bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node, {});
@@ -444,34 +526,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
   metrics_.SetOutstandingReservations(tracker_.Stats().reserved);
 
   if (!attempt.pool.empty()) {
-    attempt.partition = provision::PartitionNameFor(args.pod_uid);
-    // The reservation must outlive the whole provisioning step and then the write, however slow
-    // each is; it is only ever moved later (issue 18: the write's time was once dropped here).
-    const auto budget = partitions_->options().create_timeout +
-                        2 * partitions_->options().remove_timeout + options_.reservation_timeout +
-                        writer_.MaxWriteTime();
-    if (auto extended = ExtendHold(args.pod_uid, SteadyNsAfter(budget)); !extended.ok()) {
-      // Just reserved by this thread: no longer a reservation only if the pod was deleted
-      // meanwhile (PodDeleted began its release) or it expired already (a stalled thread).
-      if (partitions_->DeletedWhileBinding(args.pod_uid)) {
-        return FailBind(attempt, fmt::format("pod {} was deleted while binding; no partition was "
-                                             "made, its ids are released",
-                                             key));
-      }
-      metrics_.CountTrackerError("extend");
-      return FailBind(attempt, fmt::format("pod {}: its reservation ran out before its partition "
-                                           "was made ({}); it will be retried",
-                                           key, extended.error()));
-    }
-    auto created =
-        partitions_->Create(key, attempt.pool, attempt.partition, *reserved, &attempt.made);
-    if (!created.ok()) {
-      metrics_.CountApiError("partition");
-      return FailBind(attempt, fmt::format("pod {}: {}; {}", key, created.error(),
-                                           attempt.made == PartitionMade::kLeftBehind
-                                               ? "its devices stay held until the partition is gone"
-                                               : "its devices are released"));
-    }
+    if (auto failed = MakePartition(attempt, *reserved)) return *failed;
   }
 
   claims::AllocationRecord record;
@@ -486,44 +541,7 @@ std::string ExtenderService::RunBind(const BindingArgs& args) {
   bind.allocation = *reserved;
   bind.allocation.node = args.node;
   for (const auto& c : record.containers) bind.resources.push_back(c.resource);
-  const kube::WriteResult written = writer_.BindWithOutcome(
-      args.pod_namespace, args.pod_name, args.pod_uid, args.node, bind.annotations);
-  if (written.ok()) return EncodeBindingResult(FinishBind(bind));
-  if (!written.unknown() && !written.conflict()) {
-    metrics_.CountApiError("bind");
-    return FailBind(attempt, written.error);
-  }
-  // Unknown (a timeout, a 5xx) or 409 (the pod is bound already, or re-created): the truth is
-  // the pod. It is read back once here, so that kube-scheduler gets the real answer when the API
-  // server can give it; what stays unknown is read back in the background (ResolveUnknownBinds,
-  // from the housekeeping tick) while the ids stay held, and kube-scheduler is told to retry.
-  // Waiting here instead would hold kube-scheduler's bind call (its httpTimeout) for as long as
-  // the API server stays unsure, and a retried bind of the same pod is answered from the hold.
-  metrics_.CountApiError(written.unknown() ? "bind_unknown" : "bind_conflict");
-  spdlog::warn("bind {} to {}: {}; reading the pod back", key, args.node, written.error);
-  // A 409 answers this write definitely (it was not applied); an unknown one may still land.
-  bind.settle_ns = SteadyNsAfter(written.unknown() ? options_.unknown_write_settle
-                                                   : std::chrono::milliseconds(0));
-  std::string message;
-  const Resolution resolution = ResolveUnknownBind(bind, &message);
-  metrics_.CountBindReadBack(resolution == Resolution::kCommitted  ? "committed"
-                             : resolution == Resolution::kReleased ? "released"
-                                                                   : "unknown");
-  if (resolution == Resolution::kCommitted) return EncodeBindingResult("");
-  if (resolution == Resolution::kReleased) return EncodeBindingResult(message);
-  bind.next_try_ns = SteadyNsAfter(options_.read_back_retry);
-  if (auto s = ExtendHold(attempt.uid,
-                          std::max(bind.settle_ns, bind.next_try_ns) +
-                              std::chrono::nanoseconds(options_.reservation_timeout).count());
-      !s.ok()) {
-    // The watch committed the hold meanwhile (the pod is bound as written): nothing to extend.
-    spdlog::debug("bind {}: {}", key, s.error());
-  }
-  {
-    MutexLock lock(mu_);
-    unknown_binds_[attempt.uid] = std::move(bind);
-  }
-  return EncodeBindingResult(fmt::format("{}; {}", written.error, message));
+  return WriteBinding(args, std::move(bind));
 }
 
 }  // namespace toposched::extender

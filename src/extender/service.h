@@ -275,6 +275,10 @@ class ExtenderService {
 
   // Bind, once StopBinds has not refused it (bind.cc).
   std::string RunBind(const BindingArgs& args);
+  // The pod a bind is for, with its gang's size, or why the bind is refused before anything is
+  // reserved (not ready, an earlier Binding's outcome unknown, an unknown or bound pod).
+  Result<PodRequests> BindRequests(const BindingArgs& args, const std::string& key)
+      TS_EXCLUDES(mu_);
   // A Binding whose outcome is unknown: what was written, kept until the pod is read back.
   struct UnknownBind {
     BindAttempt attempt;
@@ -359,6 +363,13 @@ class ExtenderService {
   // The one way out of a bind that failed after its first checks: gives back what it held (the
   // reservation, the partition) and answers kube-scheduler with the reason.
   std::string FailBind(const BindAttempt& attempt, const std::string& message);
+  // A bind into a shared pool: its partition made for the `reserved` devices, the reservation
+  // stretched over the whole step. The bind's answer (after FailBind) when it could not be.
+  std::optional<std::string> MakePartition(BindAttempt& attempt,
+                                           const tracker::PodAllocation& reserved);
+  // Writes the Binding `bind` describes and answers kube-scheduler: committed, failed (FailBind),
+  // or of unknown outcome (read back once here, then kept in unknown_binds_ with its ids held).
+  std::string WriteBinding(const BindingArgs& args, UnknownBind bind) TS_EXCLUDES(mu_);
   // After a successful Binding write: when `committed` failed, makes sure the tracker holds the
   // ids written (the watch may have adopted them already), or reports who holds them instead.
   void EnsureHeldAsWritten(const Status& committed, const std::string& uid, const std::string& key,

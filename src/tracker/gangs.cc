@@ -159,13 +159,61 @@ Result<GangState> Tracker::ReserveGang(const GangRequest& request,
   return gangs_[request.id] = std::move(gang);
 }
 
+namespace {
+
+// Why a gang finds `usable` of the `need` node groups it must have: how many groups and nodes
+// were looked at, and up to three nodes' own reasons.
+Error GangCannotBePlaced(const GangRequest& request, size_t need, size_t usable, size_t groups,
+                         int seen_nodes, int incomplete, const std::vector<std::string>& refusals) {
+  const int size = request.size;
+  const int per_group = request.group_nodes;
+  std::string found = per_group == 1
+                          ? fmt::format(
+                                "it needs {} nodes with room for a member and found {} among {} "
+                                "candidate nodes",
+                                need, usable, seen_nodes)
+                          : fmt::format(
+                                "it needs {} whole {}-node UltraServer group{} with room for every "
+                                "member and found {} ({} groups among {} candidate nodes{})",
+                                need, per_group, need == 1 ? "" : "s", usable, groups, seen_nodes,
+                                incomplete > 0 ? fmt::format(", {} of them with members missing "
+                                                             "among the candidates",
+                                                             incomplete)
+                                               : "");
+  return Error{fmt::format("gang {} ({} members, one per node{}) cannot be placed whole: {}{}{}",
+                           request.id, size,
+                           per_group == 1 ? "" : fmt::format(", in {}-node groups", per_group),
+                           found, refusals.empty() ? "" : "; ", fmt::join(refusals, "; "))};
+}
+
+// The `need` groups a gang takes among `usable`, as member nodes in rank order: larger groups
+// kept whole for the gangs that need them, then least cost, then a fixed order.
+std::vector<std::string> TakeGroups(std::vector<GroupChoice> usable, size_t need) {
+  std::vector<std::string> nodes;
+  std::partial_sort(usable.begin(), usable.begin() + static_cast<std::ptrdiff_t>(need),
+                    usable.end(), [](const GroupChoice& a, const GroupChoice& b) {
+                      if (a.breaks != b.breaks) return a.breaks < b.breaks;
+                      if (a.cost != b.cost) return a.cost < b.cost;
+                      return a.id < b.id;
+                    });
+  usable.resize(need);
+  // Ranks follow the group ids, then the index inside each group (AWS's topology order).
+  std::sort(usable.begin(), usable.end(),
+            [](const GroupChoice& a, const GroupChoice& b) { return a.id < b.id; });
+  for (const auto& choice : usable) {
+    for (std::string_view node : choice.nodes) nodes.emplace_back(node);
+  }
+  return nodes;
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> Tracker::ChooseGangNodesLocked(
     const GangRequest& request, const PodSpec& member, std::span<const std::string> candidates,
     const topology::SlotCosts& costs) const {
   if (!request.fixed_nodes.empty()) return request.fixed_nodes;
   const int size = request.size;
   const int per_group = request.group_nodes;
-  std::vector<std::string> nodes;
   // Candidate groups: every node of the group among the candidates and free for a member.
   // Open addressing with views for keys: a search visits every candidate node, twice.
   boost::unordered_flat_map<std::string_view, GroupChoice> groups;
@@ -263,40 +311,10 @@ Result<std::vector<std::string>> Tracker::ChooseGangNodesLocked(
   }
   const size_t need = static_cast<size_t>(size / per_group);
   if (usable.size() < need) {
-    std::string found =
-        per_group == 1
-            ? fmt::format(
-                  "it needs {} nodes with room for a member and found {} among {} "
-                  "candidate nodes",
-                  need, usable.size(), seen_nodes)
-            : fmt::format(
-                  "it needs {} whole {}-node UltraServer group{} with room for every "
-                  "member and found {} ({} groups among {} candidate nodes{})",
-                  need, per_group, need == 1 ? "" : "s", usable.size(), groups.size(), seen_nodes,
-                  incomplete > 0 ? fmt::format(", {} of them with members missing "
-                                               "among the candidates",
-                                               incomplete)
-                                 : "");
-    return Error{fmt::format("gang {} ({} members, one per node{}) cannot be placed whole: {}{}{}",
-                             request.id, size,
-                             per_group == 1 ? "" : fmt::format(", in {}-node groups", per_group),
-                             found, refusals.empty() ? "" : "; ", fmt::join(refusals, "; "))};
+    return GangCannotBePlaced(request, need, usable.size(), groups.size(), seen_nodes, incomplete,
+                              refusals);
   }
-  // Keep larger groups whole for the gangs that need them, then cost, then a fixed order.
-  std::partial_sort(usable.begin(), usable.begin() + static_cast<std::ptrdiff_t>(need),
-                    usable.end(), [](const GroupChoice& a, const GroupChoice& b) {
-                      if (a.breaks != b.breaks) return a.breaks < b.breaks;
-                      if (a.cost != b.cost) return a.cost < b.cost;
-                      return a.id < b.id;
-                    });
-  usable.resize(need);
-  // Ranks follow the group ids, then the index inside each group (AWS's topology order).
-  std::sort(usable.begin(), usable.end(),
-            [](const GroupChoice& a, const GroupChoice& b) { return a.id < b.id; });
-  for (const auto& choice : usable) {
-    for (std::string_view node : choice.nodes) nodes.emplace_back(node);
-  }
-  return nodes;
+  return TakeGroups(std::move(usable), need);
 }
 
 Status Tracker::HoldGangSeatsLocked(const PodSpec& member, const topology::SlotCosts& costs,
