@@ -641,6 +641,107 @@ std::string FormatTable(const SimResult& result, std::string_view trace_name) {
   return out;
 }
 
+namespace {
+
+// One policy's queue-mode figures: wait, work done, and wait per request class.
+void AppendQueueJson(std::string& out, const PolicyResult& p) {
+  out += fmt::format(
+      ",\"device_hours\":{},\"unallocated_share\":{},\"waited\":{},\"still_waiting\":{},"
+      "\"mean_wait_hours\":{},\"p95_wait_hours\":{},\"fragmented_wait_share\":{},"
+      "\"makespan_hours\":{},\"peak_allocated_share\":{}",
+      JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6), p.waited,
+      p.still_waiting, JsonNumber(p.mean_wait_s / 3600.0, 4), JsonNumber(p.p95_wait_s / 3600.0, 4),
+      JsonNumber(p.fragmented_wait_share, 6), JsonNumber(p.makespan_s / 3600.0, 3),
+      JsonNumber(p.peak_allocated_share, 6));
+  out += fmt::format(
+      ",\"max_wait_hours\":{},\"device_weighted_mean_wait_hours\":{},"
+      "\"wait_by_request\":{{",
+      JsonNumber(p.max_wait_s / 3600.0, 4), JsonNumber(p.device_weighted_mean_wait_s / 3600.0, 4));
+  for (size_t k = 0; k < p.wait_by_request.size(); ++k) {
+    const auto& c = p.wait_by_request[k];
+    out += fmt::format(
+        "{}{}:{{\"pods\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
+        "\"max_wait_hours\":{}}}",
+        k == 0 ? "" : ",", JsonQuote(topology::RequestLabel(c.request)), c.pods,
+        JsonNumber(c.mean_s / 3600.0, 4), JsonNumber(c.p95_s / 3600.0, 4),
+        JsonNumber(c.max_s / 3600.0, 4));
+  }
+  out += "}";
+}
+
+// One policy's dynamic-mode figures.
+void AppendDynamicJson(std::string& out, const PolicyResult& p) {
+  out += fmt::format(
+      ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"
+      "\"fragmentation\":{},\"peak_allocated_share\":{},\"peak_at_hours\":{}",
+      JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6),
+      Refusals(p) == 0 ? "null" : JsonNumber(p.unallocated_when_refused, 6),
+      JsonNumber(p.avg_fragmentation, 6), JsonNumber(p.peak_allocated_share, 6),
+      JsonNumber(p.peak_at_s / 3600.0, 3));
+}
+
+// One policy's fill-mode figures: the fleet at the first refusal and at the end.
+void AppendFillJson(std::string& out, const SimResult& r, const PolicyResult& p) {
+  out += fmt::format(
+      ",\"device_hours\":null,\"unallocated_share\":{},\"fragmentation\":{},\"failed\":{},"
+      "\"first_failure_task\":{},\"first_failure_request\":{},"
+      "\"placed_before_first_failure\":{},"
+      "\"devices_allocated_at_first_failure\":{},\"devices_allocated\":{},"
+      "\"unallocated_share_at_end\":{},\"fragmentation_at_end\":{}",
+      JsonNumber(p.unallocated_share_at_first_failure, 6),
+      JsonNumber(p.fragmentation_at_first_failure, 6), p.failed ? "true" : "false",
+      p.first_failure_task >= 0 && static_cast<size_t>(p.first_failure_task) < r.task_names.size()
+          ? JsonQuote(r.task_names[static_cast<size_t>(p.first_failure_task)])
+          : std::string("null"),
+      p.failed ? JsonQuote(p.first_failure_request) : std::string("null"),
+      p.placed_before_first_failure, JsonNumber(p.devices_allocated_at_first_failure, 3),
+      JsonNumber(p.devices_allocated_at_end, 3), JsonNumber(p.unallocated_share_at_end, 6),
+      JsonNumber(p.fragmentation_at_end, 6));
+}
+
+// What failures cost one policy, beside its run without them.
+void AppendFailureJson(std::string& out, const SimResult& r, const PolicyResult& p) {
+  const PolicyResult& h = Healthy(r, p);
+  out += fmt::format(
+      ",\"failures\":{{\"pods_hit\":{},\"evicted\":{},\"dropped_after_eviction\":{},"
+      "\"lost_device_hours\":{},\"without_failures\":{{\"placed\":{},\"rejected\":{},"
+      "\"device_hours\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
+      "\"placed_before_first_failure\":{},\"unallocated_share_at_first_failure\":{}}}}}",
+      p.pods_hit, p.evicted, p.dropped_after_eviction, JsonNumber(p.lost_device_hours, 3), h.placed,
+      h.rejected, JsonNumber(h.device_hours, 3), JsonNumber(h.mean_wait_s / 3600.0, 4),
+      JsonNumber(h.p95_wait_s / 3600.0, 4), h.placed_before_first_failure,
+      JsonNumber(h.unallocated_share_at_first_failure, 6));
+}
+
+// One policy's object of the "policies" array.
+void AppendPolicyJson(std::string& out, const SimResult& r, const PolicyResult& p) {
+  out += fmt::format("{{\"name\":{},\"placed\":{},\"rejected\":{},\"rejected_by_reason\":{{",
+                     JsonQuote(PolicyName(p.policy)), p.placed, p.rejected);
+  for (int k = 0; k < kRejectReasons; ++k) {
+    out += fmt::format("{}{}:{}", k == 0 ? "" : ",",
+                       JsonQuote(RejectReasonKey(static_cast<RejectReason>(k))),
+                       p.rejected_by_reason[k]);
+  }
+  out += "},\"rejected_by_request\":{";
+  bool first = true;
+  for (const auto& [label, count] : p.rejected_by_request) {
+    out += fmt::format("{}{}:{}", first ? "" : ",", JsonQuote(label), count);
+    first = false;
+  }
+  out += "}";
+  if (r.mode == Mode::kQueue) {
+    AppendQueueJson(out, p);
+  } else if (r.mode == Mode::kDynamic) {
+    AppendDynamicJson(out, p);
+  } else {
+    AppendFillJson(out, r, p);
+  }
+  if (r.failures.enabled()) AppendFailureJson(out, r, p);
+  out += "}";
+}
+
+}  // namespace
+
 std::string FormatJson(const SimResult& r, std::string_view trace_name) {
   const bool dynamic = r.mode == Mode::kDynamic;
   const bool queue = r.mode == Mode::kQueue;
@@ -673,84 +774,8 @@ std::string FormatJson(const SimResult& r, std::string_view trace_name) {
                                    "for lack of room (at the end if none failed)"));
   out += ",\"policies\":[";
   for (size_t i = 0; i < r.policies.size(); ++i) {
-    const PolicyResult& p = r.policies[i];
-    out += fmt::format("{}{{\"name\":{},\"placed\":{},\"rejected\":{},\"rejected_by_reason\":{{",
-                       i == 0 ? "" : ",", JsonQuote(PolicyName(p.policy)), p.placed, p.rejected);
-    for (int k = 0; k < kRejectReasons; ++k) {
-      out += fmt::format("{}{}:{}", k == 0 ? "" : ",",
-                         JsonQuote(RejectReasonKey(static_cast<RejectReason>(k))),
-                         p.rejected_by_reason[k]);
-    }
-    out += "},\"rejected_by_request\":{";
-    bool first = true;
-    for (const auto& [label, count] : p.rejected_by_request) {
-      out += fmt::format("{}{}:{}", first ? "" : ",", JsonQuote(label), count);
-      first = false;
-    }
-    out += "}";
-    if (queue) {
-      out += fmt::format(
-          ",\"device_hours\":{},\"unallocated_share\":{},\"waited\":{},\"still_waiting\":{},"
-          "\"mean_wait_hours\":{},\"p95_wait_hours\":{},\"fragmented_wait_share\":{},"
-          "\"makespan_hours\":{},\"peak_allocated_share\":{}",
-          JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6), p.waited,
-          p.still_waiting, JsonNumber(p.mean_wait_s / 3600.0, 4),
-          JsonNumber(p.p95_wait_s / 3600.0, 4), JsonNumber(p.fragmented_wait_share, 6),
-          JsonNumber(p.makespan_s / 3600.0, 3), JsonNumber(p.peak_allocated_share, 6));
-      out += fmt::format(
-          ",\"max_wait_hours\":{},\"device_weighted_mean_wait_hours\":{},"
-          "\"wait_by_request\":{{",
-          JsonNumber(p.max_wait_s / 3600.0, 4),
-          JsonNumber(p.device_weighted_mean_wait_s / 3600.0, 4));
-      for (size_t k = 0; k < p.wait_by_request.size(); ++k) {
-        const auto& c = p.wait_by_request[k];
-        out += fmt::format(
-            "{}{}:{{\"pods\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
-            "\"max_wait_hours\":{}}}",
-            k == 0 ? "" : ",", JsonQuote(topology::RequestLabel(c.request)), c.pods,
-            JsonNumber(c.mean_s / 3600.0, 4), JsonNumber(c.p95_s / 3600.0, 4),
-            JsonNumber(c.max_s / 3600.0, 4));
-      }
-      out += "}";
-    } else if (dynamic) {
-      out += fmt::format(
-          ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"
-          "\"fragmentation\":{},\"peak_allocated_share\":{},\"peak_at_hours\":{}",
-          JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6),
-          Refusals(p) == 0 ? "null" : JsonNumber(p.unallocated_when_refused, 6),
-          JsonNumber(p.avg_fragmentation, 6), JsonNumber(p.peak_allocated_share, 6),
-          JsonNumber(p.peak_at_s / 3600.0, 3));
-    } else {
-      out += fmt::format(
-          ",\"device_hours\":null,\"unallocated_share\":{},\"fragmentation\":{},\"failed\":{},"
-          "\"first_failure_task\":{},\"first_failure_request\":{},"
-          "\"placed_before_first_failure\":{},"
-          "\"devices_allocated_at_first_failure\":{},\"devices_allocated\":{},"
-          "\"unallocated_share_at_end\":{},\"fragmentation_at_end\":{}",
-          JsonNumber(p.unallocated_share_at_first_failure, 6),
-          JsonNumber(p.fragmentation_at_first_failure, 6), p.failed ? "true" : "false",
-          p.first_failure_task >= 0 &&
-                  static_cast<size_t>(p.first_failure_task) < r.task_names.size()
-              ? JsonQuote(r.task_names[static_cast<size_t>(p.first_failure_task)])
-              : std::string("null"),
-          p.failed ? JsonQuote(p.first_failure_request) : std::string("null"),
-          p.placed_before_first_failure, JsonNumber(p.devices_allocated_at_first_failure, 3),
-          JsonNumber(p.devices_allocated_at_end, 3), JsonNumber(p.unallocated_share_at_end, 6),
-          JsonNumber(p.fragmentation_at_end, 6));
-    }
-    if (r.failures.enabled()) {
-      const PolicyResult& h = Healthy(r, p);
-      out += fmt::format(
-          ",\"failures\":{{\"pods_hit\":{},\"evicted\":{},\"dropped_after_eviction\":{},"
-          "\"lost_device_hours\":{},\"without_failures\":{{\"placed\":{},\"rejected\":{},"
-          "\"device_hours\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
-          "\"placed_before_first_failure\":{},\"unallocated_share_at_first_failure\":{}}}}}",
-          p.pods_hit, p.evicted, p.dropped_after_eviction, JsonNumber(p.lost_device_hours, 3),
-          h.placed, h.rejected, JsonNumber(h.device_hours, 3),
-          JsonNumber(h.mean_wait_s / 3600.0, 4), JsonNumber(h.p95_wait_s / 3600.0, 4),
-          h.placed_before_first_failure, JsonNumber(h.unallocated_share_at_first_failure, 6));
-    }
-    out += "}";
+    if (i != 0) out += ",";
+    AppendPolicyJson(out, r, r.policies[i]);
   }
   out += "]";
   if (r.failures.enabled()) {
