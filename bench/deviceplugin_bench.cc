@@ -184,7 +184,7 @@ struct SocketServer {
   std::unique_ptr<deviceplugin::PluginEndpoint> endpoint;
   std::unique_ptr<v1beta1::DevicePlugin::Stub> stub;
 };
-Result<SocketServer> ServeOnSocket(const nodeagent::ResourceSpec& resource,
+Result<SocketServer> ServeOnSocket(const claims::ResourceSpec& resource,
                                    deviceplugin::AllocationService& allocations,
                                    const NodeShape& shape, deviceplugin::HealthBoard& health,
                                    const std::string& dir, const std::string& socket) {

@@ -43,7 +43,7 @@ kube::Pod PodWith(std::string_view key, std::string_view value) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  static const std::vector<nodeagent::ResourceSpec> resources =
+  static const std::vector<claims::ResourceSpec> resources =
       deviceplugin::DefaultResources("aws.amazon.com/neuron", "aws.amazon.com/neuroncore");
   switch (data[0] % 9) {
     case 0:

@@ -34,7 +34,7 @@ topology::NodeShape Shape(const std::string& type, int lnc = 0) {
   return *topology::NodeShape::Make(*topology::Catalog::Embedded().Find(type), lnc);
 }
 
-std::vector<nodeagent::ResourceSpec> Resources() { return DefaultResources(kNeuron, kCore); }
+std::vector<claims::ResourceSpec> Resources() { return DefaultResources(kNeuron, kCore); }
 
 class DevicePluginAllocationTest : public ::testing::Test {
  protected:
@@ -42,8 +42,8 @@ class DevicePluginAllocationTest : public ::testing::Test {
       : shape_(Shape(type)),
         service_(pods_, shape_, {"node-a", nodeagent::CoreNumbering::kHost, Resources()}) {}
 
-  const nodeagent::ResourceSpec& devices() const { return service_.options().resources[0]; }
-  const nodeagent::ResourceSpec& cores() const { return service_.options().resources[1]; }
+  const claims::ResourceSpec& devices() const { return service_.options().resources[0]; }
+  const claims::ResourceSpec& cores() const { return service_.options().resources[1]; }
 
   FakePodSource pods_;
   topology::NodeShape shape_;
@@ -83,7 +83,7 @@ TEST(ContainerUnitsTest, ExtenderAndDevicePluginCountAlike) {
   limits_only.name = "limits-only";
   limits_only.limits["aws.amazon.com/neuron"] = 1;
   pod.containers = {both, requests_only, limits_only};
-  const nodeagent::ResourceSpec devices{
+  const claims::ResourceSpec devices{
       "aws.amazon.com/neuron", topology::Unit::kDevice, {"aws.amazon.com/neurondevice"}};
   auto extender_view = extender::RequestsOf(pod, extender::ResourceNames{});
   ASSERT_TRUE(extender_view.ok()) << extender_view.error();
@@ -623,7 +623,7 @@ class KubeletModel : public nodeagent::KubeletView {
   struct Held {
     std::string pod;
     std::string container;
-    const nodeagent::ResourceSpec* resource = nullptr;
+    const claims::ResourceSpec* resource = nullptr;
     std::vector<int> booked;  // kubelet's books (checkpoint, PodResources)
     std::vector<int> real;    // what the container was given
   };
@@ -638,7 +638,7 @@ class KubeletModel : public nodeagent::KubeletView {
     const kube::Pod pod = pods_.Get(name);
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
-        for (const nodeagent::ResourceSpec& resource : service_.options().resources) {
+        for (const claims::ResourceSpec& resource : service_.options().resources) {
           const int n = static_cast<int>(AsksWithAliases(container, resource));
           if (n == 0) continue;
           std::vector<int> available = FreeFor(resource);
@@ -749,7 +749,7 @@ class KubeletModel : public nodeagent::KubeletView {
   }
 
  private:
-  std::vector<int> FreeFor(const nodeagent::ResourceSpec& resource) const {
+  std::vector<int> FreeFor(const claims::ResourceSpec& resource) const {
     const int units = resource.unit == Unit::kDevice ? shape_.devices : shape_.cores;
     std::set<int> taken;
     for (const Held& h : held_) {

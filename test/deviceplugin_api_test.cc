@@ -58,7 +58,7 @@ class DevicePluginApiTest : public ::testing::Test {
   testing::TempDir config_dir_;
   topology::NodeShape shape_ =
       *topology::NodeShape::Make(*topology::Catalog::Embedded().Find("trn1.32xlarge"));
-  std::vector<nodeagent::ResourceSpec> resources_ =
+  std::vector<claims::ResourceSpec> resources_ =
       DefaultResources(kNeuron, "aws.amazon.com/neuroncore");
   std::unique_ptr<kube::ApiClient> client_;
   std::unique_ptr<ApiPodSource> source_;

@@ -194,8 +194,8 @@ TEST(DraClaimsTest, ADraClaimsDeviceIsNeverGrantedNorPreferred) {
       pods, shape,
       {"node-a", nodeagent::CoreNumbering::kHost, claims::DefaultResources(kNeuron, kCore)});
   service.set_kubelet_view(&client);
-  const nodeagent::ResourceSpec& devices = service.options().resources[0];
-  const nodeagent::ResourceSpec& cores = service.options().resources[1];
+  const claims::ResourceSpec& devices = service.options().resources[0];
+  const claims::ResourceSpec& cores = service.options().resources[1];
   auto refused = service.Allocate(devices, {0});
   ASSERT_FALSE(refused.ok()) << "device 0 was granted to default/new while DRA claim c0 holds it";
   EXPECT_THAT(refused.error(), HasSubstr("default/dra-pod container main holds DRA device "

@@ -408,7 +408,7 @@ TEST_F(ServiceTest, MultiContainerAwsIdsReadBackAsWritten) {
     EXPECT_EQ(ids, want) << "extender rebuild, container " << c.container;
   }
 
-  const std::vector<nodeagent::ResourceSpec> devices = {
+  const std::vector<claims::ResourceSpec> devices = {
       {"aws.amazon.com/neuron", topology::Unit::kDevice, {}}};
   auto claims = deviceplugin::ReadPodClaims(*decoded, devices, "inf-a");
   ASSERT_TRUE(claims.ok()) << claims.error();

@@ -64,7 +64,7 @@ Result<std::map<std::string, std::string>> GangEnvOfPod(const kube::Pod& pod) {
 }
 
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod,
-                                const std::vector<nodeagent::ResourceSpec>& resources,
+                                const std::vector<claims::ResourceSpec>& resources,
                                 std::string_view node_name) {
   PodClaims out;
   out.alloc_time = std::numeric_limits<int64_t>::max();
@@ -92,7 +92,7 @@ Result<PodClaims> ReadPodClaims(const kube::Pod& pod,
     for (const claims::ContainerIds& entry : record.containers) {
       const auto spec =
           std::find_if(resources.begin(), resources.end(),
-                       [&](const nodeagent::ResourceSpec& r) { return r.Matches(entry.resource); });
+                       [&](const claims::ResourceSpec& r) { return r.Matches(entry.resource); });
       if (spec == resources.end()) continue;  // another resource, served by another plugin
       Claim claim;
       claim.container = entry.container;
@@ -258,9 +258,9 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
       for (const nodeagent::AssignedDevices& item : *listed) {
         const std::string pod = item.ns + "/" + item.pod;
         view.known.insert(pod);
-        const auto spec = std::find_if(
-            options_.resources.begin(), options_.resources.end(),
-            [&](const nodeagent::ResourceSpec& r) { return r.Matches(item.resource); });
+        const auto spec =
+            std::find_if(options_.resources.begin(), options_.resources.end(),
+                         [&](const claims::ResourceSpec& r) { return r.Matches(item.resource); });
         if (spec == options_.resources.end() || item.device_ids.empty()) continue;
         const int units = spec->unit == topology::Unit::kDevice ? shape_.devices : shape_.cores;
         auto ids = nodeagent::ParseUnitIds(spec->unit, item.device_ids, units);
@@ -319,7 +319,7 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
       if (served) continue;
       const auto spec =
           std::find_if(options_.resources.begin(), options_.resources.end(),
-                       [&](const nodeagent::ResourceSpec& r) { return r.name == claim.resource; });
+                       [&](const claims::ResourceSpec& r) { return r.name == claim.resource; });
       if (spec == options_.resources.end()) continue;
       view.pending.push_back({Holder::Kind::kPending, key, claim.container, claim.resource,
                               spec->unit, claim.ids, PhysicalCores(spec->unit, claim.ids)});
@@ -329,7 +329,7 @@ Result<AllocationService::View> AllocationService::Read(bool fresh) {
 }
 
 std::vector<AllocationService::Candidate> AllocationService::Candidates(
-    const View& view, const nodeagent::ResourceSpec& resource, int count,
+    const View& view, const claims::ResourceSpec& resource, int count,
     std::vector<std::string>* skipped) const {
   auto explain = [&](std::string text) {
     if (skipped != nullptr) skipped->push_back(std::move(text));
@@ -481,7 +481,7 @@ size_t TiedWithFirst(const std::vector<Candidate>& candidates) {
 
 }  // namespace
 
-std::vector<int> AllocationService::Prefer(const nodeagent::ResourceSpec& resource,
+std::vector<int> AllocationService::Prefer(const claims::ResourceSpec& resource,
                                            const std::vector<int>& available,
                                            const std::vector<int>& must_include, int size) {
   std::vector<int> avail = available;
@@ -557,7 +557,7 @@ std::vector<int> AllocationService::Prefer(const nodeagent::ResourceSpec& resour
   return PreferredByTopology(shape_, resource.unit, available, must_include, size);
 }
 
-Result<Grant> AllocationService::Allocate(const nodeagent::ResourceSpec& resource,
+Result<Grant> AllocationService::Allocate(const claims::ResourceSpec& resource,
                                           const std::vector<int>& requested) {
   const int count = static_cast<int>(requested.size());
   const int units = resource.unit == topology::Unit::kDevice ? shape_.devices : shape_.cores;

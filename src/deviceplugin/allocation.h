@@ -85,7 +85,7 @@ struct PodClaims {
 // The claims a pod's annotations record for the resources in `resources`. A pod without either
 // annotation gives an empty list; malformed annotations are errors naming the annotation.
 Result<PodClaims> ReadPodClaims(const kube::Pod& pod,
-                                const std::vector<nodeagent::ResourceSpec>& resources,
+                                const std::vector<claims::ResourceSpec>& resources,
                                 std::string_view node_name);
 
 // The quantity a container asks for of `spec` (claims/resources.h: limit, else request, summed
@@ -102,7 +102,7 @@ std::vector<int> PreferredByTopology(const topology::NodeShape& shape, topology:
 struct AllocatorOptions {
   std::string node_name;
   nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
-  std::vector<nodeagent::ResourceSpec> resources;  // every resource this process serves
+  std::vector<claims::ResourceSpec> resources;  // every resource this process serves
 };
 
 // What Allocate decided for one container.
@@ -128,9 +128,8 @@ class AllocationService {
   // when they fit `available` and `must_include` and no other pod holds or reserves any of them,
   // else a topology-legal set among the available ids no other pod holds or reserves (else among
   // all available ids: kubelet only takes it as a hint).
-  std::vector<int> Prefer(const nodeagent::ResourceSpec& resource,
-                          const std::vector<int>& available, const std::vector<int>& must_include,
-                          int size);
+  std::vector<int> Prefer(const claims::ResourceSpec& resource, const std::vector<int>& available,
+                          const std::vector<int>& must_include, int size);
 
   // Allocate for one container that kubelet gave `requested`: grants exactly `requested`, or
   // refuses. Refused (with a Warning event on the pod when there is an API writer): ids another
@@ -139,8 +138,7 @@ class AllocationService {
   // and a size other than one or all for a pod without a record. A pod carrying a gang record
   // gets its env in the grant; a malformed record fails the allocation (a member must not start
   // with a wrong or missing rank).
-  Result<Grant> Allocate(const nodeagent::ResourceSpec& resource,
-                         const std::vector<int>& requested);
+  Result<Grant> Allocate(const claims::ResourceSpec& resource, const std::vector<int>& requested);
 
   // kubelet's PodResources, read by both calls (see the header comment). Null: our own marks
   // only. Must outlive the service.
@@ -165,7 +163,7 @@ class AllocationService {
   struct View;
   // The pods, kubelet's books and every holder, read once per call.
   Result<View> Read(bool fresh) TS_REQUIRES(mutex_);
-  std::vector<Candidate> Candidates(const View& view, const nodeagent::ResourceSpec& resource,
+  std::vector<Candidate> Candidates(const View& view, const claims::ResourceSpec& resource,
                                     int count, std::vector<std::string>* skipped) const
       TS_REQUIRES(mutex_);
   // The first holder whose physical cores meet `cores`, or null: another pod, or another app

@@ -33,7 +33,7 @@ v1beta1::DevicePluginOptions Options() {
 
 class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
  public:
-  Service(const nodeagent::ResourceSpec& resource, const EndpointContext& context)
+  Service(const claims::ResourceSpec& resource, const EndpointContext& context)
       : resource_(resource), context_(context) {}
 
   void Stop() { stopping_ = true; }
@@ -160,12 +160,12 @@ class PluginEndpoint::Service final : public v1beta1::DevicePlugin::Service {
     return response;
   }
 
-  const nodeagent::ResourceSpec& resource_;
+  const claims::ResourceSpec& resource_;
   const EndpointContext& context_;
   std::atomic<bool> stopping_{false};
 };
 
-std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::ResourceSpec& resource,
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const claims::ResourceSpec& resource,
                                                             const topology::NodeShape& shape,
                                                             const std::vector<bool>& healthy) {
   const int units = resource.unit == topology::Unit::kDevice ? shape.devices : shape.cores;
@@ -180,7 +180,7 @@ std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::Res
   return out;
 }
 
-PluginEndpoint::PluginEndpoint(nodeagent::ResourceSpec resource, std::string directory,
+PluginEndpoint::PluginEndpoint(claims::ResourceSpec resource, std::string directory,
                                std::string socket_name, EndpointContext context)
     : resource_(std::move(resource)),
       directory_(std::move(directory)),

@@ -32,7 +32,7 @@ struct EndpointContext {
 
 // The ids `resource` advertises in ListAndWatch, each with its health (a core is as healthy as
 // its device; `healthy` is per device).
-std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::ResourceSpec& resource,
+std::vector<std::pair<std::string, bool>> AdvertisedDevices(const claims::ResourceSpec& resource,
                                                             const topology::NodeShape& shape,
                                                             const std::vector<bool>& healthy);
 
@@ -40,7 +40,7 @@ std::vector<std::pair<std::string, bool>> AdvertisedDevices(const nodeagent::Res
 // gRPC's threads and only read shared state that is thread-safe.
 class PluginEndpoint {
  public:
-  PluginEndpoint(nodeagent::ResourceSpec resource, std::string directory, std::string socket_name,
+  PluginEndpoint(claims::ResourceSpec resource, std::string directory, std::string socket_name,
                  EndpointContext context);
   ~PluginEndpoint();
   PluginEndpoint(const PluginEndpoint&) = delete;
@@ -59,14 +59,14 @@ class PluginEndpoint {
   // it answers.
   Status Register(const std::string& kubelet_socket, std::chrono::milliseconds timeout) const;
 
-  const nodeagent::ResourceSpec& resource() const { return resource_; }
+  const claims::ResourceSpec& resource() const { return resource_; }
   const std::string& socket_name() const { return socket_name_; }
   std::string socket_path() const { return directory_ + "/" + socket_name_; }
 
  private:
   class Service;
 
-  const nodeagent::ResourceSpec resource_;
+  const claims::ResourceSpec resource_;
   const std::string directory_;
   const std::string socket_name_;
   const EndpointContext context_;

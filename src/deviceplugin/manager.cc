@@ -363,7 +363,7 @@ void DevicePluginManager::CheckKubeletHolds(AllocatableWatch& watch) {
   }
   const HealthBoard::Snapshot health = health_->Get();
   std::map<std::string, std::set<std::string>> advertised;
-  for (const nodeagent::ResourceSpec& resource : options_.resources) {
+  for (const claims::ResourceSpec& resource : options_.resources) {
     std::set<std::string>& ids = advertised[resource.name];
     for (const auto& [id, ok] : AdvertisedDevices(resource, topology_->shape, health.healthy)) {
       if (ok) ids.insert(id);
@@ -436,7 +436,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
   const EndpointContext context{&topology_->shape, health_.get(), allocations_.get(),
                                 options_.numbering};
   std::vector<Endpoint> endpoints;
-  for (const nodeagent::ResourceSpec& resource : options_.resources) {
+  for (const claims::ResourceSpec& resource : options_.resources) {
     Endpoint endpoint;
     endpoint.server = std::make_unique<PluginEndpoint>(
         resource, options_.kubelet_dir, SocketName(options_.socket_prefix, resource.name), context);
@@ -526,7 +526,7 @@ void DevicePluginManager::ServeAndRegister(const std::atomic<bool>& stop) {
 
 Status DevicePluginManager::Run(const std::atomic<bool>& stop) {
   if (options_.resources.empty()) return Error{"no resources to serve"};
-  for (const nodeagent::ResourceSpec& resource : options_.resources) {
+  for (const claims::ResourceSpec& resource : options_.resources) {
     if (resource.name.find('/') == std::string::npos ||
         resource.name.rfind("kubernetes.io/", 0) == 0) {
       return Error{

@@ -39,7 +39,7 @@ struct PluginOptions {
   std::string node_name;
   std::string instance_type_override;
   // Resources served, one endpoint each. Socket file: "<socket_prefix>-<last part of name>.sock".
-  std::vector<nodeagent::ResourceSpec> resources;
+  std::vector<claims::ResourceSpec> resources;
   std::string socket_prefix = "toposched";
   nodeagent::CoreNumbering numbering = nodeagent::CoreNumbering::kContainer;
 

@@ -70,7 +70,7 @@ class KubeletModel : public nodeagent::KubeletView {
     std::vector<ContainerGrant>& granted = pending_;
     for (const auto* list : {&pod.init_containers, &pod.containers}) {
       for (const kube::Container& container : *list) {
-        for (const nodeagent::ResourceSpec& spec : plugin_.options().resources) {
+        for (const claims::ResourceSpec& spec : plugin_.options().resources) {
           const int size = static_cast<int>(deviceplugin::AsksWithAliases(container, spec));
           if (size <= 0) continue;
           std::vector<int> available = Available(spec, granted);
@@ -173,7 +173,7 @@ class KubeletModel : public nodeagent::KubeletView {
  private:
   // Ids of the resource kubelet has not assigned to a live container (nor to `pending`, the
   // pod's earlier containers), ascending.
-  std::vector<int> Available(const nodeagent::ResourceSpec& spec,
+  std::vector<int> Available(const claims::ResourceSpec& spec,
                              const std::vector<ContainerGrant>& pending) const {
     const int units = spec.unit == topology::Unit::kDevice ? devices_ : cores_;
     std::set<int> used;
