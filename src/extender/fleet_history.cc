@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
+#include "base/json_writer.h"
 
 namespace toposched::extender {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = JsonTree;
 
 double Finite(double x) { return std::isfinite(x) ? x : 0.0; }
 
@@ -89,7 +89,7 @@ std::string HistoryJson(std::span<const FleetSample> samples, std::chrono::milli
   Json list = Json::array();
   for (const FleetSample& s : samples) list.push_back(SampleJson(s));
   out["samples"] = std::move(list);
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+  return WriteJson(out) + "\n";
 }
 
 FleetSampler::FleetSampler(FleetHistory& history, std::chrono::milliseconds interval,

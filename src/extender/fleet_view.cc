@@ -16,9 +16,9 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "extender/fleet_reads.h"
 #include "extender/fleet_state.h"
 #include "extender/service.h"
@@ -28,17 +28,14 @@
 namespace toposched::extender {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = JsonTree;
 using topology::NodeShape;
 using topology::NodeUsage;
 using topology::Unit;
 
 constexpr std::string_view kApiVersion = "toposched.io/v1";
 
-// Never throws: a name that is not UTF-8 is shown with replacement characters.
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
-}
+std::string Dump(const Json& json) { return WriteJson(json) + "\n"; }
 
 Json RequestsJson(const tracker::PodSpec& pod) {
   Json out = Json::array();
@@ -342,7 +339,7 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
                     {"pending_explained", explained}};
   out["classes"] = ClassesJson(state.costs, state.supply);
   out["instance_types"] = std::move(instance_types);
-  std::string answer = out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string answer = WriteJson(out);
   answer.pop_back();  // the closing brace
   // The nodes are written straight into the answer (AppendNode), after the rest of it and before
   // the pending pods: a half-full 16-device node writes ~1.4 KB.
@@ -359,15 +356,14 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
     if (!first) answer += ',';
     first = false;
     const auto type = state.not_offered_types.find(name);
-    answer += Json{
+    answer += WriteJson(Json{
         {"name", name},
         {"instance_type", type != state.not_offered_types.end() ? type->second : std::string()},
         {"managed_by", "dra"},
-        {"not_offered",
-         reason}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+        {"not_offered", reason}});
   }
   answer += "],\"pending\":";
-  answer += pending.dump(-1, ' ', false, Json::error_handler_t::replace);
+  answer += WriteJson(pending);
   answer += "}\n";
   return answer;
 }

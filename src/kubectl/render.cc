@@ -6,8 +6,8 @@
 #include <tuple>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "base/json_writer.h"
 #include "claims/annotations.h"
 #include "claims/resources.h"
 #include "topology/allocator.h"
@@ -16,12 +16,9 @@
 namespace toposched::kubectl {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using Json = JsonTree;
 
-// Never throws: a name that is not UTF-8 is shown with replacement characters.
-std::string Dump(const Json& json) {
-  return json.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
-}
+std::string Dump(const Json& json) { return WriteJson(json, 2) + "\n"; }
 
 Json Header(std::string_view kind, const Rendering& how) {
   return {{"apiVersion", kApiVersion}, {"kind", kind}, {"source", how.source}};
