@@ -5,6 +5,7 @@
 #ifndef TOPOSCHED_BASE_JSON_WRITER_H_
 #define TOPOSCHED_BASE_JSON_WRITER_H_
 
+#include <cmath>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,14 @@ using JsonTree = nlohmann::ordered_json;
 // replacement characters instead.
 inline std::string WriteJson(const JsonTree& tree, int indent = -1) {
   return tree.dump(indent, ' ', false, JsonTree::error_handler_t::replace);
+}
+
+// A figure rounded to the decimals it is worth, so the text is the shortest that reads it back
+// (0.5, not 0.500000); null when it is not a number (fmt would write "nan", which is not JSON).
+inline JsonTree JsonRounded(double value, int decimals) {
+  if (!std::isfinite(value)) return nullptr;
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
 }
 
 }  // namespace toposched

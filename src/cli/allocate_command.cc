@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "cli/commands.h"
 #include "topology/allocator.h"
 #include "topology/id_ranges.h"
@@ -56,7 +56,7 @@ namespace {
 
 int Fail(const AllocateOptions& opts, int code, const std::string& message) {
   if (opts.json) {
-    fmt::print("{{\"error\":{}}}\n", JsonQuote(message));
+    fmt::print("{}\n", WriteJson({{"error", message}}));
   } else {
     fmt::print(stderr, "{}: {}\n", code == kExitUsage ? "error" : "cannot allocate", message);
   }
@@ -105,8 +105,7 @@ int RunAllocate(const AllocateOptions& opts, const std::string& catalog_path) {
   if (!decision.ok()) return Fail(opts, kExitRefused, decision.reason);
   const std::vector<int> touched = MaskToIds(decision.placement.devices);
   if (opts.json) {
-    fmt::print("{{\"ids\":[{}],\"devices\":[{}]}}\n", fmt::join(decision.placement.ids, ","),
-               fmt::join(touched, ","));
+    fmt::print("{}\n", WriteJson({{"ids", decision.placement.ids}, {"devices", touched}}));
   } else {
     fmt::print("{} {} on {} ({}):\n", request.count, UnitName(request.unit, request.count),
                type->name, PolicyName(*policy));

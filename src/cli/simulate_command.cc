@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "cli/commands.h"
 #include "sim/dra.h"
 #include "sim/gangs.h"
@@ -242,7 +242,7 @@ namespace {
 
 int Fail(const SimulateOptions& opts, const std::string& message) {
   if (opts.json) {
-    fmt::print("{{\"error\":{}}}\n", JsonQuote(message));
+    fmt::print("{}\n", WriteJson({{"error", message}}));
   } else {
     fmt::print(stderr, "error: {}\n", message);
   }

@@ -4,53 +4,37 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "kube/decode.h"
 
 namespace toposched::extender {
 namespace {
 
-void EmitJson(const YAML::Node& node, std::string& out, int depth) {
+// A YAML tree as JSON: a scalar is a string unless it is a plain true/false (the node files
+// are read by kube's JSON decoder, which wants booleans where the API has them).
+JsonTree JsonOf(const YAML::Node& node, int depth) {
   if (depth > 64) throw YAML::Exception(node.Mark(), "nesting deeper than 64 levels");
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
-      out += "null";
-      return;
+      return nullptr;
     case YAML::NodeType::Scalar: {
       const std::string& s = node.Scalar();
-      if (node.Tag() != "!" && (s == "true" || s == "false")) {
-        out += s;
-      } else {
-        out += JsonQuote(s);
-      }
-      return;
+      if (node.Tag() != "!" && (s == "true" || s == "false")) return s == "true";
+      return s;
     }
     case YAML::NodeType::Sequence: {
-      out += '[';
-      bool first = true;
-      for (const auto& item : node) {
-        if (!first) out += ',';
-        first = false;
-        EmitJson(item, out, depth + 1);
-      }
-      out += ']';
-      return;
+      JsonTree out = JsonTree::array();
+      for (const auto& item : node) out.push_back(JsonOf(item, depth + 1));
+      return out;
     }
     case YAML::NodeType::Map: {
-      out += '{';
-      bool first = true;
-      for (const auto& kv : node) {
-        if (!first) out += ',';
-        first = false;
-        out += JsonQuote(kv.first.Scalar());
-        out += ':';
-        EmitJson(kv.second, out, depth + 1);
-      }
-      out += '}';
-      return;
+      JsonTree out = JsonTree::object();
+      for (const auto& kv : node) out[kv.first.Scalar()] = JsonOf(kv.second, depth + 1);
+      return out;
     }
   }
+  return nullptr;
 }
 
 }  // namespace
@@ -58,9 +42,7 @@ void EmitJson(const YAML::Node& node, std::string& out, int depth) {
 Result<std::string> YamlToJson(std::string_view yaml, std::string_view source) {
   try {
     const YAML::Node root = YAML::Load(std::string(yaml));
-    std::string out;
-    EmitJson(root, out, 0);
-    return out;
+    return WriteJson(JsonOf(root, 0));
   } catch (const YAML::Exception& e) {
     return Error{fmt::format("{}:{}:{}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg)};
   }

@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "base/mutex.h"
 #include "net/connection_slots.h"
 #include "net/open_file_limit.h"
@@ -47,9 +47,7 @@ tcp::socket& Socket(beast::ssl_stream<beast::tcp_stream>& s) { return s.next_lay
 beast::tcp_stream& Tcp(beast::tcp_stream& s) { return s; }
 beast::tcp_stream& Tcp(beast::ssl_stream<beast::tcp_stream>& s) { return s.next_layer(); }
 
-std::string JsonError(const std::string& message) {
-  return "{\"Error\":" + JsonQuote(message) + "}";
-}
+std::string JsonError(const std::string& message) { return WriteJson({{"Error", message}}); }
 
 bool OutOfDescriptors(const beast::error_code& ec) {
   return ec == asio::error::no_descriptors ||

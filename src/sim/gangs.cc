@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "base/json_writer.h"
 #include "sim/bind.h"
 #include "tracker/tracker.h"
 
@@ -805,34 +806,48 @@ std::string FormatGangTable(const GangSimResult& r) {
 }
 
 std::string FormatGangJson(const GangSimResult& r) {
-  std::string out = fmt::format(
-      "{{\"mode\":\"gangs\",\"ultraservers\":{},\"plain_nodes\":{},\"nodes\":{},\"devices\":{},"
-      "\"seed\":{},\"load\":{},\"timeout_s\":{},\"jobs\":{},\"gangs_four\":{},\"gangs_two\":{},"
-      "\"singles\":{},\"arrival_window_hours\":{:.4f},\"longer_all_or_nothing\":{},"
-      "\"longer_pod_by_pod\":{},\"strategies\":[",
-      r.ultraservers, r.plain_nodes, r.nodes, r.devices, r.seed, r.load, r.timeout_s, r.jobs,
-      r.gangs_four, r.gangs_two, r.singles, r.arrival_window_hours, r.longer_all_or_nothing,
-      r.longer_pod_by_pod);
-  auto wait = [](const WaitStats& w) {
-    return fmt::format("{{\"gangs\":{},\"mean_s\":{:.1f},\"p95_s\":{:.1f},\"max_s\":{:.1f}}}",
-                       w.gangs, w.mean_s, w.p95_s, w.max_s);
+  auto wait = [](const WaitStats& w) -> JsonTree {
+    return {{"gangs", w.gangs},
+            {"mean_s", JsonRounded(w.mean_s, 1)},
+            {"p95_s", JsonRounded(w.p95_s, 1)},
+            {"max_s", JsonRounded(w.max_s, 1)}};
   };
-  for (size_t i = 0; i < r.strategies.size(); ++i) {
-    const auto& s = r.strategies[i];
-    if (i > 0) out += ',';
-    out += fmt::format(
-        "{{\"name\":\"{}\",\"gangs\":{},\"gangs_completed\":{},\"gangs_deadlocked\":{},"
-        "\"gangs_stuck\":{},\"stranded_node_hours\":{:.3f},\"max_stranded_nodes\":{},"
-        "\"held_before_run_node_hours\":{:.3f},\"wait\":{},\"wait_two\":{},\"wait_four\":{},"
-        "\"singles_placed\":{},\"singles_rejected\":{},\"mean_allocated_share\":{:.4f},"
-        "\"mean_running_share\":{:.4f}}}",
-        s.name, s.gangs, s.gangs_completed, s.gangs_deadlocked, s.gangs_stuck,
-        s.stranded_node_hours, s.max_stranded_nodes, s.held_before_run_node_hours, wait(s.wait),
-        wait(s.wait_two), wait(s.wait_four), s.singles_placed, s.singles_rejected,
-        s.mean_allocated_share, s.mean_running_share);
+  JsonTree strategies = JsonTree::array();
+  for (const auto& s : r.strategies) {
+    strategies.push_back(
+        {{"name", s.name},
+         {"gangs", s.gangs},
+         {"gangs_completed", s.gangs_completed},
+         {"gangs_deadlocked", s.gangs_deadlocked},
+         {"gangs_stuck", s.gangs_stuck},
+         {"stranded_node_hours", JsonRounded(s.stranded_node_hours, 3)},
+         {"max_stranded_nodes", s.max_stranded_nodes},
+         {"held_before_run_node_hours", JsonRounded(s.held_before_run_node_hours, 3)},
+         {"wait", wait(s.wait)},
+         {"wait_two", wait(s.wait_two)},
+         {"wait_four", wait(s.wait_four)},
+         {"singles_placed", s.singles_placed},
+         {"singles_rejected", s.singles_rejected},
+         {"mean_allocated_share", JsonRounded(s.mean_allocated_share, 4)},
+         {"mean_running_share", JsonRounded(s.mean_running_share, 4)}});
   }
-  out += "]}\n";
-  return out;
+  const JsonTree out = {{"mode", "gangs"},
+                        {"ultraservers", r.ultraservers},
+                        {"plain_nodes", r.plain_nodes},
+                        {"nodes", r.nodes},
+                        {"devices", r.devices},
+                        {"seed", r.seed},
+                        {"load", r.load},
+                        {"timeout_s", r.timeout_s},
+                        {"jobs", r.jobs},
+                        {"gangs_four", r.gangs_four},
+                        {"gangs_two", r.gangs_two},
+                        {"singles", r.singles},
+                        {"arrival_window_hours", JsonRounded(r.arrival_window_hours, 4)},
+                        {"longer_all_or_nothing", r.longer_all_or_nothing},
+                        {"longer_pod_by_pod", r.longer_pod_by_pod},
+                        {"strategies", std::move(strategies)}};
+  return WriteJson(out) + "\n";
 }
 
 }  // namespace toposched::sim

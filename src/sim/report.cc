@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "draw/html.h"
 #include "draw/line_chart.h"
 #include "draw/node_svg.h"
@@ -348,6 +348,148 @@ std::string Verdict(const SimResult& r) {
                      ours->placed - rival->placed);
 }
 
+// The rows on which baselines beat ours, each with its reason and the baselines ahead on it.
+class Leads {
+ public:
+  void Add(std::string row, std::string who, std::string why) {
+    for (Lead& l : leads_) {
+      if (l.row == row && l.why == why) {
+        l.who.push_back(std::move(who));
+        return;
+      }
+    }
+    leads_.push_back({std::move(row), std::move(why), {std::move(who)}});
+  }
+  std::string Text() const {
+    if (leads_.empty()) return {};
+    std::string out = "Where a baseline is ahead of ours, and why:\n";
+    for (const Lead& l : leads_) {
+      out += fmt::format("  {}: {} — {}.\n", l.row, fmt::join(l.who, ", "), l.why);
+    }
+    return out;
+  }
+
+ private:
+  struct Lead {
+    std::string row;  // the table's row, and ours on it
+    std::string why;
+    std::vector<std::string> who;  // "spread 600"
+  };
+  std::vector<Lead> leads_;
+};
+
+constexpr std::string_view kLoss = "a loss of ours";
+
+void DynamicLeads(Leads& leads, const PolicyResult& ours, const PolicyResult& b,
+                  const std::string& name) {
+  if (b.placed > ours.placed) {
+    leads.Add(
+        fmt::format("pods placed (ours {}, {:.0f} device-hours)", ours.placed, ours.device_hours),
+        fmt::format("{} {} ({:.0f} device-hours)", name, b.placed, b.device_hours),
+        b.device_hours < ours.device_hours
+            ? "fewer device-hours: when a pod that does not fit is dropped, refusing big "
+              "pods wins pods; --mode queue is the measure that does not reward it"
+            : std::string(kLoss));
+  }
+}
+
+void FillLeads(Leads& leads, const PolicyResult& ours, const PolicyResult& b,
+               const std::string& name) {
+  const std::string ours_devices_end = fmt::format("{:.1f}", ours.devices_allocated_at_end);
+  if (b.unallocated_share_at_first_failure + 1e-9 < ours.unallocated_share_at_first_failure) {
+    leads.Add("unallocated share at first failure",
+              fmt::format("{} {:.1f}%", name, 100 * b.unallocated_share_at_first_failure),
+              std::string(kLoss));
+  } else if (b.placed_before_first_failure > ours.placed_before_first_failure) {
+    leads.Add(
+        fmt::format("placed before the first failure (ours {})", ours.placed_before_first_failure),
+        fmt::format("{} {}", name, b.placed_before_first_failure),
+        "smaller pods: it had not allocated more devices when it failed");
+  }
+  if (b.placed > ours.placed) {
+    const bool same = std::abs(b.devices_allocated_at_end - ours.devices_allocated_at_end) < 0.05;
+    leads.Add(fmt::format("pods placed, and so rejected (ours {} placed in {} devices)",
+                          ours.placed, ours_devices_end),
+              fmt::format("{} {} in {:.1f}", name, b.placed, b.devices_allocated_at_end),
+              same || b.devices_allocated_at_end < ours.devices_allocated_at_end
+                  ? "after the first failure the run goes on and small pods fill what is left, "
+                    "so this count rewards ending on small pods; the packing measure is the "
+                    "first failure"
+                  : std::string(kLoss));
+  }
+  if (b.unallocated_share_at_first_failure > ours.unallocated_share_at_first_failure &&
+      b.fragmentation_at_first_failure < ours.fragmentation_at_first_failure) {
+    leads.Add(fmt::format("fragmentation at first failure (ours {:.1f}%)",
+                          100 * ours.fragmentation_at_first_failure),
+              fmt::format("{} {:.1f}%", name, 100 * b.fragmentation_at_first_failure),
+              "each policy is measured at its own first failure, and these failed with more "
+              "devices free");
+  }
+}
+
+// Wait is the measure; the other rows are read against it.
+void QueueLeads(Leads& leads, const PolicyResult& ours, const PolicyResult& b,
+                const std::string& name) {
+  constexpr double kSameSeconds = 18;  // 0.005 h: the table's rounding
+  const bool waits_less = b.mean_wait_s < ours.mean_wait_s - kSameSeconds;
+  if (waits_less) {
+    leads.Add(fmt::format("mean wait (ours {:.2f} h)", ours.mean_wait_s / 3600),
+              fmt::format("{} {:.2f} h", name, b.mean_wait_s / 3600), std::string(kLoss));
+  }
+  if (b.device_weighted_mean_wait_s < ours.device_weighted_mean_wait_s - kSameSeconds) {
+    leads.Add(fmt::format("device-weighted mean wait (ours {:.2f} h)",
+                          ours.device_weighted_mean_wait_s / 3600),
+              fmt::format("{} {:.2f} h", name, b.device_weighted_mean_wait_s / 3600),
+              "a loss of ours: its bigger pods waited longer (the scorer protects the mix of "
+              "requests it expects, not the pods waiting now)");
+  }
+  for (const auto& c : ours.wait_by_request) {
+    for (const auto& bc : b.wait_by_request) {
+      // Starved: past 1.5x the baseline's p95 for the same size, with 0.1 h of slack.
+      if (ClassKeyOf(bc.request) != ClassKeyOf(c.request) || c.p95_s <= 1.5 * bc.p95_s + 360) {
+        continue;
+      }
+      leads.Add(
+          fmt::format("p95 wait of {} (ours {:.2f} h)", RequestLabel(c.request), c.p95_s / 3600),
+          fmt::format("{} {:.2f} h", name, bc.p95_s / 3600),
+          "a loss of ours: more than 1.5x the baseline's wait for that size");
+    }
+  }
+  if (!waits_less && b.waited < ours.waited) {
+    leads.Add(fmt::format("pods that waited (ours {})", ours.waited),
+              fmt::format("{} {}", name, b.waited),
+              "fewer pods waited, but longer: the mean wait is not below ours");
+  }
+  if (!waits_less && b.p95_wait_s < ours.p95_wait_s) {
+    leads.Add(fmt::format("p95 wait (ours {:.2f} h)", ours.p95_wait_s / 3600),
+              fmt::format("{} {:.2f} h", name, b.p95_wait_s / 3600),
+              "not the lower mean wait: the waits above the 95th percentile weigh more");
+  }
+  if (!waits_less && b.fragmented_wait_share < ours.fragmented_wait_share) {
+    leads.Add(fmt::format("waiting while units were free (ours {:.1f}%)",
+                          100 * ours.fragmented_wait_share),
+              fmt::format("{} {:.1f}%", name, 100 * b.fragmented_wait_share),
+              "a share of each policy's own total wait, which is not below ours");
+  }
+  if (b.still_waiting < ours.still_waiting) {
+    leads.Add(fmt::format("still waiting at the end (ours {})", ours.still_waiting),
+              fmt::format("{} {}", name, b.still_waiting), std::string(kLoss));
+  }
+  if (b.device_hours > ours.device_hours + 0.05) {
+    leads.Add(fmt::format("device-hours and allocated share (ours {:.0f})", ours.device_hours),
+              fmt::format("{} {:.0f}", name, b.device_hours),
+              ours.still_waiting == 0 && b.still_waiting == 0
+                  ? "every pod ran its whole lifetime under each policy, so the difference is "
+                    "only where core pods ran (a core is half a device on inf2 and trn1, a "
+                    "quarter on trn2 at LNC 2): ours did the same work in less capacity"
+                  : std::string(kLoss));
+  }
+  if (b.makespan_s < ours.makespan_s - 1) {
+    leads.Add(fmt::format("makespan (ours {:.1f} days)", ours.makespan_s / 86400),
+              fmt::format("{} {:.1f}", name, b.makespan_s / 86400), std::string(kLoss));
+  }
+}
+
 // Every row of the table on which a baseline beats ours, one line per row and reason, so that a
 // newcomer never reads a baseline's win without its reason (docs/simulator.md, "How to read the
 // comparison"). A row with no known reason is called a loss, plainly.
@@ -357,142 +499,23 @@ std::string BaselineLeads(const SimResult& r) {
     if (p.policy == topology::Policy::kScarcity) ours = &p;
   }
   if (ours == nullptr) return {};
-  struct Lead {
-    std::string row;  // the table's row, and ours on it
-    std::string why;
-    std::vector<std::string> who;  // "spread 600"
-  };
-  std::vector<Lead> leads;
-  auto lead = [&leads](std::string row, std::string who, std::string why) {
-    for (Lead& l : leads) {
-      if (l.row == row && l.why == why) {
-        l.who.push_back(std::move(who));
-        return;
-      }
-    }
-    leads.push_back({std::move(row), std::move(why), {std::move(who)}});
-  };
-  constexpr std::string_view kLoss = "a loss of ours";
-  const std::string ours_devices_end = fmt::format("{:.1f}", ours->devices_allocated_at_end);
+  Leads leads;
   for (const auto& b : r.policies) {
     if (!IsBaseline(b.policy)) continue;
     const std::string name(PolicyName(b.policy));
     switch (r.mode) {
       case Mode::kDynamic:
-        if (b.placed > ours->placed) {
-          lead(fmt::format("pods placed (ours {}, {:.0f} device-hours)", ours->placed,
-                           ours->device_hours),
-               fmt::format("{} {} ({:.0f} device-hours)", name, b.placed, b.device_hours),
-               b.device_hours < ours->device_hours
-                   ? "fewer device-hours: when a pod that does not fit is dropped, refusing big "
-                     "pods wins pods; --mode queue is the measure that does not reward it"
-                   : std::string(kLoss));
-        }
+        DynamicLeads(leads, *ours, b, name);
         break;
       case Mode::kFill:
-        if (b.unallocated_share_at_first_failure + 1e-9 <
-            ours->unallocated_share_at_first_failure) {
-          lead("unallocated share at first failure",
-               fmt::format("{} {:.1f}%", name, 100 * b.unallocated_share_at_first_failure),
-               std::string(kLoss));
-        } else if (b.placed_before_first_failure > ours->placed_before_first_failure) {
-          lead(fmt::format("placed before the first failure (ours {})",
-                           ours->placed_before_first_failure),
-               fmt::format("{} {}", name, b.placed_before_first_failure),
-               "smaller pods: it had not allocated more devices when it failed");
-        }
-        if (b.placed > ours->placed) {
-          const bool same =
-              std::abs(b.devices_allocated_at_end - ours->devices_allocated_at_end) < 0.05;
-          lead(fmt::format("pods placed, and so rejected (ours {} placed in {} devices)",
-                           ours->placed, ours_devices_end),
-               fmt::format("{} {} in {:.1f}", name, b.placed, b.devices_allocated_at_end),
-               same || b.devices_allocated_at_end < ours->devices_allocated_at_end
-                   ? "after the first failure the run goes on and small pods fill what is left, "
-                     "so this count rewards ending on small pods; the packing measure is the "
-                     "first failure"
-                   : std::string(kLoss));
-        }
-        if (b.unallocated_share_at_first_failure > ours->unallocated_share_at_first_failure &&
-            b.fragmentation_at_first_failure < ours->fragmentation_at_first_failure) {
-          lead(fmt::format("fragmentation at first failure (ours {:.1f}%)",
-                           100 * ours->fragmentation_at_first_failure),
-               fmt::format("{} {:.1f}%", name, 100 * b.fragmentation_at_first_failure),
-               "each policy is measured at its own first failure, and these failed with more "
-               "devices free");
-        }
+        FillLeads(leads, *ours, b, name);
         break;
-      case Mode::kQueue: {
-        // Wait is the measure; the other rows are read against it.
-        constexpr double kSameSeconds = 18;  // 0.005 h: the table's rounding
-        const bool waits_less = b.mean_wait_s < ours->mean_wait_s - kSameSeconds;
-        if (waits_less) {
-          lead(fmt::format("mean wait (ours {:.2f} h)", ours->mean_wait_s / 3600),
-               fmt::format("{} {:.2f} h", name, b.mean_wait_s / 3600), std::string(kLoss));
-        }
-        if (b.device_weighted_mean_wait_s < ours->device_weighted_mean_wait_s - kSameSeconds) {
-          lead(fmt::format("device-weighted mean wait (ours {:.2f} h)",
-                           ours->device_weighted_mean_wait_s / 3600),
-               fmt::format("{} {:.2f} h", name, b.device_weighted_mean_wait_s / 3600),
-               "a loss of ours: its bigger pods waited longer (the scorer protects the mix of "
-               "requests it expects, not the pods waiting now)");
-        }
-        for (const auto& c : ours->wait_by_request) {
-          for (const auto& bc : b.wait_by_request) {
-            // Starved: past 1.5x the baseline's p95 for the same size, with 0.1 h of slack.
-            if (ClassKeyOf(bc.request) != ClassKeyOf(c.request) ||
-                c.p95_s <= 1.5 * bc.p95_s + 360) {
-              continue;
-            }
-            lead(fmt::format("p95 wait of {} (ours {:.2f} h)", RequestLabel(c.request),
-                             c.p95_s / 3600),
-                 fmt::format("{} {:.2f} h", name, bc.p95_s / 3600),
-                 "a loss of ours: more than 1.5x the baseline's wait for that size");
-          }
-        }
-        if (!waits_less && b.waited < ours->waited) {
-          lead(fmt::format("pods that waited (ours {})", ours->waited),
-               fmt::format("{} {}", name, b.waited),
-               "fewer pods waited, but longer: the mean wait is not below ours");
-        }
-        if (!waits_less && b.p95_wait_s < ours->p95_wait_s) {
-          lead(fmt::format("p95 wait (ours {:.2f} h)", ours->p95_wait_s / 3600),
-               fmt::format("{} {:.2f} h", name, b.p95_wait_s / 3600),
-               "not the lower mean wait: the waits above the 95th percentile weigh more");
-        }
-        if (!waits_less && b.fragmented_wait_share < ours->fragmented_wait_share) {
-          lead(fmt::format("waiting while units were free (ours {:.1f}%)",
-                           100 * ours->fragmented_wait_share),
-               fmt::format("{} {:.1f}%", name, 100 * b.fragmented_wait_share),
-               "a share of each policy's own total wait, which is not below ours");
-        }
-        if (b.still_waiting < ours->still_waiting) {
-          lead(fmt::format("still waiting at the end (ours {})", ours->still_waiting),
-               fmt::format("{} {}", name, b.still_waiting), std::string(kLoss));
-        }
-        if (b.device_hours > ours->device_hours + 0.05) {
-          lead(fmt::format("device-hours and allocated share (ours {:.0f})", ours->device_hours),
-               fmt::format("{} {:.0f}", name, b.device_hours),
-               ours->still_waiting == 0 && b.still_waiting == 0
-                   ? "every pod ran its whole lifetime under each policy, so the difference is "
-                     "only where core pods ran (a core is half a device on inf2 and trn1, a "
-                     "quarter on trn2 at LNC 2): ours did the same work in less capacity"
-                   : std::string(kLoss));
-        }
-        if (b.makespan_s < ours->makespan_s - 1) {
-          lead(fmt::format("makespan (ours {:.1f} days)", ours->makespan_s / 86400),
-               fmt::format("{} {:.1f}", name, b.makespan_s / 86400), std::string(kLoss));
-        }
+      case Mode::kQueue:
+        QueueLeads(leads, *ours, b, name);
         break;
-      }
     }
   }
-  if (leads.empty()) return {};
-  std::string out = "Where a baseline is ahead of ours, and why:\n";
-  for (const Lead& l : leads) {
-    out += fmt::format("  {}: {} — {}.\n", l.row, fmt::join(l.who, ", "), l.why);
-  }
-  return out;
+  return leads.Text();
 }
 
 std::string ReadingNotes(const SimResult& r) {
@@ -505,10 +528,7 @@ std::string ReadingNotes(const SimResult& r) {
   return notes;
 }
 
-std::string JsonNumber(double value, int decimals) {
-  if (!std::isfinite(value)) return "null";
-  return fmt::format("{:.{}f}", value, decimals);
-}
+JsonTree Hours(double seconds, int decimals) { return JsonRounded(seconds / 3600.0, decimals); }
 
 std::string_view PolicyColour(topology::Policy policy) {
   switch (policy) {
@@ -644,150 +664,141 @@ std::string FormatTable(const SimResult& result, std::string_view trace_name) {
 namespace {
 
 // One policy's queue-mode figures: wait, work done, and wait per request class.
-void AppendQueueJson(std::string& out, const PolicyResult& p) {
-  out += fmt::format(
-      ",\"device_hours\":{},\"unallocated_share\":{},\"waited\":{},\"still_waiting\":{},"
-      "\"mean_wait_hours\":{},\"p95_wait_hours\":{},\"fragmented_wait_share\":{},"
-      "\"makespan_hours\":{},\"peak_allocated_share\":{}",
-      JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6), p.waited,
-      p.still_waiting, JsonNumber(p.mean_wait_s / 3600.0, 4), JsonNumber(p.p95_wait_s / 3600.0, 4),
-      JsonNumber(p.fragmented_wait_share, 6), JsonNumber(p.makespan_s / 3600.0, 3),
-      JsonNumber(p.peak_allocated_share, 6));
-  out += fmt::format(
-      ",\"max_wait_hours\":{},\"device_weighted_mean_wait_hours\":{},"
-      "\"wait_by_request\":{{",
-      JsonNumber(p.max_wait_s / 3600.0, 4), JsonNumber(p.device_weighted_mean_wait_s / 3600.0, 4));
-  for (size_t k = 0; k < p.wait_by_request.size(); ++k) {
-    const auto& c = p.wait_by_request[k];
-    out += fmt::format(
-        "{}{}:{{\"pods\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
-        "\"max_wait_hours\":{}}}",
-        k == 0 ? "" : ",", JsonQuote(topology::RequestLabel(c.request)), c.pods,
-        JsonNumber(c.mean_s / 3600.0, 4), JsonNumber(c.p95_s / 3600.0, 4),
-        JsonNumber(c.max_s / 3600.0, 4));
+void AddQueueJson(JsonTree& out, const PolicyResult& p) {
+  out["device_hours"] = JsonRounded(p.device_hours, 3);
+  out["unallocated_share"] = JsonRounded(p.avg_unallocated_share, 6);
+  out["waited"] = p.waited;
+  out["still_waiting"] = p.still_waiting;
+  out["mean_wait_hours"] = Hours(p.mean_wait_s, 4);
+  out["p95_wait_hours"] = Hours(p.p95_wait_s, 4);
+  out["fragmented_wait_share"] = JsonRounded(p.fragmented_wait_share, 6);
+  out["makespan_hours"] = Hours(p.makespan_s, 3);
+  out["peak_allocated_share"] = JsonRounded(p.peak_allocated_share, 6);
+  out["max_wait_hours"] = Hours(p.max_wait_s, 4);
+  out["device_weighted_mean_wait_hours"] = Hours(p.device_weighted_mean_wait_s, 4);
+  JsonTree by_request = JsonTree::object();
+  for (const auto& c : p.wait_by_request) {
+    by_request[topology::RequestLabel(c.request)] = {{"pods", c.pods},
+                                                     {"mean_wait_hours", Hours(c.mean_s, 4)},
+                                                     {"p95_wait_hours", Hours(c.p95_s, 4)},
+                                                     {"max_wait_hours", Hours(c.max_s, 4)}};
   }
-  out += "}";
+  out["wait_by_request"] = std::move(by_request);
 }
 
 // One policy's dynamic-mode figures.
-void AppendDynamicJson(std::string& out, const PolicyResult& p) {
-  out += fmt::format(
-      ",\"device_hours\":{},\"unallocated_share\":{},\"unallocated_share_when_refused\":{},"
-      "\"fragmentation\":{},\"peak_allocated_share\":{},\"peak_at_hours\":{}",
-      JsonNumber(p.device_hours, 3), JsonNumber(p.avg_unallocated_share, 6),
-      Refusals(p) == 0 ? "null" : JsonNumber(p.unallocated_when_refused, 6),
-      JsonNumber(p.avg_fragmentation, 6), JsonNumber(p.peak_allocated_share, 6),
-      JsonNumber(p.peak_at_s / 3600.0, 3));
+void AddDynamicJson(JsonTree& out, const PolicyResult& p) {
+  out["device_hours"] = JsonRounded(p.device_hours, 3);
+  out["unallocated_share"] = JsonRounded(p.avg_unallocated_share, 6);
+  out["unallocated_share_when_refused"] =
+      Refusals(p) == 0 ? JsonTree(nullptr) : JsonRounded(p.unallocated_when_refused, 6);
+  out["fragmentation"] = JsonRounded(p.avg_fragmentation, 6);
+  out["peak_allocated_share"] = JsonRounded(p.peak_allocated_share, 6);
+  out["peak_at_hours"] = Hours(p.peak_at_s, 3);
 }
 
 // One policy's fill-mode figures: the fleet at the first refusal and at the end.
-void AppendFillJson(std::string& out, const SimResult& r, const PolicyResult& p) {
-  out += fmt::format(
-      ",\"device_hours\":null,\"unallocated_share\":{},\"fragmentation\":{},\"failed\":{},"
-      "\"first_failure_task\":{},\"first_failure_request\":{},"
-      "\"placed_before_first_failure\":{},"
-      "\"devices_allocated_at_first_failure\":{},\"devices_allocated\":{},"
-      "\"unallocated_share_at_end\":{},\"fragmentation_at_end\":{}",
-      JsonNumber(p.unallocated_share_at_first_failure, 6),
-      JsonNumber(p.fragmentation_at_first_failure, 6), p.failed ? "true" : "false",
-      p.first_failure_task >= 0 && static_cast<size_t>(p.first_failure_task) < r.task_names.size()
-          ? JsonQuote(r.task_names[static_cast<size_t>(p.first_failure_task)])
-          : std::string("null"),
-      p.failed ? JsonQuote(p.first_failure_request) : std::string("null"),
-      p.placed_before_first_failure, JsonNumber(p.devices_allocated_at_first_failure, 3),
-      JsonNumber(p.devices_allocated_at_end, 3), JsonNumber(p.unallocated_share_at_end, 6),
-      JsonNumber(p.fragmentation_at_end, 6));
+void AddFillJson(JsonTree& out, const SimResult& r, const PolicyResult& p) {
+  const bool named =
+      p.first_failure_task >= 0 && static_cast<size_t>(p.first_failure_task) < r.task_names.size();
+  out["device_hours"] = nullptr;
+  out["unallocated_share"] = JsonRounded(p.unallocated_share_at_first_failure, 6);
+  out["fragmentation"] = JsonRounded(p.fragmentation_at_first_failure, 6);
+  out["failed"] = p.failed;
+  out["first_failure_task"] =
+      named ? JsonTree(r.task_names[static_cast<size_t>(p.first_failure_task)]) : JsonTree(nullptr);
+  out["first_failure_request"] = p.failed ? JsonTree(p.first_failure_request) : JsonTree(nullptr);
+  out["placed_before_first_failure"] = p.placed_before_first_failure;
+  out["devices_allocated_at_first_failure"] = JsonRounded(p.devices_allocated_at_first_failure, 3);
+  out["devices_allocated"] = JsonRounded(p.devices_allocated_at_end, 3);
+  out["unallocated_share_at_end"] = JsonRounded(p.unallocated_share_at_end, 6);
+  out["fragmentation_at_end"] = JsonRounded(p.fragmentation_at_end, 6);
 }
 
 // What failures cost one policy, beside its run without them.
-void AppendFailureJson(std::string& out, const SimResult& r, const PolicyResult& p) {
+JsonTree FailureJson(const SimResult& r, const PolicyResult& p) {
   const PolicyResult& h = Healthy(r, p);
-  out += fmt::format(
-      ",\"failures\":{{\"pods_hit\":{},\"evicted\":{},\"dropped_after_eviction\":{},"
-      "\"lost_device_hours\":{},\"without_failures\":{{\"placed\":{},\"rejected\":{},"
-      "\"device_hours\":{},\"mean_wait_hours\":{},\"p95_wait_hours\":{},"
-      "\"placed_before_first_failure\":{},\"unallocated_share_at_first_failure\":{}}}}}",
-      p.pods_hit, p.evicted, p.dropped_after_eviction, JsonNumber(p.lost_device_hours, 3), h.placed,
-      h.rejected, JsonNumber(h.device_hours, 3), JsonNumber(h.mean_wait_s / 3600.0, 4),
-      JsonNumber(h.p95_wait_s / 3600.0, 4), h.placed_before_first_failure,
-      JsonNumber(h.unallocated_share_at_first_failure, 6));
+  return {{"pods_hit", p.pods_hit},
+          {"evicted", p.evicted},
+          {"dropped_after_eviction", p.dropped_after_eviction},
+          {"lost_device_hours", JsonRounded(p.lost_device_hours, 3)},
+          {"without_failures",
+           {{"placed", h.placed},
+            {"rejected", h.rejected},
+            {"device_hours", JsonRounded(h.device_hours, 3)},
+            {"mean_wait_hours", Hours(h.mean_wait_s, 4)},
+            {"p95_wait_hours", Hours(h.p95_wait_s, 4)},
+            {"placed_before_first_failure", h.placed_before_first_failure},
+            {"unallocated_share_at_first_failure",
+             JsonRounded(h.unallocated_share_at_first_failure, 6)}}}};
 }
 
 // One policy's object of the "policies" array.
-void AppendPolicyJson(std::string& out, const SimResult& r, const PolicyResult& p) {
-  out += fmt::format("{{\"name\":{},\"placed\":{},\"rejected\":{},\"rejected_by_reason\":{{",
-                     JsonQuote(PolicyName(p.policy)), p.placed, p.rejected);
+JsonTree PolicyJson(const SimResult& r, const PolicyResult& p) {
+  JsonTree by_reason = JsonTree::object();
   for (int k = 0; k < kRejectReasons; ++k) {
-    out += fmt::format("{}{}:{}", k == 0 ? "" : ",",
-                       JsonQuote(RejectReasonKey(static_cast<RejectReason>(k))),
-                       p.rejected_by_reason[k]);
+    by_reason[std::string(RejectReasonKey(static_cast<RejectReason>(k)))] = p.rejected_by_reason[k];
   }
-  out += "},\"rejected_by_request\":{";
-  bool first = true;
-  for (const auto& [label, count] : p.rejected_by_request) {
-    out += fmt::format("{}{}:{}", first ? "" : ",", JsonQuote(label), count);
-    first = false;
-  }
-  out += "}";
+  JsonTree by_request = JsonTree::object();
+  for (const auto& [label, count] : p.rejected_by_request) by_request[label] = count;
+  JsonTree out = {{"name", PolicyName(p.policy)},
+                  {"placed", p.placed},
+                  {"rejected", p.rejected},
+                  {"rejected_by_reason", std::move(by_reason)},
+                  {"rejected_by_request", std::move(by_request)}};
   if (r.mode == Mode::kQueue) {
-    AppendQueueJson(out, p);
+    AddQueueJson(out, p);
   } else if (r.mode == Mode::kDynamic) {
-    AppendDynamicJson(out, p);
+    AddDynamicJson(out, p);
   } else {
-    AppendFillJson(out, r, p);
+    AddFillJson(out, r, p);
   }
-  if (r.failures.enabled()) AppendFailureJson(out, r, p);
-  out += "}";
+  if (r.failures.enabled()) out["failures"] = FailureJson(r, p);
+  return out;
+}
+
+JsonTree FleetJson(const SimResult& r) {
+  JsonTree fleet = JsonTree::array();
+  for (const auto& group : r.fleet) {
+    JsonTree entry = {{"instance_type", group.instance_type}, {"count", group.count}};
+    if (group.heads > 0) entry["heads"] = group.heads;
+    fleet.push_back(std::move(entry));
+  }
+  return fleet;
 }
 
 }  // namespace
 
 std::string FormatJson(const SimResult& r, std::string_view trace_name) {
-  const bool dynamic = r.mode == Mode::kDynamic;
-  const bool queue = r.mode == Mode::kQueue;
-  std::string out = "{";
-  out += fmt::format("\"mode\":{},\"trace\":{},\"seed\":{}", JsonQuote(ModeName(r.mode)),
-                     JsonQuote(trace_name), r.seed);
-  out += ",\"fleet\":[";
-  for (size_t i = 0; i < r.fleet.size(); ++i) {
-    out += fmt::format(
-        "{}{{\"instance_type\":{},\"count\":{}{}}}", i == 0 ? "" : ",",
-        JsonQuote(r.fleet[i].instance_type), r.fleet[i].count,
-        r.fleet[i].heads > 0 ? fmt::format(",\"heads\":{}", r.fleet[i].heads) : std::string());
-  }
-  out += fmt::format(
-      "],\"nodes\":{},\"total_devices\":{},\"rows\":{},\"gpu_tasks\":{},\"device_requests\":{},"
-      "\"core_requests\":{},\"cpu_only_skipped\":{},\"bad_rows\":{},\"warnings\":[",
-      r.nodes, r.total_devices, r.rows, r.gpu_tasks, r.device_requests, r.core_requests,
-      r.cpu_only_skipped, r.bad_rows);
-  for (size_t i = 0; i < r.warnings.size(); ++i) {
-    out += (i == 0 ? "" : ",") + JsonQuote(r.warnings[i]);
-  }
-  out += "]";
-  if (dynamic || queue) {
-    out += fmt::format(",\"span_hours\":{}", JsonNumber(r.span_s / 3600.0, 3));
-  }
-  out += fmt::format(
-      ",\"unallocated_share_meaning\":{}",
-      JsonQuote(dynamic || queue ? "time-weighted average over the replay"
-                                 : "share of devices unallocated when the first pod failed "
-                                   "for lack of room (at the end if none failed)"));
-  out += ",\"policies\":[";
-  for (size_t i = 0; i < r.policies.size(); ++i) {
-    if (i != 0) out += ",";
-    AppendPolicyJson(out, r, r.policies[i]);
-  }
-  out += "]";
+  const bool timed = r.mode == Mode::kDynamic || r.mode == Mode::kQueue;
+  JsonTree out = {{"mode", ModeName(r.mode)},
+                  {"trace", trace_name},
+                  {"seed", r.seed},
+                  {"fleet", FleetJson(r)},
+                  {"nodes", r.nodes},
+                  {"total_devices", r.total_devices},
+                  {"rows", r.rows},
+                  {"gpu_tasks", r.gpu_tasks},
+                  {"device_requests", r.device_requests},
+                  {"core_requests", r.core_requests},
+                  {"cpu_only_skipped", r.cpu_only_skipped},
+                  {"bad_rows", r.bad_rows},
+                  {"warnings", r.warnings}};
+  if (timed) out["span_hours"] = Hours(r.span_s, 3);
+  out["unallocated_share_meaning"] = timed ? "time-weighted average over the replay"
+                                           : "share of devices unallocated when the first pod "
+                                             "failed for lack of room (at the end if none failed)";
+  JsonTree policies = JsonTree::array();
+  for (const PolicyResult& p : r.policies) policies.push_back(PolicyJson(r, p));
+  out["policies"] = std::move(policies);
   if (r.failures.enabled()) {
-    out += fmt::format(
-        ",\"failures\":{{\"per_device_day\":{},\"repair_hours\":{},\"on_failure\":{},"
-        "\"device_failures\":{},\"device_hours_out\":{}}}",
-        JsonNumber(r.failures.per_device_day, 6), JsonNumber(r.failures.repair_hours, 3),
-        JsonQuote(r.failures.evict ? "evict" : "event"), r.device_failures,
-        JsonNumber(r.device_hours_out, 3));
+    out["failures"] = {{"per_device_day", JsonRounded(r.failures.per_device_day, 6)},
+                       {"repair_hours", JsonRounded(r.failures.repair_hours, 3)},
+                       {"on_failure", r.failures.evict ? "evict" : "event"},
+                       {"device_failures", r.device_failures},
+                       {"device_hours_out", JsonRounded(r.device_hours_out, 3)}};
   }
-  out += "}\n";
-  return out;
+  return WriteJson(out) + "\n";
 }
 
 std::string FormatHtml(const SimResult& r, std::string_view trace_name) {
