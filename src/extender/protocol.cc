@@ -7,6 +7,7 @@
 
 #include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "kube/decode.h"
 
 namespace toposched::extender {
@@ -264,12 +265,14 @@ std::string EncodeFilterResult(const FilterResult& r) {
 }
 
 std::string EncodeFilterError(std::string_view message) {
-  return fmt::format(
-      "{{\"Nodes\":null,\"NodeNames\":null,\"FailedNodes\":{{}},\"FailedAndUnresolvableNodes\":{{}}"
-      ","
-      "\"Error\":{}}}",
-      JsonQuote(message));
+  return WriteJson({{"Nodes", nullptr},
+                    {"NodeNames", nullptr},
+                    {"FailedNodes", JsonTree::object()},
+                    {"FailedAndUnresolvableNodes", JsonTree::object()},
+                    {"Error", message}});
 }
+
+std::string EncodeErrorAnswer(std::string_view message) { return WriteJson({{"Error", message}}); }
 
 std::string EncodeHostPriorityList(const std::vector<HostPriority>& priorities) {
   std::string out = "[";
@@ -293,21 +296,13 @@ std::string EncodeBindingResult(std::string_view error) {
 }
 
 std::string EncodePreemptionResult(const std::map<std::string, Victims>& node_victims) {
-  std::string out = "{\"NodeNameToMetaVictims\":{";
-  bool first = true;
+  JsonTree by_node = JsonTree::object();
   for (const auto& [node, victims] : node_victims) {
-    if (!first) out += ',';
-    first = false;
-    out += JsonQuote(node);
-    out += ":{\"Pods\":[";
-    for (size_t i = 0; i < victims.pod_uids.size(); ++i) {
-      if (i != 0) out += ',';
-      out += fmt::format("{{\"UID\":{}}}", JsonQuote(victims.pod_uids[i]));
-    }
-    out += fmt::format("],\"NumPDBViolations\":{}}}", victims.num_pdb_violations);
+    JsonTree pods = JsonTree::array();
+    for (const std::string& uid : victims.pod_uids) pods.push_back({{"UID", uid}});
+    by_node[node] = {{"Pods", std::move(pods)}, {"NumPDBViolations", victims.num_pdb_violations}};
   }
-  out += "}}";
-  return out;
+  return WriteJson({{"NodeNameToMetaVictims", std::move(by_node)}});
 }
 
 }  // namespace toposched::extender

@@ -72,12 +72,18 @@ struct HostPriority {
 };
 std::string EncodeHostPriorityList(const std::vector<HostPriority>& priorities);
 
+// Filter's, prioritize's and bind's answers are written by hand: they are on every pod's path
+// (bench/extender_bench.cc, BM_Encode*, measures what that saves over base/json_writer.h).
 std::string EncodeBindingResult(std::string_view error);
 
 std::string EncodePreemptionResult(const std::map<std::string, Victims>& node_victims);
 
 // {"Error": message} for filter; used when the whole call fails.
 std::string EncodeFilterError(std::string_view message);
+
+// {"Error": message}: the body of a call refused whole before its verb ran (a standby, a
+// malformed request, a full bind queue).
+std::string EncodeErrorAnswer(std::string_view message);
 
 }  // namespace toposched::extender
 
