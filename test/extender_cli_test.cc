@@ -53,8 +53,8 @@ TEST(ExtenderCli, HelpListsTheBounds) {
   EXPECT_EQ(o.exit_code, 0);
   for (const char* flag :
        {"--max-connections", "--max-bodies-in-flight", "--body-memory-limit", "--header-timeout",
-        "--handshake-timeout", "--body-timeout", "--bind-queue", "--allow-insecure-http",
-        "--tls-client-ca-file", "--history-interval"}) {
+        "--handshake-timeout", "--body-timeout", "--bind-queue", "--bind-wait-limit",
+        "--allow-insecure-http", "--tls-client-ca-file", "--history-interval"}) {
     EXPECT_THAT(o.out, HasSubstr(flag));
   }
 }

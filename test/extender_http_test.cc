@@ -207,6 +207,7 @@ class HttpTest : public ::testing::Test {
     service_->ReplaceNodes(nodes);
     service_->ReplacePods({});
     router_ = std::make_unique<Router>(*service_, metrics_, bind_threads, bind_queue);
+    if (bind_clock_) router_->SetBindWaitLimit(bind_wait_limit_, bind_clock_);
     options.address = "127.0.0.1";
     options.port = 0;
     auto server = net::HttpServer::Start(options, router_->AsHandler());
@@ -221,6 +222,9 @@ class HttpTest : public ::testing::Test {
   }
 
   OfflineClusterWriter writer_;
+  // Set before Start: the router's --bind-wait-limit and the clock it reads the wait on.
+  std::chrono::milliseconds bind_wait_limit_{0};
+  NanoClock bind_clock_;
   Metrics metrics_;
   std::unique_ptr<ExtenderService> service_;
   std::unique_ptr<net::HttpServer> server_;
@@ -550,6 +554,42 @@ TEST_F(HttpTest, ABindBeyondTheQueueIsAnsweredBusy) {
   // A bind counts until its task ends, just after its answer is handed back.
   EXPECT_TRUE(router_->DrainBinds(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
   EXPECT_EQ(router_->BindsPending(), 0);
+}
+
+// A bind that waited past --bind-wait-limit for the one bind thread is answered 503 and never
+// reaches the writer; the one that held the thread (it waited not at all) is bound. The wait is
+// read on a clock the test moves, not measured.
+TEST_F(HttpTest, ABindThatWaitedPastTheLimitForAThreadIsRefusedUnwritten) {
+  BlockingWriter writer;
+  std::atomic<int64_t> now_ns{0};
+  bind_wait_limit_ = std::chrono::seconds(9);
+  bind_clock_ = [&now_ns] { return now_ns.load(); };
+  Start({}, &writer, /*bind_threads=*/1);
+  for (const char* name : {"p0", "p1"}) Filter(name);
+  int first_status = 0;
+  Reply second;
+  std::thread first([&] {
+    const std::string bind = BindBody("p0", "trn-0");
+    first_status = Request(base_ + "/bind", &bind).status;
+  });
+  ASSERT_TRUE(testing::WaitUntil([&] { return writer.entered() == 1; }, std::chrono::seconds(10)));
+  std::thread waiting([&] {
+    const std::string bind = BindBody("p1", "trn-1");
+    second = Request(base_ + "/bind", &bind);
+  });
+  ASSERT_TRUE(
+      testing::WaitUntil([&] { return router_->BindsPending() == 2; }, std::chrono::seconds(10)));
+  now_ns = int64_t{10} * 1000 * 1000 * 1000;
+  writer.Release();
+  first.join();
+  waiting.join();
+  EXPECT_EQ(first_status, 200);
+  EXPECT_EQ(second.status, 503);
+  EXPECT_THAT(json::parse(second.body)["Error"].get<std::string>(),
+              ::testing::HasSubstr("waited 10000 ms for a bind thread, past --bind-wait-limit"));
+  EXPECT_EQ(writer.entered(), 1);
+  EXPECT_THAT(Request(base_ + "/metrics", nullptr).body,
+              ::testing::HasSubstr("toposched_binds_total{outcome=\"refused\"} 1"));
 }
 
 // Shutdown in the order the extender takes: stop accepting, drain, stop. The bind in flight is

@@ -61,6 +61,7 @@ struct ExtenderOptions {
   size_t body_limit_mib = 256;
   int threads = 1;
   int bind_threads = 8;
+  std::string bind_wait_limit = "9s";
   // The HTTP surface's bounds (net::HttpServerOptions) and who may call it.
   int max_connections = 256;
   int max_waiting_connections = 4096;
@@ -174,6 +175,12 @@ void AddServingFlags(CLI::App* cmd, ExtenderOptions* o) {
   cmd->add_option("--bind-threads", o->bind_threads, "Threads for binds waiting on the API server")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--bind-wait-limit", o->bind_wait_limit,
+                  "A bind that waited longer than this for a bind thread is answered 503 and not "
+                  "written: kube-scheduler's httpTimeout for the extender (10s in the chart) has "
+                  "passed or nearly, and a Binding landing later only makes it retry a pod that "
+                  "is bound. Keep it under that httpTimeout; 0s never refuses")
+      ->capture_default_str();
 }
 
 // Where the nodes and pods come from, and which resources are Neuron units.
@@ -862,6 +869,10 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
 
   auto history_interval = HistoryIntervalFromFlags(o);
   if (!history_interval.ok()) return usage_error(history_interval.error());
+  auto bind_wait_limit = kube::ParseDuration(o.bind_wait_limit);
+  if (!bind_wait_limit.ok()) {
+    return usage_error(fmt::format("--bind-wait-limit: {}", bind_wait_limit.error()));
+  }
 
   const StopSignals signals;  // before any thread starts
   // Before the process: the router's view thread reads it until the router is gone.
@@ -877,6 +888,8 @@ int RunExtender(const ExtenderOptions& o, const std::string& catalog_path) {
   if (Status fed = process.FeedService(); !fed.ok()) return usage_error(fed.error());
   process.BuildRouter();
   process.router->SetHistory(&history, *history_interval);
+  process.router->SetBindWaitLimit(
+      std::chrono::duration_cast<std::chrono::milliseconds>(*bind_wait_limit), SteadyNs);
 
   const net::HttpServerOptions http = HttpOptionsFromFlags(o, *listen);
   // /metrics reads the server's counters; set before serving, so no request races the setting.

@@ -63,7 +63,8 @@ class Metrics {
 
   // Each bind's end, by outcome: "bound" (the Binding is written), "failed" (answered with an
   // error: no legal set left, an API error, a gang member refused...), "refused" (not started:
-  // shutting down, or a lone extender's restart fence).
+  // shutting down, a lone extender's restart fence, or a wait for a bind thread past
+  // --bind-wait-limit).
   void CountBind(std::string_view outcome);
   // The fleet's gauges from the history's newest sample (docs/observability.md, "Metrics").
   // Label sets are bounded: instance types and request classes the catalog knows, the fixed

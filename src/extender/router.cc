@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/json_escape.h"
 #include "extender/protocol.h"
 #include "net/url_query.h"
 
@@ -52,17 +51,15 @@ std::string_view LastSegment(std::string_view target) {
 // 503 for kube-scheduler (an error it retries, never a placement) and a reason for humans.
 net::HttpResponse NotLeader(std::string_view verb) {
   return {503, "application/json",
-          fmt::format("{{\"Error\":{}}}",
-                      JsonQuote(fmt::format("{}: this toposched extender is a standby (another "
-                                            "replica holds the leader lease); retry",
-                                            verb)))};
+          EncodeErrorAnswer(fmt::format("{}: this toposched extender is a standby (another "
+                                        "replica holds the leader lease); retry",
+                                        verb))};
 }
 
 net::HttpResponse BadRequest(std::string_view verb, const std::string& error) {
   spdlog::warn("{}: malformed request: {}", verb, error);
   return {400, "application/json",
-          fmt::format("{{\"Error\":{}}}",
-                      JsonQuote(fmt::format("malformed {} request: {}", verb, error)))};
+          EncodeErrorAnswer(fmt::format("malformed {} request: {}", verb, error))};
 }
 
 }  // namespace
@@ -167,6 +164,49 @@ void Router::HandleViewsOnly(net::HttpRequest&& request, net::Responder respond)
   HandleView(request.target, finish);
 }
 
+void Router::HandleBind(simdjson::padded_string_view body,
+                        std::function<void(net::HttpResponse)> finish) {
+  auto args = DecodeBindingArgs(body);
+  if (!args.ok()) return finish(BadRequest("bind", args.error()));
+  if (binds_pending_.fetch_add(1) >= bind_queue_) {
+    binds_pending_.fetch_sub(1);
+    spdlog::warn("bind {}/{}: refused, {} binds already waiting (--bind-queue)",
+                 args->pod_namespace, args->pod_name, bind_queue_);
+    return finish({503, "application/json",
+                   EncodeErrorAnswer(fmt::format("busy: {} binds are already waiting for the API "
+                                                 "server (--bind-queue); retry",
+                                                 bind_queue_))});
+  }
+  const int64_t arrived_ns = bind_wait_limit_ns_ > 0 ? steady_ns_() : 0;
+  boost::asio::post(bind_pool_->pool, [this, args = std::move(args).value(), finish, arrived_ns]() {
+    // Counted until the answer is handed back, so DrainBinds waits for it.
+    struct Done {
+      std::atomic<int>& pending;
+      ~Done() { pending.fetch_sub(1); }
+    } done{binds_pending_};
+    // Leadership may have gone while the bind waited for a thread.
+    if (is_leader_ && !is_leader_()) return finish(NotLeader("bind"));
+    if (bind_wait_limit_ns_ > 0 && steady_ns_() - arrived_ns > bind_wait_limit_ns_) {
+      return finish(RefuseLateBind(args, steady_ns_() - arrived_ns));
+    }
+    finish({200, "application/json", service_.Bind(args)});
+  });
+}
+
+net::HttpResponse Router::RefuseLateBind(const BindingArgs& args, int64_t waited_ns) {
+  const int64_t waited_ms = waited_ns / 1000000;
+  const int64_t limit_ms = bind_wait_limit_ns_ / 1000000;
+  spdlog::warn(
+      "bind {}/{} to {}: refused unwritten, it waited {} ms for a bind thread (--bind-wait-limit "
+      "{} ms): kube-scheduler has given up on it and retries the pod",
+      args.pod_namespace, args.pod_name, args.node, waited_ms, limit_ms);
+  metrics_.CountBind("refused");
+  return {503, "application/json",
+          EncodeErrorAnswer(fmt::format(
+              "this bind waited {} ms for a bind thread, past --bind-wait-limit ({} ms); retry",
+              waited_ms, limit_ms))};
+}
+
 void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
   const auto start = std::chrono::steady_clock::now();
   const std::string verb(LastSegment(request.target));
@@ -226,32 +266,7 @@ void Router::Handle(net::HttpRequest&& request, net::Responder respond) {
     if (!args.ok()) return finish(BadRequest(verb, args.error()));
     return finish({200, "application/json", service_.Preempt(*args)});
   }
-  if (verb == "bind") {
-    auto args = DecodeBindingArgs(body);
-    if (!args.ok()) return finish(BadRequest(verb, args.error()));
-    if (binds_pending_.fetch_add(1) >= bind_queue_) {
-      binds_pending_.fetch_sub(1);
-      spdlog::warn("bind {}/{}: refused, {} binds already waiting (--bind-queue)",
-                   args->pod_namespace, args->pod_name, bind_queue_);
-      return finish(
-          {503, "application/json",
-           fmt::format("{{\"Error\":{}}}",
-                       JsonQuote(fmt::format("busy: {} binds are already waiting for the API "
-                                             "server (--bind-queue); retry",
-                                             bind_queue_)))});
-    }
-    boost::asio::post(bind_pool_->pool, [this, args = std::move(args).value(), finish]() {
-      // Counted until the answer is handed back, so DrainBinds waits for it.
-      struct Done {
-        std::atomic<int>& pending;
-        ~Done() { pending.fetch_sub(1); }
-      } done{binds_pending_};
-      // Leadership may have gone while the bind waited for a thread.
-      if (is_leader_ && !is_leader_()) return finish(NotLeader("bind"));
-      finish({200, "application/json", service_.Bind(args)});
-    });
-    return;
-  }
+  if (verb == "bind") return HandleBind(body, finish);
   return finish(
       {404, "text/plain",
        fmt::format("unknown verb '{}': use filter, prioritize, bind or preempt\n", verb)});

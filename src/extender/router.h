@@ -16,8 +16,10 @@
 #include <functional>
 #include <memory>
 
+#include "base/clock.h"
 #include "extender/fleet_history.h"
 #include "extender/metrics.h"
+#include "extender/protocol.h"
 #include "extender/service.h"
 #include "net/http_server.h"
 
@@ -57,6 +59,15 @@ class Router {
     history_interval_ = interval;
   }
 
+  // A bind that waited longer than `limit` for a bind thread is answered 503 and not written:
+  // kube-scheduler has given up on it by then (its httpTimeout), and a Binding landing after that
+  // only makes it retry a pod that is bound. 0 (the default) never refuses. `steady_ns` is the
+  // clock the wait is read on. Set before serving.
+  void SetBindWaitLimit(std::chrono::milliseconds limit, NanoClock steady_ns) {
+    bind_wait_limit_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+    steady_ns_ = std::move(steady_ns);
+  }
+
   // Binds accepted and not yet answered (waiting for a bind thread or running).
   int BindsPending() const { return binds_pending_.load(); }
   // Shutdown: waits until no bind is pending, or until `deadline`; true when none is left. Stop
@@ -84,6 +95,10 @@ class Router {
   Metrics& metrics_;
   // Answers a GET of the views (/fleet, /v1/fleet, /v1/why) on view_pool_.
   void HandleView(std::string_view target, std::function<void(net::HttpResponse)> finish);
+  // Queues a bind for a bind thread (503 when --bind-queue are waiting already).
+  void HandleBind(simdjson::padded_string_view body, std::function<void(net::HttpResponse)> finish);
+  // The answer to a bind that waited past the limit for a thread, logged and counted.
+  net::HttpResponse RefuseLateBind(const BindingArgs& args, int64_t waited_ns);
 
   // Declared before the pools: a task finishing while a pool joins still counts down.
   std::atomic<int> views_pending_{0};
@@ -91,6 +106,8 @@ class Router {
   std::unique_ptr<Pool> view_pool_;  // one thread
   const int bind_queue_;
   std::atomic<int> binds_pending_{0};
+  int64_t bind_wait_limit_ns_ = 0;
+  NanoClock steady_ns_;
   std::function<bool()> is_leader_;
   std::function<void(const kube::Pod&)> catch_up_;
   std::function<net::HttpServerStats()> server_stats_;
