@@ -47,62 +47,65 @@ struct DraPluginOptions {
   std::string log_level = "info";
 };
 
-std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
-  auto opts = std::make_shared<DraPluginOptions>();
-  CLI::App* cmd = app.add_subcommand(
-      "dra-plugin",
-      "Run the kubelet DRA plugin for Neuron devices (driver neuron.aws.com): publish every legal\n"
-      "choice of this node (whole devices, legal device sets, core ranges) as ResourceSlices in\n"
-      "the order kube-scheduler's allocator should take them, and prepare allocated\n"
-      "ResourceClaims for containers through CDI. Runs only on nodes labelled\n"
-      "toposched.io/neuron-management=dra; until SIGINT/SIGTERM. See docs/dra.md.");
-  cmd->add_option("--node-name", opts->node_name,
+namespace {
+
+// Which node this is, and where its host paths are.
+void AddNodeFlags(CLI::App* cmd, DraPluginOptions* o) {
+  cmd->add_option("--node-name", o->node_name,
                   "This node's name: the pool name of its devices (default: $NODE_NAME, from the "
                   "downward API)");
-  cmd->add_option("--kubeconfig", opts->kubeconfig,
+  cmd->add_option("--kubeconfig", o->kubeconfig,
                   "Kubeconfig for the API server (default: $KUBECONFIG, then in-cluster, then "
                   "~/.kube/config)");
-  cmd->add_option("--sysfs-root", opts->sysfs_root,
+  cmd->add_option("--sysfs-root", o->sysfs_root,
                   "Where the host's /sys is (devices, health, module/neuron/version)")
       ->capture_default_str();
-  cmd->add_option("--dev-root", opts->dev_root,
+  cmd->add_option("--dev-root", o->dev_root,
                   "Where the host's /dev is, for discovery and health (CDI specs always name "
                   "/dev/neuronN)")
       ->capture_default_str();
-  cmd->add_option("--opt-aws-root", opts->opt_aws_root,
+  cmd->add_option("--opt-aws-root", o->opt_aws_root,
                   "Where the host's /opt/aws is (neuron/logical_nc_config sets the LNC)")
       ->capture_default_str();
-  cmd->add_option("--instance-type", opts->instance_type,
+  cmd->add_option("--instance-type", o->instance_type,
                   "Use this catalog instance type instead of the DMI product name");
-  cmd->add_option("--cdi-root", opts->cdi_root,
+}
+
+// Where kubelet meets the plugin: the CDI specs, the sockets.
+void AddKubeletFlags(CLI::App* cmd, DraPluginOptions* o) {
+  cmd->add_option("--cdi-root", o->cdi_root,
                   "Directory of the CDI specs written for prepared claims, one "
                   "neuron.aws.com-<claimUID>.json each; they are also the plugin's checkpoint "
                   "(default: $CDI_ROOT, else /var/run/cdi)");
-  cmd->add_option("--plugin-dir", opts->plugin_dir,
+  cmd->add_option("--plugin-dir", o->plugin_dir,
                   "Directory of the DRA socket (dra.sock) kubelet calls")
       ->capture_default_str();
-  cmd->add_option("--registry-dir", opts->registry_dir,
+  cmd->add_option("--registry-dir", o->registry_dir,
                   "kubelet's plugin registry directory (neuron.aws.com-reg.sock is created there)")
       ->capture_default_str();
-  cmd->add_option("--pod-resources-socket", opts->pod_resources_socket,
+  cmd->add_option("--pod-resources-socket", o->pod_resources_socket,
                   "kubelet's PodResources socket: the devices containers outside DRA hold "
                   "(device-plugin pods still running on a node moved to DRA) are neither "
                   "published nor prepared; while kubelet does not answer on it nothing is "
                   "prepared and the plugin is not ready. Empty turns that check off")
       ->capture_default_str();
-  cmd->add_option("--partitionable", opts->partitionable,
+}
+
+// What the node's ResourceSlices offer, and in which order.
+void AddOfferFlags(CLI::App* cmd, DraPluginOptions* o) {
+  cmd->add_option("--partitionable", o->partitionable,
                   "Publish device sets and core ranges with shared counters (partitionable "
                   "devices, Kubernetes 1.36+ or the DRAPartitionableDevices gate): on, off (whole "
                   "devices only), or auto (on if the API server keeps sharedCounters on a "
                   "created counter slice)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
-  cmd->add_flag("--core-offers", opts->core_offers,
+  cmd->add_flag("--core-offers", o->core_offers,
                 "With --partitionable: also publish NeuronCore ranges inside one device "
                 "(neuroncores-A-B, class neuroncores.toposched.io). Off by default: they are most "
                 "of a node's offers (160 of 183 on a trn2.48xlarge at LNC 2), and kube-scheduler's "
                 "allocator pays for every offer of every candidate node for every pod");
-  cmd->add_option("--set-offers", opts->set_offers,
+  cmd->add_option("--set-offers", o->set_offers,
                   "With --partitionable: publish each legal multi-device set as a device of its "
                   "own (neurondevices-A-B, class neurondevices.toposched.io, deviceCount == N). "
                   "auto: not on Trainium, whose whole devices carry AWS's group attributes "
@@ -113,13 +116,17 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
                   "the sets with it")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--order", opts->order,
+  cmd->add_option("--order", o->order,
                   "Publish order, which is the order the allocator tries devices in: scarcity "
                   "(first the offer that takes least from the requests still expected) or index")
       ->check(CLI::IsMember({"scarcity", "index"}))
       ->capture_default_str();
+}
+
+// What a failed device does to the pods on it and to its offers.
+void AddHealthFlags(CLI::App* cmd, DraPluginOptions* o) {
   cmd->add_option(
-         "--on-device-failure", opts->on_device_failure,
+         "--on-device-failure", o->on_device_failure,
          "What a device that fails its health check (its /dev/neuronN or sysfs entry "
          "gone) does to the pods on it, where the cluster serves device taints "
          "(Kubernetes 1.37): its offers stay published with the device taint "
@@ -133,12 +140,29 @@ std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
          "removes the taint")
       ->check(CLI::IsMember({"event", "evict"}))
       ->capture_default_str();
-  cmd->add_option("--device-taints", opts->device_taints,
+  cmd->add_option("--device-taints", o->device_taints,
                   "Taint a failed device's offers (on) or withdraw them (off); auto: taint when "
                   "the API server keeps devices[].taints, asked with a dry-run create the first "
                   "time a device fails")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+}
+
+}  // namespace
+
+std::shared_ptr<DraPluginOptions> AddDraPluginCommand(CLI::App& app) {
+  auto opts = std::make_shared<DraPluginOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "dra-plugin",
+      "Run the kubelet DRA plugin for Neuron devices (driver neuron.aws.com): publish every legal\n"
+      "choice of this node (whole devices, legal device sets, core ranges) as ResourceSlices in\n"
+      "the order kube-scheduler's allocator should take them, and prepare allocated\n"
+      "ResourceClaims for containers through CDI. Runs only on nodes labelled\n"
+      "toposched.io/neuron-management=dra; until SIGINT/SIGTERM. See docs/dra.md.");
+  AddNodeFlags(cmd, opts.get());
+  AddKubeletFlags(cmd, opts.get());
+  AddOfferFlags(cmd, opts.get());
+  AddHealthFlags(cmd, opts.get());
   cmd->add_option("--visible-cores", opts->visible_cores,
                   "NEURON_RT_VISIBLE_CORES numbering in the CDI specs: container (0-based over "
                   "the container's devices, Neuron K8s >= 2.16.18) or host (node-wide ids)")
@@ -183,6 +207,90 @@ std::string NeuronDriverVersion(const std::string& sysfs_root) {
 
 }  // namespace
 
+namespace {
+
+// The flags as the publisher's and the plugin's settings, checked together; the node's facts and
+// shape are filled in once the node is read.
+Status SettingsFromFlags(const DraPluginOptions& opts, draplugin::PublisherConfig& config,
+                         draplugin::DraPluginOptions& options) {
+  TOPOSCHED_ASSIGN_OR_RETURN(options.numbering, nodeagent::ParseCoreNumbering(opts.visible_cores));
+  TOPOSCHED_ASSIGN_OR_RETURN(config.partitionable,
+                             draplugin::ParsePartitionable(opts.partitionable));
+  TOPOSCHED_ASSIGN_OR_RETURN(config.order, draplugin::ParsePublishOrder(opts.order));
+  TOPOSCHED_ASSIGN_OR_RETURN(config.set_offers, dra::ParseSetOffers(opts.set_offers));
+  TOPOSCHED_ASSIGN_OR_RETURN(config.failure_effect,
+                             draplugin::ParseOnDeviceFailure(opts.on_device_failure));
+  TOPOSCHED_ASSIGN_OR_RETURN(config.device_taints,
+                             draplugin::ParseDeviceTaints(opts.device_taints));
+  config.core_offers = opts.core_offers;
+  if (config.set_offers == dra::SetOffers::kOff && opts.core_offers) {
+    return Error{
+        "--set-offers off and --core-offers together: core ranges need the shared counters "
+        "that come with the set offers; drop one of them"};
+  }
+  options.node_name = opts.node_name;
+  if (options.node_name.empty()) {
+    if (const char* env = std::getenv("NODE_NAME")) options.node_name = env;
+  }
+  if (options.node_name.empty()) {
+    return Error{
+        "this node's name is unknown: set --node-name or NODE_NAME (downward API "
+        "spec.nodeName); it is the pool name of the node's devices"};
+  }
+  options.cdi_root = opts.cdi_root;
+  if (options.cdi_root.empty()) {
+    const char* env = std::getenv("CDI_ROOT");
+    options.cdi_root = env != nullptr && *env != '\0' ? env : "/var/run/cdi";
+  }
+  options.host.sysfs_root = opts.sysfs_root;
+  options.host.dev_root = opts.dev_root;
+  options.host.opt_aws_root = opts.opt_aws_root;
+  options.plugin_dir = opts.plugin_dir;
+  options.registry_dir = opts.registry_dir;
+  options.pod_resources_socket = opts.pod_resources_socket;
+  options.evict_on_device_failure = config.failure_effect == dra::TaintEffect::kNoExecute;
+  options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
+  options.resync_interval = std::chrono::seconds(opts.resync_interval_s);
+  config.facts.node_name = options.node_name;
+  return OkStatus();
+}
+
+// This node's Node object, read once: its uid, network layers and who manages it.
+Result<draplugin::NodeInfo> ReadNode(kube::ApiClient& client, const std::string& node_name) {
+  auto answer = client.Get("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name));
+  if (!answer.ok()) return Error{fmt::format("reading Node {}: {}", node_name, answer.error())};
+  if (answer->status != 200) {
+    return Error{fmt::format("reading Node {}: HTTP {}: {}", node_name, answer->status,
+                             kube::StatusMessage(answer->body))};
+  }
+  auto node = draplugin::DecodeNodeInfo(answer->body);
+  if (!node.ok()) return Error{fmt::format("Node {}: {}", node_name, node.error())};
+  return node;
+}
+
+// What the plugin found and will offer, said once at start.
+void LogNode(const draplugin::PublisherConfig& config) {
+  const topology::NodeShape& shape = config.shape;
+  spdlog::info(
+      "node {} (uid {}): {} with {} devices, {} cores each{}; Neuron driver {}",
+      config.facts.node_name, config.facts.node_uid, shape.type->name, shape.devices,
+      shape.cores_per_device, shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : std::string(),
+      config.facts.neuron_driver_version.empty() ? "unknown" : config.facts.neuron_driver_version);
+  if (dra::ScopeFor(shape, config.set_offers, config.core_offers) ==
+      dra::OfferScope::kWholeDevices) {
+    spdlog::info(
+        "offers: whole devices only, no shared counters ({}); --set-offers on publishes each "
+        "legal set as a device",
+        config.set_offers == dra::SetOffers::kOff
+            ? std::string("--set-offers off")
+            : fmt::format("every legal set of {} is one aligned group, named by its devices' "
+                          "resource.aws.com/devicegroupN_id: claims match on it, as AWS's do",
+                          shape.type->name));
+  }
+}
+
+}  // namespace
+
 int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) {
   spdlog::set_level(spdlog::level::from_str(opts.log_level));
   const StopSignals signals;  // before any thread starts
@@ -192,50 +300,15 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
   };
   auto catalog = LoadCatalog(catalog_path);
   if (!catalog.ok()) return fail(catalog.error());
-  auto numbering = nodeagent::ParseCoreNumbering(opts.visible_cores);
-  if (!numbering.ok()) return fail(numbering.error());
-  auto partitionable = draplugin::ParsePartitionable(opts.partitionable);
-  if (!partitionable.ok()) return fail(partitionable.error());
-  auto order = draplugin::ParsePublishOrder(opts.order);
-  if (!order.ok()) return fail(order.error());
-  auto set_offers = dra::ParseSetOffers(opts.set_offers);
-  if (!set_offers.ok()) return fail(set_offers.error());
-  auto failure_effect = draplugin::ParseOnDeviceFailure(opts.on_device_failure);
-  if (!failure_effect.ok()) return fail(failure_effect.error());
-  auto device_taints = draplugin::ParseDeviceTaints(opts.device_taints);
-  if (!device_taints.ok()) return fail(device_taints.error());
-  if (*set_offers == dra::SetOffers::kOff && opts.core_offers) {
-    return fail(
-        "--set-offers off and --core-offers together: core ranges need the shared counters "
-        "that come with the set offers; drop one of them");
-  }
-
-  std::string node_name = opts.node_name;
-  if (node_name.empty()) {
-    if (const char* env = std::getenv("NODE_NAME")) node_name = env;
-  }
-  if (node_name.empty()) {
-    return fail(
-        "this node's name is unknown: set --node-name or NODE_NAME (downward API "
-        "spec.nodeName); it is the pool name of the node's devices");
-  }
-  std::string cdi_root = opts.cdi_root;
-  if (cdi_root.empty()) {
-    const char* env = std::getenv("CDI_ROOT");
-    cdi_root = env != nullptr && *env != '\0' ? env : "/var/run/cdi";
-  }
+  draplugin::PublisherConfig config;
+  draplugin::DraPluginOptions options;
+  if (Status s = SettingsFromFlags(opts, config, options); !s.ok()) return fail(s.error());
+  const std::string& node_name = options.node_name;
 
   auto client = kube::ApiClient::FromEnvironment(opts.kubeconfig);
   if (!client.ok()) return fail("no access to the API server: " + client.error());
-  auto node_answer = (*client)->Get("/api/v1/nodes/" + kube::EscapeUrlComponent(node_name));
-  if (!node_answer.ok())
-    return fail(fmt::format("reading Node {}: {}", node_name, node_answer.error()));
-  if (node_answer->status != 200) {
-    return fail(fmt::format("reading Node {}: HTTP {}: {}", node_name, node_answer->status,
-                            kube::StatusMessage(node_answer->body)));
-  }
-  auto node = draplugin::DecodeNodeInfo(node_answer->body);
-  if (!node.ok()) return fail(fmt::format("Node {}: {}", node_name, node.error()));
+  auto node = ReadNode(**client, node_name);
+  if (!node.ok()) return fail(node.error());
   if (node->management != draplugin::kManagementDra) {
     fmt::print(stderr,
                "error: node {} is not managed by DRA: its label {} is {}, not '{}'. The device "
@@ -248,59 +321,20 @@ int RunDraPlugin(const DraPluginOptions& opts, const std::string& catalog_path) 
     return kExitRefused;
   }
 
-  nodeagent::HostPaths host;
-  host.sysfs_root = opts.sysfs_root;
-  host.dev_root = opts.dev_root;
-  host.opt_aws_root = opts.opt_aws_root;
-  auto inventory = nodeagent::Discover(host);
+  auto inventory = nodeagent::Discover(options.host);
   if (!inventory.ok()) return fail(inventory.error());
   for (const std::string& warning : inventory->warnings) spdlog::warn("{}", warning);
   auto topology = nodeagent::ResolveTopology(**catalog, *inventory, opts.instance_type);
   if (!topology.ok()) return fail(topology.error());
   for (const std::string& note : topology->notes) spdlog::info("{}", note);
   const topology::NodeShape& shape = topology->shape;
-
-  draplugin::PublisherConfig config;
-  config.facts.node_name = node_name;
   config.facts.node_uid = node->uid;
   config.facts.neuron_driver_version = NeuronDriverVersion(opts.sysfs_root);
   config.facts.dra_driver_version = TOPOSCHED_VERSION;
   config.facts.network_node_layers = node->network_node_layers;
   config.shape = shape;
-  config.partitionable = *partitionable;
-  config.core_offers = opts.core_offers;
-  config.set_offers = *set_offers;
-  config.order = *order;
-  config.device_taints = *device_taints;
-  config.failure_effect = *failure_effect;
-  spdlog::info(
-      "node {} (uid {}): {} with {} devices, {} cores each{}; Neuron driver {}", node_name,
-      node->uid, shape.type->name, shape.devices, shape.cores_per_device,
-      shape.lnc != 0 ? fmt::format(" at LNC {}", shape.lnc) : std::string(),
-      config.facts.neuron_driver_version.empty() ? "unknown" : config.facts.neuron_driver_version);
-  if (dra::ScopeFor(shape, *set_offers, opts.core_offers) == dra::OfferScope::kWholeDevices) {
-    spdlog::info(
-        "offers: whole devices only, no shared counters ({}); --set-offers on publishes each "
-        "legal set as a device",
-        *set_offers == dra::SetOffers::kOff
-            ? std::string("--set-offers off")
-            : fmt::format("every legal set of {} is one aligned group, named by its devices' "
-                          "resource.aws.com/devicegroupN_id: claims match on it, as AWS's do",
-                          shape.type->name));
-  }
+  LogNode(config);
   draplugin::SlicePublisher publisher(**client, config);
-
-  draplugin::DraPluginOptions options;
-  options.node_name = node_name;
-  options.host = host;
-  options.cdi_root = cdi_root;
-  options.plugin_dir = opts.plugin_dir;
-  options.registry_dir = opts.registry_dir;
-  options.pod_resources_socket = opts.pod_resources_socket;
-  options.evict_on_device_failure = *failure_effect == dra::TaintEffect::kNoExecute;
-  options.numbering = *numbering;
-  options.health_interval = std::chrono::milliseconds(opts.health_interval_ms);
-  options.resync_interval = std::chrono::seconds(opts.resync_interval_s);
 
   draplugin::DraPlugin plugin(options, shape, **client, publisher);
   std::unique_ptr<net::HttpServer> probe;

@@ -156,6 +156,57 @@ void HttpClient::Release(std::unique_ptr<Connection> connection) {
   if (idle_.size() < options_.max_idle_connections) idle_.push_back(std::move(connection));
 }
 
+namespace {
+
+// The request's method, and its body for anything but GET.
+void SetMethod(CURL* easy, const HttpClientRequest& request) {
+  const std::string_view method(request.method);
+  if (method == "GET") {
+    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+    return;
+  }
+  if (method == "POST") {
+    curl_easy_setopt(easy, CURLOPT_POST, 1L);
+  } else {
+    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, request.method);
+  }
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDS, request.body.data());
+  curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+}
+
+// Runs the transfer to its end (`result`) or until `stop` is set (`stopped`), through the multi
+// interface so `stop` is noticed between short polls instead of only when curl's progress
+// callback happens to run (about once a second). Returns the multi interface's own failure.
+CURLMcode DriveTransfer(CURLM* multi, CURL* easy, const std::atomic<bool>* stop, CURLcode& result,
+                        bool& stopped) {
+  CURLMcode code = curl_multi_add_handle(multi, easy);
+  if (code != CURLM_OK) return code;
+  for (;;) {
+    int running = 0;
+    code = curl_multi_perform(multi, &running);
+    if (code != CURLM_OK) break;
+    bool done = false;
+    int queued = 0;
+    while (CURLMsg* message = curl_multi_info_read(multi, &queued)) {
+      if (message->msg == CURLMSG_DONE && message->easy_handle == easy) {
+        result = message->data.result;
+        done = true;
+      }
+    }
+    if (done) break;
+    if (stop != nullptr && stop->load()) {
+      stopped = true;
+      break;
+    }
+    code = curl_multi_poll(multi, nullptr, 0, stop != nullptr ? 50 : 1000, nullptr);
+    if (code != CURLM_OK) break;
+  }
+  curl_multi_remove_handle(multi, easy);
+  return code;
+}
+
+}  // namespace
+
 Result<HttpClientResponse> HttpClient::Send(const HttpClientRequest& request) {
   if (request.unsent != nullptr) *request.unsent = false;
   std::unique_ptr<Connection> connection = Acquire();
@@ -196,50 +247,13 @@ Result<HttpClientResponse> HttpClient::Send(const HttpClientRequest& request) {
   }
   ApplyTls(easy, options_.tls);
 
-  const std::string_view method(request.method);
-  if (method == "GET") {
-    curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-  } else {
-    if (method == "POST") {
-      curl_easy_setopt(easy, CURLOPT_POST, 1L);
-    } else {
-      curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, request.method);
-    }
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, request.body.data());
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE,
-                     static_cast<curl_off_t>(request.body.size()));
-  }
+  SetMethod(easy, request);
 
-  // Drive the transfer through the multi interface so `stop` is noticed between short polls
-  // instead of only when curl's progress callback happens to run (about once a second).
   CURLcode result = CURLE_OK;
   bool stopped = false;
   std::string multi_error;
-  CURLMcode multi_code = curl_multi_add_handle(connection->multi, easy);
-  if (multi_code == CURLM_OK) {
-    bool done = false;
-    while (!done) {
-      int running = 0;
-      multi_code = curl_multi_perform(connection->multi, &running);
-      if (multi_code != CURLM_OK) break;
-      int queued = 0;
-      while (CURLMsg* message = curl_multi_info_read(connection->multi, &queued)) {
-        if (message->msg == CURLMSG_DONE && message->easy_handle == easy) {
-          result = message->data.result;
-          done = true;
-        }
-      }
-      if (done) break;
-      if (request.stop != nullptr && request.stop->load()) {
-        stopped = true;
-        break;
-      }
-      const int poll_ms = request.stop != nullptr ? 50 : 1000;
-      multi_code = curl_multi_poll(connection->multi, nullptr, 0, poll_ms, nullptr);
-      if (multi_code != CURLM_OK) break;
-    }
-    curl_multi_remove_handle(connection->multi, easy);
-  }
+  const CURLMcode multi_code =
+      DriveTransfer(connection->multi, easy, request.stop, result, stopped);
   if (multi_code != CURLM_OK) multi_error = curl_multi_strerror(multi_code);
   curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &transfer.response.status);
   long request_bytes = 0;  // NOLINT(google-runtime-int): libcurl's type

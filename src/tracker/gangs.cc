@@ -188,6 +188,24 @@ Error GangCannotBePlaced(const GangRequest& request, size_t need, size_t usable,
 
 // The `need` groups a gang takes among `usable`, as member nodes in rank order: larger groups
 // kept whole for the gangs that need them, then least cost, then a fixed order.
+// The groups every member fits and whose every index has a node (moved out of `groups`), and
+// how many were left with an index no candidate filled.
+std::vector<GroupChoice> UsableGroups(
+    boost::unordered_flat_map<std::string_view, GroupChoice>& groups, int& incomplete) {
+  std::vector<GroupChoice> usable;
+  for (auto& [id, choice] : groups) {
+    if (choice.unusable) continue;
+    const bool complete = std::none_of(choice.nodes.begin(), choice.nodes.end(),
+                                       [](std::string_view n) { return n.empty(); });
+    if (!complete) {
+      ++incomplete;
+      continue;
+    }
+    usable.push_back(std::move(choice));
+  }
+  return usable;
+}
+
 std::vector<std::string> TakeGroups(std::vector<GroupChoice> usable, size_t need) {
   std::vector<std::string> nodes;
   std::partial_sort(usable.begin(), usable.begin() + static_cast<std::ptrdiff_t>(need),
@@ -297,18 +315,8 @@ Result<std::vector<std::string>> Tracker::ChooseGangNodesLocked(
       if (g.nodes > per_group && whole(g)) ++choice.breaks;
     }
   }
-  std::vector<GroupChoice> usable;
   int incomplete = 0;
-  for (auto& [id, choice] : groups) {
-    const bool complete = std::none_of(choice.nodes.begin(), choice.nodes.end(),
-                                       [](std::string_view n) { return n.empty(); });
-    if (choice.unusable) continue;
-    if (!complete) {
-      ++incomplete;
-      continue;
-    }
-    usable.push_back(std::move(choice));
-  }
+  std::vector<GroupChoice> usable = UsableGroups(groups, incomplete);
   const size_t need = static_cast<size_t>(size / per_group);
   if (usable.size() < need) {
     return GangCannotBePlaced(request, need, usable.size(), groups.size(), seen_nodes, incomplete,

@@ -280,6 +280,60 @@ std::vector<int64_t> Tracker::Supply() const {
   return supply_;
 }
 
+namespace {
+
+// Per fitting node in a ranking: what the policy minimises, and for kScarcity the state ties are
+// broken by.
+struct RankCandidate {
+  double badness = 0;
+  double fullness = 0;
+  const NodeShape* shape = nullptr;
+  const NodeUsage* usage = nullptr;
+};
+
+// What `policy` minimises for a node that fits: the `i`-th of the call's names, `fullness` of
+// its cores used.
+double Badness(Policy policy, const FitResult& fit, double fullness, size_t i) {
+  switch (policy) {
+    case Policy::kScarcity:
+    case Policy::kFgd:
+    case Policy::kFgdScarcitySets:
+      return fit.cost;
+    case Policy::kBestFit:
+      return -fit.score;
+    case Policy::kSpread:
+      return fullness;
+    case Policy::kBinpack:
+      return -fullness;
+    case Policy::kFirstFit:
+    case Policy::kCountOnly:
+      break;
+  }
+  return static_cast<double>(i);
+}
+
+// Whether candidate `a` ranks before `b`. kScarcity's order: least cost, then the fuller node
+// (binpack among equals), then a fixed order of instance types and usages, so that a permuted
+// fleet makes the same choices; the other policies break ties by the call's order.
+bool RanksBefore(const std::vector<RankCandidate>& keyed, size_t a, size_t b, bool scarcity) {
+  const RankCandidate& x = keyed[a];
+  const RankCandidate& y = keyed[b];
+  if (x.badness != y.badness) return x.badness < y.badness;
+  if (!scarcity) return a < b;
+  if (x.fullness != y.fullness) return x.fullness > y.fullness;
+  if (x.shape->type != y.shape->type) return x.shape->type->name < y.shape->type->name;
+  if (x.shape->lnc != y.shape->lnc) return x.shape->lnc < y.shape->lnc;
+  if (x.usage->used_cores() != y.usage->used_cores()) {
+    for (int c = 0; c < x.shape->cores; ++c) {
+      const bool u = x.usage->used_cores().test(static_cast<size_t>(c));
+      if (u != y.usage->used_cores().test(static_cast<size_t>(c))) return u;
+    }
+  }
+  return a < b;
+}
+
+}  // namespace
+
 Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) const {
   ReaderLock lock(mu_);
   const topology::SlotCosts costs = CostsLocked();
@@ -287,32 +341,8 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
   Ranking out;
   out.fits.reserve(nodes.size());
   out.scores.assign(nodes.size(), 0);
-  // Per fitting node: what the policy minimises, and for kScarcity the state ties are broken by.
-  struct Candidate {
-    double badness = 0;
-    double fullness = 0;
-    const NodeShape* shape = nullptr;
-    const NodeUsage* usage = nullptr;
-  };
-  std::vector<Candidate> keyed(nodes.size());
-  // kScarcity's order: least cost, then the fuller node (binpack among equals), then a fixed order
-  // of instance types and usages, so that a permuted fleet makes the same choices.
-  auto better = [&](size_t a, size_t b) {
-    const Candidate& x = keyed[a];
-    const Candidate& y = keyed[b];
-    if (x.badness != y.badness) return x.badness < y.badness;
-    if (!scarcity) return a < b;
-    if (x.fullness != y.fullness) return x.fullness > y.fullness;
-    if (x.shape->type != y.shape->type) return x.shape->type->name < y.shape->type->name;
-    if (x.shape->lnc != y.shape->lnc) return x.shape->lnc < y.shape->lnc;
-    if (x.usage->used_cores() != y.usage->used_cores()) {
-      for (int c = 0; c < x.shape->cores; ++c) {
-        const bool u = x.usage->used_cores().test(static_cast<size_t>(c));
-        if (u != y.usage->used_cores().test(static_cast<size_t>(c))) return u;
-      }
-    }
-    return a < b;
-  };
+  std::vector<RankCandidate> keyed(nodes.size());
+  auto better = [&](size_t a, size_t b) { return RanksBefore(keyed, a, b, scarcity); };
   boost::unordered_flat_map<NodeStateKey, size_t, NodeStateHash, NodeStateEq> answered;
   answered.reserve(nodes.size());
   double lowest = 0;
@@ -350,32 +380,13 @@ Ranking Tracker::Rank(const PodSpec& pod, std::span<const std::string> nodes) co
                              : out.fits[seen->second]);
     const FitResult& fit = out.fits.back();
     if (!fit.fits) continue;
-    Candidate& k = keyed[i];
+    RankCandidate& k = keyed[i];
     k.shape = &*pool.shape;
     k.usage = &pool.usage;
     k.fullness = pool.shape->cores == 0
                      ? 0.0
                      : static_cast<double>(pool.usage.used_core_count()) / pool.shape->cores;
-    switch (policy_) {
-      case Policy::kScarcity:
-      case Policy::kFgd:
-      case Policy::kFgdScarcitySets:
-        k.badness = fit.cost;
-        break;
-      case Policy::kBestFit:
-        k.badness = -fit.score;
-        break;
-      case Policy::kSpread:
-        k.badness = k.fullness;
-        break;
-      case Policy::kBinpack:
-        k.badness = -k.fullness;
-        break;
-      case Policy::kFirstFit:
-      case Policy::kCountOnly:
-        k.badness = static_cast<double>(i);
-        break;
-    }
+    k.badness = Badness(policy_, fit, k.fullness, i);
     if (out.best < 0) {
       lowest = highest = k.badness;
     } else {
