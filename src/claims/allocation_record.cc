@@ -9,8 +9,8 @@
 #include <string_view>
 #include <utility>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 
 namespace toposched::claims {
 namespace {
@@ -78,21 +78,15 @@ Status ReadContainer(ondemand::value& value, const Path& path, ContainerIds& out
 }  // namespace
 
 std::string AllocationRecordJson(const AllocationRecord& record) {
-  std::string out = "{\"node\":" + JsonQuote(record.node) +
-                    ",\"instanceType\":" + JsonQuote(record.instance_type) + ",\"containers\":[";
-  for (size_t i = 0; i < record.containers.size(); ++i) {
-    const ContainerIds& container = record.containers[i];
-    if (i > 0) out += ',';
-    out += "{\"name\":" + JsonQuote(container.container) +
-           ",\"resource\":" + JsonQuote(container.resource) + ",\"ids\":[";
-    for (size_t j = 0; j < container.ids.size(); ++j) {
-      if (j > 0) out += ',';
-      out += std::to_string(container.ids[j]);
-    }
-    out += "]}";
+  JsonTree containers = JsonTree::array();  // [] when there are none, never null
+  for (const ContainerIds& container : record.containers) {
+    containers.push_back(JsonTree{{"name", container.container},
+                                  {"resource", container.resource},
+                                  {"ids", JsonTree(container.ids)}});
   }
-  out += "]}";
-  return out;
+  return WriteJson({{"node", record.node},
+                    {"instanceType", record.instance_type},
+                    {"containers", std::move(containers)}});
 }
 
 Result<AllocationRecord> ParseAllocationRecord(std::string_view text) {

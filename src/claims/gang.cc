@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "base/text.h"
 #include "claims/keys.h"
 
@@ -271,20 +271,14 @@ Result<std::optional<GangMembership>> GangOf(const kube::Pod& pod) {
 }
 
 std::string EncodeGangRecord(const GangRecord& record) {
-  std::string out = "{\"gang\":";
-  AppendJsonQuoted(out, record.gang);
-  out += fmt::format(",\"size\":{},\"groupNodes\":{},\"rank\":{},\"nodes\":[", record.size,
-                     record.group_nodes, record.rank);
-  for (size_t i = 0; i < record.nodes.size(); ++i) {
-    if (i > 0) out += ',';
-    AppendJsonQuoted(out, record.nodes[i]);
-  }
-  out += "],\"serverId\":";
-  AppendJsonQuoted(out, record.server_id);
-  out += fmt::format(",\"nodeId\":{},\"rank0Host\":", record.node_id);
-  AppendJsonQuoted(out, record.rank0_host);
-  out += '}';
-  return out;
+  return WriteJson({{"gang", record.gang},
+                    {"size", record.size},
+                    {"groupNodes", record.group_nodes},
+                    {"rank", record.rank},
+                    {"nodes", JsonTree(record.nodes)},
+                    {"serverId", record.server_id},
+                    {"nodeId", record.node_id},
+                    {"rank0Host", record.rank0_host}});
 }
 
 Result<GangRecord> DecodeGangRecord(std::string_view text) {

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "claims/keys.h"
 
 namespace toposched::draplugin {
@@ -39,20 +39,22 @@ std::string SlicePath(std::string_view name) {
 }
 
 // BuildSlices' JSON opens with apiVersion, kind, then "metadata":{ — ours, so the first match is
-// the object's metadata.
+// the object's metadata. The two members are spliced into that text, not the slice parsed into a
+// tree and written again: its digest is taken of the text BuildSlices wrote, and the whole slice
+// would be parsed only to add them.
 std::string SpliceMetadata(const std::string& json, std::string_view resource_version,
                            std::string_view digest) {
   constexpr std::string_view kOpen = "\"metadata\":{";
   const size_t at = json.find(kOpen);
   if (at == std::string::npos) return json;
-  std::string extra;
-  if (!resource_version.empty()) {
-    extra += "\"resourceVersion\":" + JsonQuote(resource_version) + ",";
-  }
-  extra += "\"annotations\":{" + JsonQuote(claims::kAnnotationSliceDigest) + ":" +
-           JsonQuote(digest) + "},";
+  JsonTree extra = JsonTree::object();
+  if (!resource_version.empty()) extra["resourceVersion"] = resource_version;
+  extra["annotations"] = {{claims::kAnnotationSliceDigest, digest}};
+  // {"resourceVersion":..,"annotations":{..}} without its braces, then the comma before "name".
+  std::string members = WriteJson(extra);
+  members.back() = ',';
   std::string out = json;
-  out.insert(at + kOpen.size(), extra);
+  out.insert(at + kOpen.size(), std::string_view(members).substr(1));
   return out;
 }
 

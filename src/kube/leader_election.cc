@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "kube/duration.h"
 
 namespace toposched::kube {
@@ -113,21 +113,17 @@ std::string FormatMicroTime(int64_t unix_ns) {
 }
 
 std::string EncodeLease(std::string_view ns, std::string_view name, const LeaseRecord& r) {
-  std::string metadata =
-      fmt::format("\"name\":{},\"namespace\":{}", JsonQuote(name), JsonQuote(ns));
-  if (!r.resource_version.empty()) {
-    metadata += fmt::format(",\"resourceVersion\":{}", JsonQuote(r.resource_version));
-  }
-  std::string spec = fmt::format("\"holderIdentity\":{},\"leaseDurationSeconds\":{}",
-                                 JsonQuote(r.holder), r.lease_duration_seconds);
-  if (!r.acquire_time.empty())
-    spec += fmt::format(",\"acquireTime\":{}", JsonQuote(r.acquire_time));
-  if (!r.renew_time.empty()) spec += fmt::format(",\"renewTime\":{}", JsonQuote(r.renew_time));
-  spec += fmt::format(",\"leaseTransitions\":{}", r.transitions);
-  return fmt::format(
-      "{{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":{{{}}},"
-      "\"spec\":{{{}}}}}",
-      metadata, spec);
+  JsonTree metadata = {{"name", name}, {"namespace", ns}};
+  if (!r.resource_version.empty()) metadata["resourceVersion"] = r.resource_version;
+  JsonTree spec = {{"holderIdentity", r.holder},
+                   {"leaseDurationSeconds", r.lease_duration_seconds}};
+  if (!r.acquire_time.empty()) spec["acquireTime"] = r.acquire_time;
+  if (!r.renew_time.empty()) spec["renewTime"] = r.renew_time;
+  spec["leaseTransitions"] = r.transitions;
+  return WriteJson({{"apiVersion", "coordination.k8s.io/v1"},
+                    {"kind", "Lease"},
+                    {"metadata", std::move(metadata)},
+                    {"spec", std::move(spec)}});
 }
 
 LeaderElector::LeaderElector(ApiClient& client, LeaderElectionConfig config, NanoClock steady_ns,

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "base/clock.h"
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "kube/client.h"
 #include "kube/decode.h"
 
@@ -32,19 +32,14 @@ std::string PodPath(std::string_view ns, std::string_view name) {
   return "/api/v1/namespaces/" + EscapeUrlComponent(ns) + "/pods/" + EscapeUrlComponent(name);
 }
 
-std::string AnnotationsJson(const std::map<std::string, std::string>& annotations) {
-  std::string out = "{";
-  for (const auto& [key, value] : annotations) {
-    if (out.size() > 1) out += ',';
-    out += JsonQuote(key);
-    out += ':';
-    out += JsonQuote(value);
-  }
-  out += '}';
-  return out;
+// A merge patch's map: a value sets the key, nullopt writes null, which removes it.
+JsonTree MergePatchMap(const std::map<std::string, std::optional<std::string>>& changes) {
+  JsonTree map = JsonTree::object();
+  for (const auto& [key, value] : changes) map[key] = value ? JsonTree(*value) : JsonTree(nullptr);
+  return map;
 }
 
-// Cuts at a UTF-8 character boundary so the JSON stays valid text.
+// Cuts at a UTF-8 character boundary, so a long text does not end in half a character.
 std::string_view TruncateUtf8(std::string_view text, size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
   size_t end = max_bytes;
@@ -119,14 +114,15 @@ WriteResult WriteBinding(ApiClient& client, std::string_view ns, std::string_vie
                          std::string_view uid, std::string_view node,
                          const std::map<std::string, std::string>& annotations,
                          const WriteFence& fence) {
-  std::string metadata = "{\"name\":" + JsonQuote(name) + ",\"namespace\":" + JsonQuote(ns);
+  JsonTree metadata = {{"name", name}, {"namespace", ns}};
   // The uid is a precondition: the server refuses the binding if the pod was re-created.
-  if (!uid.empty()) metadata += ",\"uid\":" + JsonQuote(uid);
-  if (!annotations.empty()) metadata += ",\"annotations\":" + AnnotationsJson(annotations);
-  metadata += '}';
-  const std::string body =
-      "{\"apiVersion\":\"v1\",\"kind\":\"Binding\",\"metadata\":" + metadata +
-      ",\"target\":{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":" + JsonQuote(node) + "}}";
+  if (!uid.empty()) metadata["uid"] = uid;
+  if (!annotations.empty()) metadata["annotations"] = annotations;
+  const JsonTree binding = {{"apiVersion", "v1"},
+                            {"kind", "Binding"},
+                            {"metadata", std::move(metadata)},
+                            {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+  const std::string body = WriteJson(binding);
   const std::string what = fmt::format("binding pod {}/{} to node {}", ns, name, node);
   std::string path = PodPath(ns, name) + "/binding";
   std::chrono::milliseconds budget{0};
@@ -169,16 +165,8 @@ Result<std::optional<Pod>> GetPod(ApiClient& client, std::string_view ns, std::s
 
 Status PatchPodAnnotations(ApiClient& client, std::string_view ns, std::string_view name,
                            const std::map<std::string, std::optional<std::string>>& annotations) {
-  std::string patch = "{\"metadata\":{\"annotations\":{";
-  bool first = true;
-  for (const auto& [key, value] : annotations) {
-    if (!first) patch += ',';
-    first = false;
-    patch += JsonQuote(key);
-    patch += ':';
-    patch += value.has_value() ? JsonQuote(*value) : "null";
-  }
-  patch += "}}}";
+  const std::string patch =
+      WriteJson({{"metadata", {{"annotations", MergePatchMap(annotations)}}}});
   const std::string what = fmt::format("patching annotations of pod {}/{}", ns, name);
   Result<HttpResponse> response =
       client.Patch(PodPath(ns, name), patch, "application/merge-patch+json");
@@ -193,12 +181,7 @@ namespace {
 Status PatchNodeMetadata(ApiClient& client, std::string_view node, std::string_view field,
                          const std::map<std::string, std::optional<std::string>>& changes,
                          std::string_view what) {
-  std::string entries;
-  for (const auto& [key, value] : changes) {
-    if (!entries.empty()) entries += ',';
-    entries += JsonQuote(key) + ":" + (value ? JsonQuote(*value) : std::string("null"));
-  }
-  const std::string patch = fmt::format(R"({{"metadata":{{"{}":{{{}}}}}}})", field, entries);
+  const std::string patch = WriteJson({{"metadata", {{field, MergePatchMap(changes)}}}});
   Result<HttpResponse> response = client.Patch("/api/v1/nodes/" + EscapeUrlComponent(node), patch,
                                                "application/merge-patch+json");
   if (!response.ok()) return Error{std::string(what) + ": " + response.error()};
@@ -225,10 +208,13 @@ Status PatchNodeAnnotations(ApiClient& client, std::string_view node,
 
 Status SetPodCondition(ApiClient& client, const Pod& pod, const PodCondition& condition) {
   // A strategic merge patch of status.conditions merges by type: other conditions stay.
-  const std::string patch = fmt::format(
-      R"({{"metadata":{{"uid":{}}},"status":{{"conditions":[{{"type":{},"status":{},"reason":{},"message":{},"lastTransitionTime":{}}}]}}}})",
-      JsonQuote(pod.uid), JsonQuote(condition.type), JsonQuote(condition.status),
-      JsonQuote(condition.reason), JsonQuote(condition.message), JsonQuote(Rfc3339Now()));
+  const JsonTree entry = {{"type", condition.type},
+                          {"status", condition.status},
+                          {"reason", condition.reason},
+                          {"message", condition.message},
+                          {"lastTransitionTime", Rfc3339Now()}};
+  const std::string patch = WriteJson(
+      {{"metadata", {{"uid", pod.uid}}}, {"status", {{"conditions", JsonTree::array({entry})}}}});
   const std::string what =
       fmt::format("setting condition {} of pod {}/{}", condition.type, pod.ns, pod.name);
   auto response =
@@ -241,9 +227,10 @@ Status SetPodCondition(ApiClient& client, const Pod& pod, const PodCondition& co
 }
 
 Status EvictPod(ApiClient& client, const Pod& pod) {
-  const std::string body = fmt::format(
-      R"({{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":{},"namespace":{}}},"deleteOptions":{{"preconditions":{{"uid":{}}}}}}})",
-      JsonQuote(pod.name), JsonQuote(pod.ns), JsonQuote(pod.uid));
+  const std::string body = WriteJson({{"apiVersion", "policy/v1"},
+                                      {"kind", "Eviction"},
+                                      {"metadata", {{"name", pod.name}, {"namespace", pod.ns}}},
+                                      {"deleteOptions", {{"preconditions", {{"uid", pod.uid}}}}}});
   const std::string what = fmt::format("evicting pod {}/{}", pod.ns, pod.name);
   auto response = client.Post(fmt::format("/api/v1/namespaces/{}/pods/{}/eviction",
                                           EscapeUrlComponent(pod.ns), EscapeUrlComponent(pod.name)),
@@ -261,32 +248,40 @@ Status EvictPod(ApiClient& client, const Pod& pod) {
   return HttpFailure(what, *response);
 }
 
+namespace {
+
+// A core/v1 Event about `pod`, seen once now.
+JsonTree EventTree(const Pod& pod, std::string_view type, std::string_view reason,
+                   std::string_view message, std::string_view component) {
+  // client-go names events <object>.<hex nanoseconds> so repeated events do not collide.
+  const std::string event_name = fmt::format("{}.{:x}", pod.name, static_cast<uint64_t>(WallNs()));
+  const std::string timestamp = Rfc3339Now();
+  JsonTree involved = {
+      {"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", pod.ns}, {"name", pod.name}};
+  if (!pod.uid.empty()) involved["uid"] = pod.uid;
+  if (!pod.resource_version.empty()) involved["resourceVersion"] = pod.resource_version;
+  return {{"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", event_name}, {"namespace", pod.ns}}},
+          {"involvedObject", std::move(involved)},
+          {"reason", reason},
+          {"message", TruncateUtf8(message, kMaxEventMessage)},
+          {"type", type},
+          {"source", {{"component", component}}},
+          {"reportingComponent", component},
+          {"firstTimestamp", timestamp},
+          {"lastTimestamp", timestamp},
+          {"count", 1}};
+}
+
+}  // namespace
+
 Status PostPodEvent(ApiClient& client, const Pod& pod, std::string_view type,
                     std::string_view reason, std::string_view message, std::string_view component) {
   if (type != "Normal" && type != "Warning") {
     return Error{fmt::format("event type must be Normal or Warning, not \"{}\"", type)};
   }
-  const int64_t now_ns = WallNs();
-  // client-go names events <object>.<hex nanoseconds> so repeated events do not collide.
-  const std::string event_name = fmt::format("{}.{:x}", pod.name, static_cast<uint64_t>(now_ns));
-  const std::string timestamp = Rfc3339Now();
-  std::string involved =
-      "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"namespace\":" + JsonQuote(pod.ns) +
-      ",\"name\":" + JsonQuote(pod.name);
-  if (!pod.uid.empty()) involved += ",\"uid\":" + JsonQuote(pod.uid);
-  if (!pod.resource_version.empty()) {
-    involved += ",\"resourceVersion\":" + JsonQuote(pod.resource_version);
-  }
-  involved += '}';
-  const std::string body =
-      "{\"apiVersion\":\"v1\",\"kind\":\"Event\",\"metadata\":{\"name\":" + JsonQuote(event_name) +
-      ",\"namespace\":" + JsonQuote(pod.ns) + "},\"involvedObject\":" + involved +
-      ",\"reason\":" + JsonQuote(reason) +
-      ",\"message\":" + JsonQuote(TruncateUtf8(message, kMaxEventMessage)) +
-      ",\"type\":" + JsonQuote(type) + ",\"source\":{\"component\":" + JsonQuote(component) +
-      "},\"reportingComponent\":" + JsonQuote(component) +
-      ",\"firstTimestamp\":" + JsonQuote(timestamp) + ",\"lastTimestamp\":" + JsonQuote(timestamp) +
-      ",\"count\":1}";
+  const std::string body = WriteJson(EventTree(pod, type, reason, message, component));
   const std::string what = fmt::format("posting event {} for pod {}/{}", reason, pod.ns, pod.name);
   Result<HttpResponse> response =
       client.Post("/api/v1/namespaces/" + EscapeUrlComponent(pod.ns) + "/events", body);

@@ -1,12 +1,15 @@
 #include "webhook/count_requests.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "claims/keys.h"
 #include "claims/resources.h"
 #include "dra/offers.h"
@@ -179,34 +182,21 @@ std::string PointerToken(std::string_view key) {
   return out;
 }
 
+// A JSON Patch (RFC 6902), one op after another.
 class PatchWriter {
  public:
-  void Remove(const std::string& path) { Op("remove", path, ""); }
-  void Add(const std::string& path, const std::string& value_json) { Op("add", path, value_json); }
-  std::string Done() && { return ops_ == 0 ? std::string() : std::move(out_) + "]"; }
+  void Remove(const std::string& path) {
+    ops_.push_back(JsonTree{{"op", "remove"}, {"path", path}});
+  }
+  void Add(const std::string& path, JsonTree value) {
+    ops_.push_back(JsonTree{{"op", "add"}, {"path", path}, {"value", std::move(value)}});
+  }
+  // Empty without an op: Decision::patch then leaves the pod as it is.
+  std::string Done() && { return ops_.empty() ? std::string() : WriteJson(ops_); }
 
  private:
-  void Op(std::string_view op, const std::string& path, const std::string& value_json) {
-    out_ += ops_++ == 0 ? "[" : ",";
-    out_ += "{\"op\":\"";
-    out_ += op;
-    out_ += "\",\"path\":";
-    AppendJsonQuoted(out_, path);
-    if (!value_json.empty()) {
-      out_ += ",\"value\":";
-      out_ += value_json;
-    }
-    out_ += '}';
-  }
-  std::string out_;
-  int ops_ = 0;
+  JsonTree ops_ = JsonTree::array();
 };
-
-std::string Quoted(std::string_view text) {
-  std::string out;
-  AppendJsonQuoted(out, text);
-  return out;
-}
 
 Decision Refuse(Decision decision, std::string message) {
   decision.allowed = false;
@@ -237,6 +227,85 @@ Ask AskOf(const kube::Container& container, const claims::ResourceSpec& spec) {
   return ask;
 }
 
+// Why the pod is refused when an init container asks for a count (nullopt: none does).
+std::optional<std::string> InitContainerRefusal(const kube::Pod& pod,
+                                                const std::vector<claims::ResourceSpec>& specs) {
+  for (const kube::Container& init : pod.init_containers) {
+    for (const claims::ResourceSpec& spec : specs) {
+      const Ask ask = AskOf(init, spec);
+      if (ask.count <= 0) continue;
+      return fmt::format(
+          "init container \"{}\" asks for {}: {}; toposched serves count requests through DRA for "
+          "app containers only (an init container's claim would hold its devices for the pod's "
+          "whole life). Ask from an app container, or keep the pod on device-plugin nodes: remove "
+          "the label {} from it or its namespace",
+          init.name, ask.asked_as, ask.count, claims::kLabelNeuronDra);
+    }
+  }
+  return std::nullopt;
+}
+
+// The pod-level part of the patch: the new spec.resourceClaims entries and the annotation that
+// records the rewrite, each added to the list or map the pod has, or as a new one.
+void AddPodEntries(const PodShape& shape, std::vector<JsonTree> new_claims,
+                   const std::string& annotation, PatchWriter& patch) {
+  if (shape.has_resource_claims) {
+    for (JsonTree& claim : new_claims) patch.Add("/spec/resourceClaims/-", std::move(claim));
+  } else {
+    patch.Add("/spec/resourceClaims", JsonTree(std::move(new_claims)));
+  }
+  const std::string annotation_key(claims::kAnnotationCountRequests);
+  if (shape.has_annotations) {
+    patch.Add("/metadata/annotations/" + PointerToken(annotation_key), annotation);
+  } else {
+    patch.Add("/metadata/annotations", {{annotation_key, annotation}});
+  }
+}
+
+// A selector list of one CEL expression asking the device's `attribute` to be `count`. The
+// attribute may be missing (another driver's device, an older plugin): "in" first, so a selector
+// never fails with a runtime error, which would fail the allocation on the node.
+JsonTree CountSelectors(std::string_view attribute, int64_t count) {
+  const std::string expression =
+      fmt::format(R"("{0}" in device.attributes["{1}"] && device.attributes["{1}"].{0} == {2})",
+                  attribute, dra::kOurAttributeDomain, count);
+  return JsonTree::array({JsonTree{{"cel", {{"expression", expression}}}}});
+}
+
+// The template's spec.spec.devices: one request named "neuron" for `size`.
+JsonTree ClaimDevices(const ClaimSize& size) {
+  JsonTree request = {{"name", kRequestName}};
+  if (size.unit == Unit::kCore) {
+    request["exactly"] = {{"deviceClassName", dra::kCoreRangeClass},
+                          {"allocationMode", "ExactCount"},
+                          {"count", 1},
+                          {"selectors", CountSelectors("coreCount", size.count)}};
+    return {{"requests", JsonTree::array({std::move(request)})}};
+  }
+  if (size.count == 1) {  // any one whole device is a legal set
+    request["exactly"] = {{"deviceClassName", dra::kWholeDeviceClass},
+                          {"allocationMode", "ExactCount"},
+                          {"count", 1}};
+    return {{"requests", JsonTree::array({std::move(request)})}};
+  }
+  // Aligned whole devices first (the constraint keeps them in one group), else one device set.
+  const JsonTree aligned = {{"name", kAlignedName},
+                            {"deviceClassName", dra::kWholeDeviceClass},
+                            {"allocationMode", "ExactCount"},
+                            {"count", size.count}};
+  const JsonTree set = {{"name", kSetName},
+                        {"deviceClassName", dra::kDeviceSetClass},
+                        {"allocationMode", "ExactCount"},
+                        {"count", 1},
+                        {"selectors", CountSelectors("deviceCount", size.count)}};
+  request["firstAvailable"] = JsonTree::array({aligned, set});
+  const JsonTree constraint = {
+      {"requests", JsonTree::array({fmt::format("{}/{}", kRequestName, kAlignedName)})},
+      {"matchAttribute", dra::GroupAttribute(static_cast<int>(size.count))}};
+  return {{"requests", JsonTree::array({std::move(request)})},
+          {"constraints", JsonTree::array({constraint})}};
+}
+
 }  // namespace
 
 std::string TemplateName(const ClaimSize& size) {
@@ -245,41 +314,14 @@ std::string TemplateName(const ClaimSize& size) {
 }
 
 std::string TemplateJson(std::string_view ns, const ClaimSize& size) {
-  std::string out = R"({"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaimTemplate",)";
-  out += R"("metadata":{"name":)" + Quoted(TemplateName(size)) + R"(,"namespace":)" + Quoted(ns);
-  out += R"(,"labels":{"app.kubernetes.io/managed-by":"toposched-admission-webhook"}},)";
-  out += R"("spec":{"spec":{"devices":{"requests":[)";
-  const std::string request_name = Quoted(kRequestName);
-  // The attribute may be missing (another driver's device, an older plugin): "in" first, so a
-  // selector never fails with a runtime error, which would fail the allocation on the node.
-  auto selector = [](std::string_view attribute, int64_t count) {
-    const std::string expression =
-        fmt::format(R"("{0}" in device.attributes["{1}"] && device.attributes["{1}"].{0} == {2})",
-                    attribute, dra::kOurAttributeDomain, count);
-    return R"("selectors":[{"cel":{"expression":)" + Quoted(expression) + "}}]";
-  };
-  if (size.unit == Unit::kCore) {
-    out += R"({"name":)" + request_name + R"(,"exactly":{"deviceClassName":)" +
-           Quoted(dra::kCoreRangeClass) + R"(,"allocationMode":"ExactCount","count":1,)" +
-           selector("coreCount", size.count) + "}}]}}}}";
-    return out;
-  }
-  if (size.count == 1) {  // any one whole device is a legal set
-    out += R"({"name":)" + request_name + R"(,"exactly":{"deviceClassName":)" +
-           Quoted(dra::kWholeDeviceClass) + R"(,"allocationMode":"ExactCount","count":1}}]}}}})";
-    return out;
-  }
-  out += R"({"name":)" + request_name + R"(,"firstAvailable":[)";
-  out += R"({"name":)" + Quoted(kAlignedName) + R"(,"deviceClassName":)" +
-         Quoted(dra::kWholeDeviceClass) +
-         fmt::format(R"(,"allocationMode":"ExactCount","count":{}}},)", size.count);
-  out += R"({"name":)" + Quoted(kSetName) + R"(,"deviceClassName":)" +
-         Quoted(dra::kDeviceSetClass) + R"(,"allocationMode":"ExactCount","count":1,)" +
-         selector("deviceCount", size.count) + "}]}],";
-  out += R"("constraints":[{"requests":[)" +
-         Quoted(fmt::format("{}/{}", kRequestName, kAlignedName)) + R"(],"matchAttribute":)" +
-         Quoted(dra::GroupAttribute(static_cast<int>(size.count))) + "}]}}}}";
-  return out;
+  const JsonTree metadata = {
+      {"name", TemplateName(size)},
+      {"namespace", ns},
+      {"labels", {{"app.kubernetes.io/managed-by", "toposched-admission-webhook"}}}};
+  return WriteJson({{"apiVersion", "resource.k8s.io/v1"},
+                    {"kind", "ResourceClaimTemplate"},
+                    {"metadata", metadata},
+                    {"spec", {{"spec", {{"devices", ClaimDevices(size)}}}}}});
 }
 
 Result<Decision> Decide(std::string_view admission_review) {
@@ -305,22 +347,12 @@ Result<Decision> Decide(std::string_view admission_review) {
 
   const claims::ResourceSet resources;
   const std::vector<claims::ResourceSpec> specs = resources.Specs();
-  for (const kube::Container& init : pod->init_containers) {
-    for (const claims::ResourceSpec& spec : specs) {
-      const Ask ask = AskOf(init, spec);
-      if (ask.count <= 0) continue;
-      return Refuse(std::move(decision),
-                    fmt::format("init container \"{}\" asks for {}: {}; toposched serves count "
-                                "requests through DRA for app containers only (an init "
-                                "container's claim would hold its devices for the pod's whole "
-                                "life). Ask from an app container, or keep the pod on "
-                                "device-plugin nodes: remove the label {} from it or its namespace",
-                                init.name, ask.asked_as, ask.count, claims::kLabelNeuronDra));
-    }
+  if (std::optional<std::string> refusal = InitContainerRefusal(*pod, specs)) {
+    return Refuse(std::move(decision), std::move(*refusal));
   }
 
   PatchWriter patch;
-  std::vector<std::string> new_claims;  // JSON of the pod.spec.resourceClaims entries
+  std::vector<JsonTree> new_claims;  // the pod.spec.resourceClaims entries
   std::string annotation;
   if (shape.container_has_claims.size() != pod->containers.size()) {
     return Refuse(std::move(decision),
@@ -362,14 +394,14 @@ Result<Decision> Decide(std::string_view admission_review) {
     for (const std::string& key : ask.request_keys) {
       patch.Remove(base + "/requests/" + PointerToken(key));
     }
-    const std::string claim_ref = R"({"name":)" + Quoted(claim) + "}";
+    const JsonTree claim_ref = {{"name", claim}};
     if (shape.container_has_claims[i]) {
       patch.Add(base + "/claims/-", claim_ref);
     } else {
-      patch.Add(base + "/claims", "[" + claim_ref + "]");
+      patch.Add(base + "/claims", JsonTree::array({claim_ref}));
     }
-    new_claims.push_back(R"({"name":)" + Quoted(claim) + R"(,"resourceClaimTemplateName":)" +
-                         Quoted(TemplateName(size)) + "}");
+    new_claims.push_back(
+        JsonTree{{"name", claim}, {"resourceClaimTemplateName", TemplateName(size)}});
     if (std::find(decision.templates.begin(), decision.templates.end(), size) ==
         decision.templates.end()) {
       decision.templates.push_back(size);
@@ -380,43 +412,28 @@ Result<Decision> Decide(std::string_view admission_review) {
                                             ask.asked_as, ask.count, claim, TemplateName(size)));
   }
   if (new_claims.empty()) return decision;
-  if (shape.has_resource_claims) {
-    for (const std::string& c : new_claims) patch.Add("/spec/resourceClaims/-", c);
-  } else {
-    std::string list = "[";
-    for (size_t i = 0; i < new_claims.size(); ++i) list += (i ? "," : "") + new_claims[i];
-    patch.Add("/spec/resourceClaims", list + "]");
-  }
-  const std::string annotation_key(claims::kAnnotationCountRequests);
-  if (shape.has_annotations) {
-    patch.Add("/metadata/annotations/" + PointerToken(annotation_key), Quoted(annotation));
-  } else {
-    patch.Add("/metadata/annotations",
-              "{" + Quoted(annotation_key) + ":" + Quoted(annotation) + "}");
-  }
+  AddPodEntries(shape, std::move(new_claims), annotation, patch);
   decision.patch = std::move(patch).Done();
   return decision;
 }
 
 std::string ResponseJson(const Decision& decision) {
-  std::string out = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{)";
-  out += R"("uid":)" + Quoted(decision.uid);
+  JsonTree response = {{"uid", decision.uid}, {"allowed", decision.allowed}};
   if (!decision.allowed) {
-    out += R"(,"allowed":false,"status":{"code":422,"reason":"Invalid","message":)" +
-           Quoted("toposched: " + decision.message) + "}}}";
-    return out;
-  }
-  out += R"(,"allowed":true)";
-  if (!decision.patch.empty()) {
-    out += R"(,"patchType":"JSONPatch","patch":)" + Quoted(kube::EncodeBase64(decision.patch));
-    out += R"(,"warnings":[)";
-    for (size_t i = 0; i < decision.rewrites.size(); ++i) {
-      out += (i ? "," : "") + Quoted("toposched: DRA serves " + decision.rewrites[i]);
+    response["status"] = {
+        {"code", 422}, {"reason", "Invalid"}, {"message", "toposched: " + decision.message}};
+  } else if (!decision.patch.empty()) {
+    response["patchType"] = "JSONPatch";
+    response["patch"] = kube::EncodeBase64(decision.patch);
+    JsonTree warnings = JsonTree::array();
+    for (const std::string& rewrite : decision.rewrites) {
+      warnings.push_back("toposched: DRA serves " + rewrite);
     }
-    out += "]";
+    response["warnings"] = std::move(warnings);
   }
-  out += "}}";
-  return out;
+  return WriteJson({{"apiVersion", "admission.k8s.io/v1"},
+                    {"kind", "AdmissionReview"},
+                    {"response", std::move(response)}});
 }
 
 }  // namespace toposched::webhook
