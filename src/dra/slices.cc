@@ -5,10 +5,12 @@
 #include <cctype>
 #include <cstdint>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 
 namespace toposched::dra {
 namespace {
@@ -46,51 +48,37 @@ int RowWidth(const NodeShape& shape) {
   return 0;
 }
 
-// One counter of a counter set or of a device's consumption: "name":{"value":"N"}.
-void AppendCounter(std::string& out, std::string_view name, int64_t value) {
-  AppendJsonQuoted(out, name);
-  out += fmt::format(":{{\"value\":\"{}\"}}", value);
+// One counter of a counter set or of a device's consumption: {"value":"N"}, a quantity.
+JsonTree CounterValue(int64_t value) {
+  JsonTree counter = JsonTree::object();
+  counter["value"] = std::to_string(value);
+  return counter;
 }
 
-class AttributeWriter {
+JsonTree CountersOf(const std::map<std::string, int64_t>& counters) {
+  JsonTree out = JsonTree::object();
+  for (const auto& [name, value] : counters) out[name] = CounterValue(value);
+  return out;
+}
+
+// A device's attributes, each {"int":N}, {"string":"..."} or {"version":"..."}.
+class Attributes {
  public:
-  explicit AttributeWriter(std::string& out) : out_(out) { out_ += "\"attributes\":{"; }
-  void Int(std::string_view name, int64_t value) {
-    Key(name);
-    out_ += fmt::format("{{\"int\":{}}}", value);
+  void Int(const std::string& name, int64_t value) { tree_[name] = JsonTree{{"int", value}}; }
+  void String(const std::string& name, std::string_view value) {
+    tree_[name] = JsonTree{{"string", value.substr(0, 64)}};
   }
-  void String(std::string_view name, std::string_view value) {
-    Key(name);
-    out_ += "{\"string\":";
-    AppendJsonQuoted(out_, value.substr(0, 64));
-    out_ += '}';
+  void Version(const std::string& name, std::string_view value) {
+    tree_[name] = JsonTree{{"version", value}};
   }
-  void Version(std::string_view name, std::string_view value) {
-    Key(name);
-    out_ += "{\"version\":";
-    AppendJsonQuoted(out_, value);
-    out_ += '}';
-  }
-  int count() const { return count_; }
-  void Close() { out_ += '}'; }
+  JsonTree Take() { return std::move(tree_); }
 
  private:
-  void Key(std::string_view name) {
-    if (count_++ > 0) out_ += ',';
-    AppendJsonQuoted(out_, name);
-    out_ += ':';
-  }
-  std::string& out_;
-  int count_ = 0;
+  JsonTree tree_ = JsonTree::object();
 };
 
-void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& shape,
-                  const Offer& offer, const SliceOptions& options) {
-  const bool partitionable = options.partitionable;
-  out += "{\"name\":";
-  AppendJsonQuoted(out, offer.name);
-  out += ',';
-  AttributeWriter attrs(out);
+JsonTree AttributesOf(const NodeFacts& facts, const NodeShape& shape, const Offer& offer) {
+  Attributes attrs;
   // AWS's attributes (unqualified: the driver's own domain, neuron.aws.com).
   if (offer.kind == OfferKind::kDevice) attrs.Int("deviceId", offer.placement.ids.front());
   attrs.String("instanceType", shape.type->name);
@@ -127,63 +115,53 @@ void AppendDevice(std::string& out, const NodeFacts& facts, const NodeShape& sha
               static_cast<int64_t>(offer.placement.ids.size()));
     if (shape.lnc != 0) attrs.Int(fmt::format("{}/lnc", kOurDomain), shape.lnc);
   }
-  attrs.Close();
-  if (partitionable) {
-    out += ",\"consumesCounters\":[";
-    bool first_use = true;
+  return attrs.Take();
+}
+
+JsonTree DeviceOf(const NodeFacts& facts, const NodeShape& shape, const Offer& offer,
+                  const SliceOptions& options) {
+  JsonTree device = JsonTree::object();
+  device["name"] = offer.name;
+  device["attributes"] = AttributesOf(facts, shape, offer);
+  if (options.partitionable) {
+    JsonTree uses = JsonTree::array();
     for (const CounterUse& use : CountersConsumedBy(shape, offer)) {
-      if (!first_use) out += ',';
-      first_use = false;
-      out += "{\"counterSet\":";
-      AppendJsonQuoted(out, use.counter_set);
-      out += ",\"counters\":{";
-      bool first = true;
-      for (const auto& [name, value] : use.counters) {
-        if (!first) out += ',';
-        first = false;
-        AppendCounter(out, name, value);
-      }
-      out += "}}";
+      uses.push_back(
+          JsonTree{{"counterSet", use.counter_set}, {"counters", CountersOf(use.counters)}});
     }
-    out += ']';
+    device["consumesCounters"] = std::move(uses);
   }
   // Only a failed device's offers carry the field: a healthy offer's JSON is unchanged.
   if (const std::optional<OfferTaint> taint = TaintOf(offer, options.faults)) {
-    out += ",\"taints\":[{\"key\":";
-    AppendJsonQuoted(out, kUnhealthyTaintKey);
-    out += ",\"value\":";
-    AppendJsonQuoted(out, taint->value);
-    out += ",\"effect\":";
-    AppendJsonQuoted(out, TaintEffectName(options.effect));
-    if (!taint->time_added.empty()) {
-      out += ",\"timeAdded\":";
-      AppendJsonQuoted(out, taint->time_added);
-    }
-    out += "}]";
+    JsonTree entry = {{"key", kUnhealthyTaintKey},
+                      {"value", taint->value},
+                      {"effect", TaintEffectName(options.effect)}};
+    if (!taint->time_added.empty()) entry["timeAdded"] = taint->time_added;
+    device["taints"] = JsonTree::array({std::move(entry)});
   }
-  out += '}';
+  return device;
 }
 
-std::string SliceHeader(const NodeFacts& facts, std::string_view name, int64_t generation,
-                        int slice_count) {
-  std::string out = "{\"apiVersion\":\"resource.k8s.io/v1\",\"kind\":\"ResourceSlice\",";
-  out += "\"metadata\":{\"name\":";
-  AppendJsonQuoted(out, name);
+// A slice's metadata and spec up to its devices or counters, which the caller adds to "spec".
+JsonTree SliceBase(const NodeFacts& facts, std::string_view name, int64_t generation,
+                   int slice_count) {
+  JsonTree slice = {{"apiVersion", "resource.k8s.io/v1"}, {"kind", "ResourceSlice"}};
+  JsonTree metadata = {{"name", name}};
   if (!facts.node_uid.empty()) {
-    out += ",\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":";
-    AppendJsonQuoted(out, facts.node_name);
-    out += ",\"uid\":";
-    AppendJsonQuoted(out, facts.node_uid);
-    out += ",\"controller\":true}]";
+    metadata["ownerReferences"] = JsonTree::array({{{"apiVersion", "v1"},
+                                                    {"kind", "Node"},
+                                                    {"name", facts.node_name},
+                                                    {"uid", facts.node_uid},
+                                                    {"controller", true}}});
   }
-  out += "},\"spec\":{\"driver\":";
-  AppendJsonQuoted(out, kDriverName);
-  out += ",\"pool\":{\"name\":";
-  AppendJsonQuoted(out, facts.node_name);
-  out += fmt::format(",\"generation\":{},\"resourceSliceCount\":{}}}", generation, slice_count);
-  out += ",\"nodeName\":";
-  AppendJsonQuoted(out, facts.node_name);
-  return out;
+  slice["metadata"] = std::move(metadata);
+  slice["spec"] = {{"driver", kDriverName},
+                   {"pool",
+                    {{"name", facts.node_name},
+                     {"generation", generation},
+                     {"resourceSliceCount", slice_count}}},
+                   {"nodeName", facts.node_name}};
+  return slice;
 }
 
 }  // namespace
@@ -214,11 +192,11 @@ std::optional<OfferTaint> TaintOf(const Offer& offer, const DeviceFaults& faults
 
 std::string TaintProbeSlice(const NodeFacts& facts) {
   // Never stored (dry run), and named apart from the node's real slices all the same.
-  std::string out = SliceHeader(facts, SliceNamePrefix(facts.node_name) + "-taint-probe", 1, 1);
-  out += ",\"devices\":[{\"name\":\"probe\",\"taints\":[{\"key\":";
-  AppendJsonQuoted(out, kUnhealthyTaintKey);
-  out += ",\"value\":\"probe\",\"effect\":\"NoSchedule\"}]}]}}";
-  return out;
+  JsonTree slice = SliceBase(facts, SliceNamePrefix(facts.node_name) + "-taint-probe", 1, 1);
+  JsonTree taint = {{"key", kUnhealthyTaintKey}, {"value", "probe"}, {"effect", "NoSchedule"}};
+  slice["spec"]["devices"] = JsonTree::array(
+      {JsonTree{{"name", "probe"}, {"taints", JsonTree::array({std::move(taint)})}}});
+  return WriteJson(slice);
 }
 
 topology::SlotCosts NodeLocalCosts(const topology::DemandModel& demand, const NodeShape& shape,
@@ -360,15 +338,15 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
   for (int s = 0; s < device_slices; ++s) {
     ResourceSliceObject slice;
     slice.name = fmt::format("{}-{:02d}", prefix, s);
-    slice.json = SliceHeader(facts, slice.name, options.generation, total);
-    slice.json += ",\"devices\":[";
+    JsonTree tree = SliceBase(facts, slice.name, options.generation, total);
+    JsonTree devices = JsonTree::array();
     const size_t begin = static_cast<size_t>(s) * per_slice;
     const size_t end = std::min(ordered.size(), begin + per_slice);
     for (size_t i = begin; i < end; ++i) {
-      if (i > begin) slice.json += ',';
-      AppendDevice(slice.json, facts, shape, ordered[i], options);
+      devices.push_back(DeviceOf(facts, shape, ordered[i], options));
     }
-    slice.json += "]}}";
+    tree["spec"]["devices"] = std::move(devices);
+    slice.json = WriteJson(tree);
     slice.devices = static_cast<int>(end - begin);
     out.push_back(std::move(slice));
   }
@@ -376,22 +354,13 @@ std::vector<ResourceSliceObject> BuildSlices(const NodeFacts& facts, const NodeS
   for (int s = 0; s < counter_slices; ++s) {
     ResourceSliceObject slice;
     slice.name = fmt::format("{}-zc-{:02d}", prefix, s);
-    slice.json = SliceHeader(facts, slice.name, options.generation, total);
-    slice.json += ",\"sharedCounters\":[";
+    JsonTree tree = SliceBase(facts, slice.name, options.generation, total);
+    JsonTree sets = JsonTree::array();
     for (int k = 0; k < kMaxCounterSetsPerSlice && set_it != counter_sets.end(); ++k, ++set_it) {
-      if (k > 0) slice.json += ',';
-      slice.json += "{\"name\":";
-      AppendJsonQuoted(slice.json, set_it->first);
-      slice.json += ",\"counters\":{";
-      bool first = true;
-      for (const auto& [name, value] : set_it->second) {
-        if (!first) slice.json += ',';
-        first = false;
-        AppendCounter(slice.json, name, value);
-      }
-      slice.json += "}}";
+      sets.push_back(JsonTree{{"name", set_it->first}, {"counters", CountersOf(set_it->second)}});
     }
-    slice.json += "]}}";
+    tree["spec"]["sharedCounters"] = std::move(sets);
+    slice.json = WriteJson(tree);
     out.push_back(std::move(slice));
   }
   return out;

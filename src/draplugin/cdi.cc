@@ -17,8 +17,8 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 #include "topology/id_ranges.h"
 
 namespace toposched::draplugin {
@@ -111,44 +111,37 @@ std::string CdiSpecPath(const std::string& cdi_root, std::string_view claim_uid)
 }
 
 std::string CdiSpecJson(const PreparedClaim& claim) {
-  std::string out;
-  out += fmt::format(
-      "{{\"cdiVersion\":{},\"kind\":{},\"annotations\":{{{}:{},{}:{},{}:{},{}:{}}},"
-      "\"devices\":[",
-      JsonQuote(kCdiVersion), JsonQuote(kCdiKind), JsonQuote(kClaimAnnotation),
-      JsonQuote(claim.ns + "/" + claim.name), JsonQuote(kClaimUidAnnotation), JsonQuote(claim.uid),
-      JsonQuote(kInstanceTypeAnnotation), JsonQuote(claim.instance_type), JsonQuote(kLncAnnotation),
-      JsonQuote(std::to_string(claim.lnc)));
-  for (size_t i = 0; i < claim.devices.size(); ++i) {
-    const PreparedDevice& device = claim.devices[i];
-    if (i > 0) out += ',';
-    out += fmt::format("{{\"name\":{},\"annotations\":{{{}:{},{}:{},{}:{}",
-                       JsonQuote(claim.CdiName(device)), JsonQuote(kDeviceAnnotation),
-                       JsonQuote(device.device), JsonQuote(kPoolAnnotation), JsonQuote(device.pool),
-                       JsonQuote(kRequestsAnnotation),
-                       JsonQuote(fmt::format("{}", fmt::join(device.requests, ","))));
-    if (device.admin_access) out += fmt::format(",{}:\"true\"", JsonQuote(kAdminAnnotation));
+  JsonTree devices = JsonTree::array();
+  for (const PreparedDevice& device : claim.devices) {
+    JsonTree annotations = {
+        {kDeviceAnnotation, device.device},
+        {kPoolAnnotation, device.pool},
+        {kRequestsAnnotation, fmt::format("{}", fmt::join(device.requests, ","))}};
+    if (device.admin_access) annotations[kAdminAnnotation] = "true";
     if (!device.units.empty()) {
-      out += fmt::format(",{}:{}", JsonQuote(kPhysicalCoresAnnotation),
-                         JsonQuote(topology::FormatIdRanges(CoreIds(device.units.cores))));
+      annotations[kPhysicalCoresAnnotation] = topology::FormatIdRanges(CoreIds(device.units.cores));
     }
-    out += "},\"containerEdits\":{\"deviceNodes\":[";
-    for (size_t n = 0; n < device.device_nodes.size(); ++n) {
-      if (n > 0) out += ',';
-      out +=
-          fmt::format("{{\"path\":{},\"permissions\":\"rw\"}}", JsonQuote(device.device_nodes[n]));
+    JsonTree nodes = JsonTree::array();
+    for (const std::string& node : device.device_nodes) {
+      nodes.push_back(JsonTree{{"path", node}, {"permissions", "rw"}});
     }
-    out += "]}}";
+    devices.push_back(JsonTree{{"name", claim.CdiName(device)},
+                               {"annotations", std::move(annotations)},
+                               {"containerEdits", {{"deviceNodes", std::move(nodes)}}}});
   }
-  out += "],\"containerEdits\":{\"env\":[";
-  bool first = true;
-  for (const auto& [name, value] : claim.env) {
-    if (!first) out += ',';
-    first = false;
-    out += JsonQuote(fmt::format("{}={}", name, value));
-  }
-  out += "]}}\n";
-  return out;
+  JsonTree env = JsonTree::array();
+  for (const auto& [name, value] : claim.env) env.push_back(fmt::format("{}={}", name, value));
+  const JsonTree spec = {{"cdiVersion", kCdiVersion},
+                         {"kind", kCdiKind},
+                         {"annotations",
+                          {{kClaimAnnotation, claim.ns + "/" + claim.name},
+                           {kClaimUidAnnotation, claim.uid},
+                           {kInstanceTypeAnnotation, claim.instance_type},
+                           {kLncAnnotation, std::to_string(claim.lnc)}}},
+                         {"devices", std::move(devices)},
+                         {"containerEdits", {{"env", std::move(env)}}}};
+  // A newline at the end, as a text file has.
+  return WriteJson(spec) + "\n";
 }
 
 Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeShape& shape) {

@@ -7,14 +7,14 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 
 namespace toposched::provision {
 namespace {
 
 FakeAnswer Fail(int status, std::string_view message) {
-  return {status, "{\"error\":" + JsonQuote(message) + "}"};
+  return {status, WriteJson(JsonTree{{"error", message}})};
 }
 
 // A create request {"name":..,"pool":..,"ipus":[..]}: false unless all three are there with the
@@ -155,7 +155,7 @@ FakeAnswer FakePartitionService::Handle(std::string_view method, std::string_vie
       it->second.change_at = now + Ns(options_.remove_latency);
       AdvanceLocked(now);  // a zero latency removes at once
     }
-    return {202, "{\"state\":\"removing\"}"};
+    return {202, WriteJson(JsonTree{{"state", StateName(PartitionState::kRemoving)}})};
   }
   return Fail(405, "use GET or DELETE on /partitions/NAME");
 }

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "net/http_client.h"
 #include "provision/service.h"
 
@@ -39,11 +39,8 @@ class HttpService : public PartitionService {
   }
 
   Status Create(const Partition& p) override {
-    std::string body = "{\"name\":";
-    AppendJsonQuoted(body, p.name);
-    body += ",\"pool\":";
-    AppendJsonQuoted(body, p.pool);
-    body += fmt::format(",\"ipus\":[{}]}}", fmt::join(p.ipus, ","));
+    const std::string body =
+        WriteJson(JsonTree{{"name", p.name}, {"pool", p.pool}, {"ipus", p.ipus}});
     TOPOSCHED_ASSIGN_OR_RETURN(auto reply, Call("POST", "/partitions", body));
     if (reply.status != 200 && reply.status != 201) return Refused("create", reply);
     return OkStatus();

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
 #include "base/json_reader.h"
+#include "base/json_writer.h"
 
 namespace toposched::provision {
 namespace {
@@ -120,6 +120,13 @@ Error Malformed(const Status& status, std::string_view json) {
                            json.substr(0, 80))};
 }
 
+JsonTree PartitionTree(const Partition& p) {
+  JsonTree out = {
+      {"name", p.name}, {"pool", p.pool}, {"ipus", p.ipus}, {"state", StateName(p.state)}};
+  if (!p.message.empty()) out["message"] = p.message;
+  return out;
+}
+
 }  // namespace
 
 std::string_view StateName(PartitionState state) {
@@ -155,27 +162,12 @@ bool ValidPartitionName(std::string_view name) {
   return true;
 }
 
-std::string EncodePartition(const Partition& p) {
-  std::string out = "{\"name\":";
-  AppendJsonQuoted(out, p.name);
-  out += ",\"pool\":";
-  AppendJsonQuoted(out, p.pool);
-  out += fmt::format(",\"ipus\":[{}],\"state\":\"{}\"", fmt::join(p.ipus, ","), StateName(p.state));
-  if (!p.message.empty()) {
-    out += ",\"message\":";
-    AppendJsonQuoted(out, p.message);
-  }
-  out += '}';
-  return out;
-}
+std::string EncodePartition(const Partition& p) { return WriteJson(PartitionTree(p)); }
 
 std::string EncodePartitionList(const std::vector<Partition>& partitions) {
-  std::string out = "{\"partitions\":[";
-  for (size_t i = 0; i < partitions.size(); ++i) {
-    if (i != 0) out += ',';
-    out += EncodePartition(partitions[i]);
-  }
-  return out + "]}";
+  JsonTree list = JsonTree::array();
+  for (const Partition& p : partitions) list.push_back(PartitionTree(p));
+  return WriteJson(JsonTree{{"partitions", std::move(list)}});
 }
 
 Result<Partition> ParsePartition(std::string_view json) {

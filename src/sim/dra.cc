@@ -1,11 +1,12 @@
 #include "sim/dra.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "base/json_escape.h"
+#include "base/json_writer.h"
 #include "dra/offers.h"
 #include "dra/slices.h"
 #include "topology/demand.h"
@@ -153,6 +154,13 @@ Result<std::vector<DraNode>> BuildNodes(const topology::Catalog& catalog,
   return nodes;
 }
 
+// Rounded to the decimals the numbers mean; the writer prints the shortest text that reads back
+// (12.5, not 12.500).
+double Rounded(double value, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
 constexpr DraVariant kVariants[] = {{false, false}, {false, true}, {true, false}, {true, true}};
 
 }  // namespace
@@ -292,23 +300,20 @@ std::string FormatDraTable(const std::vector<DraResult>& results, std::string_vi
 }
 
 std::string FormatDraJson(const std::vector<DraResult>& results) {
-  std::string out = "{\"dra\":[";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const DraResult& r = results[i];
-    if (i > 0) out += ',';
-    out += "{\"variant\":";
-    AppendJsonQuoted(out, r.variant.Name());
-    out += fmt::format(
-        ",\"failed\":{},\"placed_before_first_failure\":{},\"placed\":{},\"refused\":{},"
-        "\"device_hours\":{:.3f},",
-        r.failed, r.placed_before_first_failure, r.placed, r.refused, r.device_hours);
-    out += "\"first_failure_request\":";
-    AppendJsonQuoted(out, r.first_failure_request);
-    out += fmt::format(",\"unallocated_share_at_first_failure\":{:.6f},\"never_legal\":{}}}",
-                       r.unallocated_share_at_first_failure, r.never_legal);
+  JsonTree variants = JsonTree::array();
+  for (const DraResult& r : results) {
+    variants.push_back(JsonTree{
+        {"variant", r.variant.Name()},
+        {"failed", r.failed},
+        {"placed_before_first_failure", r.placed_before_first_failure},
+        {"placed", r.placed},
+        {"refused", r.refused},
+        {"device_hours", Rounded(r.device_hours, 3)},
+        {"first_failure_request", r.first_failure_request},
+        {"unallocated_share_at_first_failure", Rounded(r.unallocated_share_at_first_failure, 6)},
+        {"never_legal", r.never_legal}});
   }
-  out += "]}\n";
-  return out;
+  return WriteJson(JsonTree{{"dra", std::move(variants)}}) + "\n";
 }
 
 }  // namespace toposched::sim
