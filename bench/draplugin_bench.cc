@@ -22,6 +22,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "dra/offers.h"
+#include "dra/slices.h"
 #include "draplugin/plugin.h"
 #include "draplugin/prepare.h"
 #include "draplugin/resource_claim.h"
@@ -219,6 +221,35 @@ void BM_UsageOfPrepared(benchmark::State& state, const Layout& layout) {
 BENCHMARK_CAPTURE(BM_UsageOfPrepared, inf2_cores, kInf2Cores)->Arg(0)->Arg(15);
 BENCHMARK_CAPTURE(BM_UsageOfPrepared, trn2_devices, kTrn2Devices)->Arg(0)->Arg(15);
 BENCHMARK_CAPTURE(BM_UsageOfPrepared, trn2_core_pairs, kTrn2CorePairs)->Arg(0)->Arg(15);
+
+// Every publish builds the node's slices twice (once for their digests), through
+// base/json_writer.h: what that costs per build, by node and offer scope (docs/benchmarks.md,
+// "JSON through one writer"). The whole trn2.48xlarge at LNC 1 with core ranges is ~600 offers.
+void BM_BuildSlices(benchmark::State& state, const char* type, int lnc, dra::OfferScope scope) {
+  const auto shape = topology::NodeShape::Make(*topology::Catalog::Embedded().Find(type), lnc);
+  if (!shape.ok()) return state.SkipWithError(shape.error().c_str());
+  const dra::NodeFacts facts{kNode, "uid-node", "2.19.64.0", "0.1.0", {}};
+  const std::vector<dra::Offer> offers = dra::LegalOffers(*shape, scope);
+  const bool partitionable = scope != dra::OfferScope::kWholeDevices;
+  size_t bytes = 0;
+  for (auto _ : state) {
+    const auto slices = dra::BuildSlices(facts, *shape, offers, {.partitionable = partitionable});
+    bytes = 0;
+    for (const auto& slice : slices) bytes += slice.json.size();
+    benchmark::DoNotOptimize(bytes);
+  }
+  state.counters["offers"] = static_cast<double>(offers.size());
+  state.counters["bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK_CAPTURE(BM_BuildSlices, trn2_lnc1_cores, "trn2.48xlarge", 1,
+                  dra::OfferScope::kDeviceSetsAndCores)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BuildSlices, trn2_lnc1_devices, "trn2.48xlarge", 1,
+                  dra::OfferScope::kWholeDevices)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_BuildSlices, inf2_sets_and_cores, "inf2.48xlarge", 0,
+                  dra::OfferScope::kDeviceSetsAndCores)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
