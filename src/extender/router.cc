@@ -165,7 +165,7 @@ void Router::HandleViewsOnly(net::HttpRequest&& request, net::Responder respond)
 }
 
 void Router::HandleBind(simdjson::padded_string_view body,
-                        std::function<void(net::HttpResponse)> finish) {
+                        const std::function<void(net::HttpResponse)>& finish) {
   auto args = DecodeBindingArgs(body);
   if (!args.ok()) return finish(BadRequest("bind", args.error()));
   if (binds_pending_.fetch_add(1) >= bind_queue_) {

@@ -96,7 +96,8 @@ class Router {
   // Answers a GET of the views (/fleet, /v1/fleet, /v1/why) on view_pool_.
   void HandleView(std::string_view target, std::function<void(net::HttpResponse)> finish);
   // Queues a bind for a bind thread (503 when --bind-queue are waiting already).
-  void HandleBind(simdjson::padded_string_view body, std::function<void(net::HttpResponse)> finish);
+  void HandleBind(simdjson::padded_string_view body,
+                  const std::function<void(net::HttpResponse)>& finish);
   // The answer to a bind that waited past the limit for a thread, logged and counted.
   net::HttpResponse RefuseLateBind(const BindingArgs& args, int64_t waited_ns);
 
