@@ -144,39 +144,68 @@ std::string CdiSpecJson(const PreparedClaim& claim) {
   return WriteJson(spec) + "\n";
 }
 
-Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeShape& shape) {
-  PreparedClaim claim;
+namespace {
+
+// A spec as read, before any of it is trusted.
+struct RawDevice {
+  std::string name;
   std::map<std::string, std::string> annotations;
-  struct RawDevice {
-    std::string name;
-    std::map<std::string, std::string> annotations;
-    std::vector<std::string> nodes;
-  };
-  std::vector<RawDevice> raw;
+  std::vector<std::string> nodes;
+};
+struct RawSpec {
   std::string kind;
+  std::map<std::string, std::string> annotations;
+  std::map<std::string, std::string> env;
+  std::vector<RawDevice> devices;
+};
+
+// containerEdits.env: NAME=VALUE entries.
+Status ReadEnv(ondemand::value& value, const Path& at, std::map<std::string, std::string>& env) {
+  return json::ForEachFieldOf(value, at,
+                              [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+                                if (k != "env") return OkStatus();
+                                return json::ForEachElementOf(
+                                    v, p, [&](size_t, ondemand::value e, const Path& ep) -> Status {
+                                      std::string entry;
+                                      TOPOSCHED_RETURN_IF_ERROR(json::ReadString(e, ep, entry));
+                                      const size_t eq = entry.find('=');
+                                      if (eq == std::string::npos || eq == 0)
+                                        return json::ErrorAt(ep, "expected NAME=VALUE");
+                                      env[entry.substr(0, eq)] = entry.substr(eq + 1);
+                                      return OkStatus();
+                                    });
+                              });
+}
+
+// A device's containerEdits.deviceNodes[].path.
+Status ReadDeviceNodes(ondemand::value& value, const Path& at, std::vector<std::string>& nodes) {
+  return json::ForEachFieldOf(
+      value, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
+        if (k != "deviceNodes") return OkStatus();
+        return json::ForEachElementOf(
+            v, p, [&](size_t, ondemand::value n, const Path& np) -> Status {
+              return json::ForEachFieldOf(
+                  n, np, [&](std::string_view k2, ondemand::value v2, const Path& p2) -> Status {
+                    if (k2 != "path") return OkStatus();
+                    std::string node;
+                    TOPOSCHED_RETURN_IF_ERROR(json::ReadString(v2, p2, node));
+                    nodes.push_back(std::move(node));
+                    return OkStatus();
+                  });
+            });
+      });
+}
+
+Result<RawSpec> ReadRawSpec(std::string_view text) {
+  RawSpec spec;
   const simdjson::padded_string padded(text);
   Status status = json::DecodeDocument(padded, [&](ondemand::value& root) -> Status {
     const Path path("cdi");
     return json::ForEachFieldOf(
         root, path, [&](std::string_view key, ondemand::value value, const Path& at) -> Status {
-          if (key == "kind") return json::ReadString(value, at, kind);
-          if (key == "annotations") return ReadAnnotations(value, at, annotations);
-          if (key == "containerEdits") {
-            return json::ForEachFieldOf(
-                value, at, [&](std::string_view k, ondemand::value v, const Path& p) -> Status {
-                  if (k != "env") return OkStatus();
-                  return json::ForEachElementOf(
-                      v, p, [&](size_t, ondemand::value e, const Path& ep) -> Status {
-                        std::string entry;
-                        TOPOSCHED_RETURN_IF_ERROR(json::ReadString(e, ep, entry));
-                        const size_t eq = entry.find('=');
-                        if (eq == std::string::npos || eq == 0)
-                          return json::ErrorAt(ep, "expected NAME=VALUE");
-                        claim.env[entry.substr(0, eq)] = entry.substr(eq + 1);
-                        return OkStatus();
-                      });
-                });
-          }
+          if (key == "kind") return json::ReadString(value, at, spec.kind);
+          if (key == "annotations") return ReadAnnotations(value, at, spec.annotations);
+          if (key == "containerEdits") return ReadEnv(value, at, spec.env);
           if (key != "devices") return OkStatus();
           return json::ForEachElementOf(
               value, at, [&](size_t, ondemand::value element, const Path& ep) -> Status {
@@ -187,32 +216,94 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
                       if (k == "name") return json::ReadString(v, p, device.name);
                       if (k == "annotations") return ReadAnnotations(v, p, device.annotations);
                       if (k != "containerEdits") return OkStatus();
-                      return json::ForEachFieldOf(
-                          v, p,
-                          [&](std::string_view k2, ondemand::value v2, const Path& p2) -> Status {
-                            if (k2 != "deviceNodes") return OkStatus();
-                            return json::ForEachElementOf(
-                                v2, p2, [&](size_t, ondemand::value n, const Path& np) -> Status {
-                                  return json::ForEachFieldOf(
-                                      n, np,
-                                      [&](std::string_view k3, ondemand::value v3,
-                                          const Path& p3) -> Status {
-                                        if (k3 != "path") return OkStatus();
-                                        std::string node;
-                                        TOPOSCHED_RETURN_IF_ERROR(json::ReadString(v3, p3, node));
-                                        device.nodes.push_back(std::move(node));
-                                        return OkStatus();
-                                      });
-                                });
-                          });
+                      return ReadDeviceNodes(v, p, device.nodes);
                     });
-                raw.push_back(std::move(device));
+                spec.devices.push_back(std::move(device));
                 return read;
               });
         });
   });
   if (!status.ok()) return Error{status.error()};
-  if (kind != kCdiKind) return Error{fmt::format("cdi.kind: '{}' is not {}", kind, kCdiKind)};
+  return spec;
+}
+
+// The shape a spec's names were read at. A spec written before toposched.io/lnc (an older
+// plugin) records none (`legacy`): its device and set names are device ids at any LNC and are
+// read at the node's current one; a core range's name means other cores at another LNC, so it is
+// held by its device nodes (whole devices) instead of trusted at the current LNC. `problem`: why
+// no name of it can be read.
+struct NamesShape {
+  std::optional<topology::NodeShape> shape;
+  bool legacy = false;
+  std::string problem;
+};
+
+NamesShape NamesShapeOf(std::map<std::string, std::string>& annotations,
+                        const topology::NodeShape& shape) {
+  NamesShape out;
+  const std::string& recorded_type = annotations[std::string(kInstanceTypeAnnotation)];
+  const std::string& recorded_lnc = annotations[std::string(kLncAnnotation)];
+  if (!recorded_type.empty() && recorded_type != shape.type->name) {
+    // Checked first: a spec of another type is never read by name, whether or not it records an
+    // LNC (found by cdi_spec_fuzz).
+    out.problem =
+        fmt::format("it was prepared on a {}, this node is a {}", recorded_type, shape.type->name);
+  } else if (recorded_lnc.empty()) {
+    out.legacy = true;
+    out.shape = shape;
+  } else {
+    int lnc = 0;
+    const auto [end, parsed] =
+        std::from_chars(recorded_lnc.data(), recorded_lnc.data() + recorded_lnc.size(), lnc);
+    auto at_lnc = parsed == std::errc() && end == recorded_lnc.data() + recorded_lnc.size()
+                      ? topology::NodeShape::Make(*shape.type, lnc)
+                      : Result<topology::NodeShape>(Error{"not a number"});
+    if (at_lnc.ok()) {
+      out.shape = *at_lnc;
+    } else {
+      out.problem = fmt::format("{} '{}': {}", kLncAnnotation, recorded_lnc, at_lnc.error());
+    }
+  }
+  return out;
+}
+
+// Why a device's recorded offer cannot be trusted (empty: it can, and `prepared` holds its offer
+// and units).
+std::string CheckDevice(const NamesShape& names, const topology::DeviceMask nodes, int lnc,
+                        RawDevice& device, PreparedDevice& prepared) {
+  if (!names.problem.empty()) return names.problem;
+  auto offer = dra::OfferFromName(*names.shape, prepared.device);
+  if (!offer.ok()) return offer.error();
+  if (names.legacy && offer->kind == dra::OfferKind::kCores) {
+    return fmt::format(
+        "it has no {} annotation, and a core range's name means other cores at another LNC",
+        kLncAnnotation);
+  }
+  if (offer->placement.devices != nodes) {
+    return fmt::format("its device nodes are not those of {} at LNC {}", prepared.device, lnc);
+  }
+  prepared.offer = std::move(offer).value();
+  const PhysicalUnits units = PhysicalUnitsOf(*names.shape, prepared.offer);
+  const std::string& recorded = device.annotations[std::string(kPhysicalCoresAnnotation)];
+  const std::string expected = topology::FormatIdRanges(CoreIds(units.cores));
+  if (!prepared.admin_access && !recorded.empty() && recorded != expected) {
+    return fmt::format("it records physical cores {}, but {} at LNC {} is {}", recorded,
+                       prepared.device, lnc, expected);
+  }
+  if (!prepared.admin_access) prepared.units = units;
+  return {};
+}
+
+}  // namespace
+
+Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeShape& shape) {
+  TOPOSCHED_ASSIGN_OR_RETURN(RawSpec raw, ReadRawSpec(text));
+  std::map<std::string, std::string>& annotations = raw.annotations;
+  PreparedClaim claim;
+  claim.env = std::move(raw.env);
+  if (raw.kind != kCdiKind) {
+    return Error{fmt::format("cdi.kind: '{}' is not {}", raw.kind, kCdiKind)};
+  }
   claim.uid = annotations[std::string(kClaimUidAnnotation)];
   TOPOSCHED_RETURN_IF_ERROR(CheckClaimUid(claim.uid));
   const std::string& who = annotations[std::string(kClaimAnnotation)];
@@ -224,40 +315,11 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
   claim.ns = who.substr(0, slash);
   claim.name = who.substr(slash + 1);
 
-  // The shape its names were read at. A spec written before toposched.io/lnc (an older plugin)
-  // records none: its device and set names are device ids at any LNC and are read at the
-  // node's current one; a core range's name means other cores at another LNC, so it is held by
-  // its device nodes (whole devices) instead of trusted at the current LNC.
-  std::optional<topology::NodeShape> names_shape;
-  bool legacy = false;
-  std::string shape_problem;
-  const std::string& recorded_type = annotations[std::string(kInstanceTypeAnnotation)];
-  const std::string& recorded_lnc = annotations[std::string(kLncAnnotation)];
-  if (!recorded_type.empty() && recorded_type != shape.type->name) {
-    // Checked first: a spec of another type is never read by name, whether or not it records an
-    // LNC (found by cdi_spec_fuzz).
-    shape_problem =
-        fmt::format("it was prepared on a {}, this node is a {}", recorded_type, shape.type->name);
-  } else if (recorded_lnc.empty()) {
-    legacy = true;
-    names_shape = shape;
-  } else {
-    int lnc = 0;
-    const auto [end, parsed] =
-        std::from_chars(recorded_lnc.data(), recorded_lnc.data() + recorded_lnc.size(), lnc);
-    auto at_lnc = parsed == std::errc() && end == recorded_lnc.data() + recorded_lnc.size()
-                      ? topology::NodeShape::Make(*shape.type, lnc)
-                      : Result<topology::NodeShape>(Error{"not a number"});
-    if (at_lnc.ok()) {
-      names_shape = *at_lnc;
-    } else {
-      shape_problem = fmt::format("{} '{}': {}", kLncAnnotation, recorded_lnc, at_lnc.error());
-    }
-  }
-  claim.lnc = NamesLnc(names_shape ? *names_shape : shape);
-  claim.instance_type = recorded_type;
+  const NamesShape names = NamesShapeOf(annotations, shape);
+  claim.lnc = NamesLnc(names.shape ? *names.shape : shape);
+  claim.instance_type = annotations[std::string(kInstanceTypeAnnotation)];
   std::vector<std::string> held_because;
-  for (RawDevice& device : raw) {
+  for (RawDevice& device : raw.devices) {
     PreparedDevice prepared;
     prepared.device = device.annotations[std::string(kDeviceAnnotation)];
     prepared.pool = device.annotations[std::string(kPoolAnnotation)];
@@ -271,32 +333,7 @@ Result<PreparedClaim> DecodeCdiSpec(std::string_view text, const topology::NodeS
     topology::DeviceMask nodes = 0;
     for (const std::string& node : prepared.device_nodes)
       nodes |= DeviceNodesIn(node, shape.devices);
-    std::string problem = shape_problem;
-    if (problem.empty()) {
-      auto offer = dra::OfferFromName(*names_shape, prepared.device);
-      if (!offer.ok()) {
-        problem = offer.error();
-      } else if (legacy && offer->kind == dra::OfferKind::kCores) {
-        problem = fmt::format(
-            "it has no {} annotation, and a core range's name means other cores "
-            "at another LNC",
-            kLncAnnotation);
-      } else if (offer->placement.devices != nodes) {
-        problem = fmt::format("its device nodes are not those of {} at LNC {}", prepared.device,
-                              claim.lnc);
-      } else {
-        prepared.offer = std::move(offer).value();
-        const PhysicalUnits units = PhysicalUnitsOf(*names_shape, prepared.offer);
-        const std::string& recorded = device.annotations[std::string(kPhysicalCoresAnnotation)];
-        const std::string expected = topology::FormatIdRanges(CoreIds(units.cores));
-        if (!prepared.admin_access && !recorded.empty() && recorded != expected) {
-          problem = fmt::format("it records physical cores {}, but {} at LNC {} is {}", recorded,
-                                prepared.device, claim.lnc, expected);
-        } else if (!prepared.admin_access) {
-          prepared.units = units;
-        }
-      }
-    }
+    const std::string problem = CheckDevice(names, nodes, claim.lnc, device, prepared);
     if (!problem.empty()) {
       prepared.offer = {};
       prepared.offer.name = prepared.device;
