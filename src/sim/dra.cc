@@ -1,7 +1,6 @@
 #include "sim/dra.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
@@ -154,13 +153,6 @@ Result<std::vector<DraNode>> BuildNodes(const topology::Catalog& catalog,
   return nodes;
 }
 
-// Rounded to the decimals the numbers mean; the writer prints the shortest text that reads back
-// (12.5, not 12.500).
-double Rounded(double value, int decimals) {
-  const double scale = std::pow(10.0, decimals);
-  return std::round(value * scale) / scale;
-}
-
 constexpr DraVariant kVariants[] = {{false, false}, {false, true}, {true, false}, {true, true}};
 
 }  // namespace
@@ -302,16 +294,16 @@ std::string FormatDraTable(const std::vector<DraResult>& results, std::string_vi
 std::string FormatDraJson(const std::vector<DraResult>& results) {
   JsonTree variants = JsonTree::array();
   for (const DraResult& r : results) {
-    variants.push_back(JsonTree{
-        {"variant", r.variant.Name()},
-        {"failed", r.failed},
-        {"placed_before_first_failure", r.placed_before_first_failure},
-        {"placed", r.placed},
-        {"refused", r.refused},
-        {"device_hours", Rounded(r.device_hours, 3)},
-        {"first_failure_request", r.first_failure_request},
-        {"unallocated_share_at_first_failure", Rounded(r.unallocated_share_at_first_failure, 6)},
-        {"never_legal", r.never_legal}});
+    variants.push_back(JsonTree{{"variant", r.variant.Name()},
+                                {"failed", r.failed},
+                                {"placed_before_first_failure", r.placed_before_first_failure},
+                                {"placed", r.placed},
+                                {"refused", r.refused},
+                                {"device_hours", JsonRounded(r.device_hours, 3)},
+                                {"first_failure_request", r.first_failure_request},
+                                {"unallocated_share_at_first_failure",
+                                 JsonRounded(r.unallocated_share_at_first_failure, 6)},
+                                {"never_legal", r.never_legal}});
   }
   return WriteJson(JsonTree{{"dra", std::move(variants)}}) + "\n";
 }
