@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -16,6 +15,7 @@
 #include "dra.grpc.pb.h"
 #include "draplugin/cdi.h"
 #include "draplugin/resource_claim.h"
+#include "kube/timestamp.h"
 #include "nodeagent/pod_resources.h"
 #include "pluginregistration.grpc.pb.h"
 #include "topology/id_ranges.h"
@@ -36,16 +36,6 @@ topology::DeviceMask MaskOf(const dra::DeviceFaults& faults) {
   topology::DeviceMask mask = 0;
   for (const auto& [device, fault] : faults) mask |= topology::DeviceMask{1} << device;
   return mask;
-}
-
-// Now, as a taint's timeAdded: RFC 3339 in UTC, to the second.
-std::string Rfc3339Now() {
-  const std::time_t now = static_cast<std::time_t>(WallNs() / 1'000'000'000);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 std::vector<ClaimRef> RefsOf(const google::protobuf::RepeatedPtrField<dra_v1::Claim>& claims) {
@@ -444,7 +434,7 @@ dra::DeviceFaults DraPlugin::CheckHealth() {
     std::error_code error;
     const bool node_gone = !fs::exists(options_.host.DeviceNode(d), error);
     faults.emplace(
-        d, dra::DeviceFault{node_gone ? "device-node-missing" : "sysfs-unreadable", Rfc3339Now()});
+        d, dra::DeviceFault{node_gone ? "device-node-missing" : "sysfs-unreadable", kube::FormatRfc3339(WallNs() / 1'000'000'000)});
     spdlog::warn("neuron{} is unhealthy: {}", d, status.error());
   }
   return faults;

@@ -1,7 +1,6 @@
 #include "kube/leader_election.h"
 
 #include <algorithm>
-#include <ctime>
 #include <utility>
 
 #include <fmt/format.h>
@@ -10,6 +9,7 @@
 #include "base/json_reader.h"
 #include "base/json_writer.h"
 #include "kube/duration.h"
+#include "kube/timestamp.h"
 
 namespace toposched::kube {
 
@@ -104,11 +104,8 @@ Result<LeaseRecord> DecodeLease(std::string_view text) {
 }
 
 std::string FormatMicroTime(int64_t unix_ns) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_ns / 1000000000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::string text = FormatRfc3339(unix_ns / 1000000000);
+  text.pop_back();  // the "Z", after the fraction
   return fmt::format("{}.{:06d}Z", text, (unix_ns % 1000000000) / 1000);
 }
 

@@ -19,6 +19,7 @@
 #include "base/json_writer.h"
 #include "kube/client.h"
 #include "kube/decode.h"
+#include "kube/timestamp.h"
 
 namespace toposched::kube {
 namespace {
@@ -63,12 +64,8 @@ Status HttpFailure(std::string_view what, const HttpResponse& response) {
 }  // namespace
 
 std::string Rfc3339Now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
+  return FormatRfc3339(
+      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()));
 }
 
 std::string StatusMessage(std::string_view body) {
