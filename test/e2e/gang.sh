@@ -14,7 +14,10 @@
 #   6. (1.36+, upstream gang scheduling on: GenericWorkload in the API server and kube-scheduler)
 #      pods naming a PodGroup with gang minCount 4 by spec.schedulingGroup are held by upstream's
 #      GangScheduling plugin until the fourth exists, then land whole on one UltraServer with the
-#      PodGroup's size in their records; a pod of a basic PodGroup is placed as a single pod.
+#      PodGroup's size in their records; a pod of a basic PodGroup is placed as a single pod;
+#   7. a device of kn fails under the MPIJob's worker there (issue 32): that worker is told of its
+#      device, the other worker (on another node, its devices healthy) is told its gang is broken
+#      (Event, condition False); the device comes back and both conditions go back to True.
 source "$(dirname "$0")/lib.sh"
 e2e_init gang
 if k8s_at_least 36; then
@@ -43,7 +46,8 @@ for us in us1 us2; do
   for i in 0 1 2 3; do e2e_node "$us-n$i" trn2u.48xlarge; label_ultraserver "$us-n$i" "${us}srv0000000" "$i"; done
 done
 e2e_nodes trn2- 2 trn2.48xlarge
-e2e_kubelet_node kn trn2u.48xlarge
+# The device plugin takes a returned device back after 1 s of passed checks (step 7).
+TOPOSCHED_E2E_DP_ARGS="--health-recover-s 1" e2e_kubelet_node kn trn2u.48xlarge
 label_ultraserver kn us3srv0000000 0
 for i in 1 2 3; do e2e_node "us3-n$i" trn2u.48xlarge; label_ultraserver "us3-n$i" us3srv0000000 "$i"; done
 e2e_extender --gang-timeout 60
@@ -267,3 +271,27 @@ sys.exit(0 if any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "
 else
   log "step 6 (upstream PodGroup) needs 1.36+: not run on $(api GET /version | python3 -c 'import json,sys; print(json.load(sys.stdin)["gitVersion"])')"
 fi
+
+# 7. A device fails under the gang's member on kn: the whole gang is told (--on-device-failure is
+# event here, the default: nobody is evicted). train's workers were left bound by step 6.
+other_worker=train-worker-1
+[ "$worker_on_kn" = train-worker-1 ] && other_worker=train-worker-0
+healthy_of() { pod_field "$1" '{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].status}/{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].reason}'; }
+healthy_is() { [ "$(healthy_of "$1")" = "$2" ]; }
+has_event() { k -n default get events --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
+dead=5
+mv "$W/host/dev/neuron$dead" "$W/host/neuron$dead.away"
+wait_for 30 "the extender to take kn's device $dead out of service" grep -q "node kn: device(s) $dead out of service" "$EXT_LOG"
+wait_for 30 "the NeuronDeviceFailed event on $worker_on_kn" has_event "$worker_on_kn" NeuronDeviceFailed
+wait_for 30 "the NeuronGangMemberDeviceFailed event on $other_worker" has_event "$other_worker" NeuronGangMemberDeviceFailed
+wait_for 30 "$worker_on_kn's condition False/DeviceFailed" healthy_is "$worker_on_kn" False/DeviceFailed
+wait_for 30 "$other_worker's condition False/GangMemberDeviceFailed" healthy_is "$other_worker" False/GangMemberDeviceFailed
+pod_bound "$worker_on_kn" && pod_bound "$other_worker" || die "a train worker is gone under --on-device-failure=event"
+pass "device $dead of kn failed under $worker_on_kn: it was told ($(events_of "$worker_on_kn" | grep -m1 NeuronDeviceFailed | cut -c1-160)); $other_worker, on $(pod_node "$other_worker") with healthy devices, was told its gang is broken ($(events_of "$other_worker" | grep -m1 NeuronGangMemberDeviceFailed | cut -c1-160))"
+mv "$W/host/neuron$dead.away" "$W/host/dev/neuron$dead"
+wait_for 30 "the extender to take kn's device $dead back" grep -q "node kn: device(s) $dead back in service" "$EXT_LOG"
+wait_for 30 "$worker_on_kn's condition True/DevicesInService" healthy_is "$worker_on_kn" True/DevicesInService
+wait_for 30 "$other_worker's condition True/DevicesInService" healthy_is "$other_worker" True/DevicesInService
+pod_bound "$worker_on_kn" && pod_bound "$other_worker" || die "a train worker is gone after its device came back"
+check_no_double_allocation >&2 || die "an id was given twice"
+pass "device $dead back: both workers' NeuronDevicesHealthy True (DevicesInService), both still bound"
