@@ -433,8 +433,8 @@ dra::DeviceFaults DraPlugin::CheckHealth() {
     }
     std::error_code error;
     const bool node_gone = !fs::exists(options_.host.DeviceNode(d), error);
-    faults.emplace(
-        d, dra::DeviceFault{node_gone ? "device-node-missing" : "sysfs-unreadable", kube::FormatRfc3339(WallNs() / 1'000'000'000)});
+    faults.emplace(d, dra::DeviceFault{node_gone ? "device-node-missing" : "sysfs-unreadable",
+                                       kube::FormatRfc3339(WallNs() / 1'000'000'000)});
     spdlog::warn("neuron{} is unhealthy: {}", d, status.error());
   }
   return faults;

@@ -64,8 +64,7 @@ Status HttpFailure(std::string_view what, const HttpResponse& response) {
 }  // namespace
 
 std::string Rfc3339Now() {
-  return FormatRfc3339(
-      std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()));
+  return FormatRfc3339(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now()));
 }
 
 std::string StatusMessage(std::string_view body) {
