@@ -273,12 +273,12 @@ else
 fi
 
 # 7. A device fails under the gang's member on kn: the whole gang is told (--on-device-failure is
-# event here, the default: nobody is evicted). train's workers were left bound by step 6.
+# event here, the default: nobody is evicted). train's workers are still bound from step 5.
 other_worker=train-worker-1
 [ "$worker_on_kn" = train-worker-1 ] && other_worker=train-worker-0
 healthy_of() { pod_field "$1" '{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].status}/{.status.conditions[?(@.type=="toposched.io/NeuronDevicesHealthy")].reason}'; }
 healthy_is() { [ "$(healthy_of "$1")" = "$2" ]; }
-has_event() { k -n default get events --field-selector "involvedObject.name=$1,reason=$2" -o name | grep -q .; }
+has_event() { events_of "$1" | grep -q "^$2: "; }
 dead=5
 mv "$W/host/dev/neuron$dead" "$W/host/neuron$dead.away"
 wait_for 30 "the extender to take kn's device $dead out of service" grep -q "node kn: device(s) $dead out of service" "$EXT_LOG"
