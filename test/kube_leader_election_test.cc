@@ -18,7 +18,6 @@
 #include "kube/client.h"
 #include "kube/duration.h"
 #include "kube/leader_election.h"
-#include "kube/timestamp.h"
 #include "support/fake_apiserver.h"
 #include "support/run_command.h"
 #include "support/wait.h"
@@ -51,13 +50,6 @@ TEST(Duration, ParsesKubeSchedulerSyntax) {
   EXPECT_EQ(FormatDuration(90s), "1m30s");
   EXPECT_EQ(FormatDuration(250ms), "250ms");
   EXPECT_EQ(FormatDuration(2500ms), "2.5s");
-}
-
-// The Lease's and the conditions' time format: UTC to the second, leap days included.
-TEST(Timestamp, FormatsRfc3339InUtc) {
-  EXPECT_EQ(FormatRfc3339(0), "1970-01-01T00:00:00Z");
-  EXPECT_EQ(FormatRfc3339(1795953600), "2026-11-29T12:00:00Z");
-  EXPECT_EQ(FormatRfc3339(1835481599), "2028-02-29T23:59:59Z");
 }
 
 TEST(LeaderElectionConfig, KubeSchedulerRules) {
