@@ -12,6 +12,7 @@
 #include "topology/allocator.h"
 #include "topology/catalog.h"
 #include "topology/demand.h"
+#include "topology/queue.h"
 #include "tracker/tracker.h"
 
 namespace toposched {
@@ -233,6 +234,46 @@ TEST(TrackerSupplyTest, SupplyMatchesARecountAfterEveryChange) {
     }
     ASSERT_EQ(t.Supply(), recount()) << "step " << step;
   }
+}
+
+// Queue-aware admission from the tracker's own counts (Tracker::HoldsBack): a waiting class fits
+// when the fleet has a free slot of it, and the free devices are the fleet's free units.
+TEST(TrackerHoldsBackTest, WeighsOnlyWaitingClassesTheFleetCanStartNow) {
+  tracker::Tracker t(topology::Catalog::Embedded(), Policy::kScarcity);
+  ASSERT_TRUE(t.UpsertNode({"inf", "inf2.48xlarge", 0}).ok());  // a ring of 12
+  const int64_t age = topology::kHoldBackAgeNs;
+  const Request big = Dev(8);
+  // Four 2-device pods waiting need 8; an 8-device start leaves 4.
+  std::vector<topology::WaitingClass> waiting = {{Dev(2), 4, false}, {big, 1, false}};
+  topology::HoldBack verdict = t.HoldsBack(big, 0, waiting, age);
+  EXPECT_TRUE(verdict.held);
+  EXPECT_EQ(verdict.smaller_pods, 4);
+  EXPECT_EQ(verdict.free_devices, 12);
+  // Two need 4: both go.
+  waiting[0].pods = 2;
+  EXPECT_FALSE(t.HoldsBack(big, 0, waiting, age).held);
+  // Past the age, queue order.
+  waiting[0].pods = 4;
+  EXPECT_FALSE(t.HoldsBack(big, age, waiting, age).held);
+  // 2 devices is never legal on the torus: waiting pairs hold nothing back on a trn1 fleet.
+  tracker::Tracker trn(topology::Catalog::Embedded(), Policy::kScarcity);
+  ASSERT_TRUE(trn.UpsertNode({"trn", "trn1.32xlarge", 0}).ok());
+  const std::vector<topology::WaitingClass> pairs_only = {{Dev(2), 4, false}};
+  EXPECT_FALSE(trn.HoldsBack(Dev(16), 0, pairs_only, age).held);
+  EXPECT_TRUE(trn.HoldsBack(Dev(16), 0, waiting, age).held);  // the waiting 8 does fit there
+  // Nor do pods of a class the full ring has no room for: 10 of 12 taken, a pair left but no 4.
+  tracker::PodSpec ten{"u10", "ten", {{"c", Dev(10), false}}};
+  t.ObserveDemand(ten);
+  ASSERT_TRUE(t.Reserve(ten, "inf", 1).ok());
+  const std::vector<topology::WaitingClass> fours = {{Dev(4), 1, false}};
+  EXPECT_FALSE(t.HoldsBack(Dev(8), 0, fours, age).held);
+  // Devices 10-11 are left: a pair starting there would leave nothing for two waiting singles,
+  // and an 8-device pod, with no room to start, is never held back.
+  const std::vector<topology::WaitingClass> ones = {{Dev(1), 2, false}};
+  verdict = t.HoldsBack(Dev(2), 0, ones, age);
+  EXPECT_TRUE(verdict.held);
+  EXPECT_EQ(verdict.free_devices, 2);
+  EXPECT_FALSE(t.HoldsBack(Dev(8), 0, ones, age).held);
 }
 
 TEST(TrackerRankTest, OneNodeScoresTenAndNodesThatDoNotFitScoreZero) {

@@ -214,20 +214,25 @@ TEST(HoldsBackTest, ABigPodWaitsOnlyWhileSmallerOnesNeedItsRoomAndItIsYoung) {
   const std::vector<WaitingClass> two_small = {{{Unit::kDevice, 4}, 2, true}, {big, 1, true}};
   // 16 free: starting the big pod leaves nothing for the 8 devices the small ones need.
   const int64_t age = topology::kHoldBackAgeNs;
-  EXPECT_TRUE(topology::HoldsBack(big, 0, two_small, 16, age));
+  const topology::HoldBack held = topology::HoldsBack(big, 0, two_small, 16, age);
+  EXPECT_TRUE(held.held);
+  EXPECT_EQ(held.smaller_pods, 2);  // what a refusal names
+  EXPECT_EQ(held.smaller_devices, 8);
   // 24 free: both fit, both go.
-  EXPECT_FALSE(topology::HoldsBack(big, 0, two_small, 24, age));
+  EXPECT_FALSE(topology::HoldsBack(big, 0, two_small, 24, age).held);
   // Smaller pods that fit nowhere now take nothing from it.
   const std::vector<WaitingClass> stuck = {{{Unit::kDevice, 4}, 2, false}};
-  EXPECT_FALSE(topology::HoldsBack(big, 0, stuck, 16, age));
+  EXPECT_FALSE(topology::HoldsBack(big, 0, stuck, 16, age).held);
   // Past the age it goes in queue order.
-  EXPECT_FALSE(topology::HoldsBack(big, age, two_small, 16, age));
+  EXPECT_FALSE(topology::HoldsBack(big, age, two_small, 16, age).held);
   // A pod never holds back for its own class or bigger ones.
-  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 4}, 0, two_small, 4, age));
+  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 4}, 0, two_small, 4, age).held);
+  // No room to start: waiting for room, not held back.
+  EXPECT_FALSE(topology::HoldsBack(big, 0, two_small, 15, age).held);
   // Cores count as half a device.
   const std::vector<WaitingClass> cores = {{{Unit::kCore, 2}, 3, true}};
-  EXPECT_TRUE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 4, age));
-  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 5, age));
+  EXPECT_TRUE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 4, age).held);
+  EXPECT_FALSE(topology::HoldsBack({Unit::kDevice, 2}, 0, cores, 5, age).held);
 }
 
 }  // namespace

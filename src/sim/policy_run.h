@@ -204,8 +204,13 @@ class PolicyRun {
     return false;
   }
 
-  // Whether the pod would find a node now; nothing is counted or taken.
-  bool FitsNow(const tracker::PodSpec& pod) const { return tracker_.Rank(pod, names_).best >= 0; }
+  // Whether a pod asking `request` should let the smaller pods waiting now go first
+  // (tracker::Tracker::HoldsBack, what the extender's filter asks).
+  topology::HoldBack HoldsBack(const Request& request, int64_t waited_ns,
+                               std::span<const topology::WaitingClass> waiting,
+                               int64_t age_ns) const {
+    return tracker_.HoldsBack(request, waited_ns, waiting, age_ns);
+  }
   // Whether some node's type could ever grant the request.
   bool EverLegal(const Request& request) const {
     return std::any_of(nodes_.begin(), nodes_.end(), [&](const NodeView& node) {

@@ -295,19 +295,15 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       out.timeline.push_back({x, share, out.rejected, static_cast<int>(waiting.size())});
     }
   };
-  // With Options::hold_back_age_ns, ours lets smaller pods go first (topology::HoldsBack): the
-  // pods waiting now per class, each class's fit known until the next placement takes room (-1:
-  // to ask again).
+  // With Options::hold_back_age_ns, ours lets smaller pods go first through the extender's own
+  // rule (tracker::Tracker::HoldsBack): the pods waiting now per class, counted as they come and
+  // go.
   const bool queue_aware = policy == Policy::kScarcity && options.hold_back_age_ns > 0;
   std::vector<RequestClassKey> class_keys;
   std::vector<topology::WaitingClass> classes;
-  std::vector<const tracker::PodSpec*> class_pod;  // one pod of each class, to ask whether it fits
-  std::vector<int> class_fits;
   auto count_waiting = [&]() {
     class_keys.clear();
     classes.clear();
-    class_pod.clear();
-    class_fits.clear();
     for (size_t j : waiting) {
       const RequestClassKey key = ClassKeyOf(jobs[j].request);
       const auto it = std::find(class_keys.begin(), class_keys.end(), key);
@@ -317,8 +313,6 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       }
       class_keys.push_back(key);
       classes.push_back({jobs[j].request, 1, false});
-      class_pod.push_back(&jobs[j].pod);
-      class_fits.push_back(-1);
     }
   };
   auto class_of = [&](const RequestClassKey& key) {
@@ -327,17 +321,10 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
   };
   auto holds_back = [&](size_t j) {
     if (!queue_aware) return false;
-    const Request& request = jobs[j].request;
-    const double size = topology::QueueSize(request);
-    // Only the smaller classes matter; their fit is asked once per change.
-    for (size_t c = 0; c < classes.size(); ++c) {
-      if (class_fits[c] < 0 && topology::QueueSize(classes[c].request) < size) {
-        class_fits[c] = run.FitsNow(*class_pod[c]) ? 1 : 0;
-      }
-      classes[c].fits = class_fits[c] > 0;
-    }
-    return topology::HoldsBack(request, wait_ns[j] + (now - queued_ns[j]), classes,
-                               run.free_devices(), options.hold_back_age_ns);
+    return run
+        .HoldsBack(jobs[j].request, wait_ns[j] + (now - queued_ns[j]), classes,
+                   options.hold_back_age_ns)
+        .held;
   };
 
   // After a departure: every waiting pod is tried once, in queue order. Within one pass, a
@@ -357,13 +344,9 @@ Result<PolicyResult> RunQueue(const topology::Catalog& catalog, Policy policy,
       if (outcome) {
         failed.push_back(key);
         still.push_back(j);
-        if (queue_aware) class_fits[class_of(key)] = 0;
       } else {
         started(j);
-        if (queue_aware) {
-          --classes[class_of(key)].pods;
-          std::fill(class_fits.begin(), class_fits.end(), -1);
-        }
+        if (queue_aware) --classes[class_of(key)].pods;
       }
     }
     waiting = std::move(still);

@@ -84,10 +84,10 @@ struct Options {
   // Devices failing and coming back (none by default). With failures on, every policy is also
   // run without them, and the report says what they cost each (docs/simulator.md).
   FailureOptions failures;
-  // Queue mode, ours only, an experiment the extender does not run yet (docs/simulator.md,
-  // "Letting smaller pods go first"): a pod that has waited less than this does not start while
-  // smaller waiting pods that fit now need more devices than its start would leave
-  // (topology::HoldsBack). 0 (the default): off, ours as the extender places.
+  // Queue mode, ours only, the extender's --hold-back-hours (docs/simulator.md, "Letting smaller
+  // pods go first"): a pod that has waited less than this does not start while smaller waiting
+  // pods that fit now need more devices than its start would leave (tracker::Tracker::HoldsBack).
+  // 0 (the default): off, as the extender's default.
   int64_t hold_back_age_ns = 0;
   // Called now and then with the policy being run and the work done so far (of `total`).
   std::function<void(std::string_view policy, int64_t done, int64_t total)> progress;

@@ -6,17 +6,23 @@ double QueueSize(const Request& request) {
   return request.unit == Unit::kDevice ? request.count : 0.5 * request.count;
 }
 
-bool HoldsBack(const Request& request, int64_t waited_ns, std::span<const WaitingClass> waiting,
-               double free_devices, int64_t age_ns) {
-  if (waited_ns >= age_ns) return false;
+HoldBack HoldsBack(const Request& request, int64_t waited_ns, std::span<const WaitingClass> waiting,
+                   double free_devices, int64_t age_ns) {
+  HoldBack out;
+  out.free_devices = free_devices;
+  if (waited_ns >= age_ns) return out;
   const double size = QueueSize(request);
-  double smaller = 0;
   for (const WaitingClass& c : waiting) {
-    if (c.fits && c.pods > 0 && QueueSize(c.request) < size)
-      smaller += QueueSize(c.request) * c.pods;
+    if (c.fits && c.pods > 0 && QueueSize(c.request) < size) {
+      out.smaller_pods += c.pods;
+      out.smaller_devices += QueueSize(c.request) * c.pods;
+    }
   }
-  // When the smaller pods fit in what is left after this one starts, both go.
-  return smaller > free_devices - size;
+  // When the smaller pods fit in what is left after this one starts, both go; a pod with no room
+  // to start is not held back (it waits for room, and says so).
+  out.held =
+      out.smaller_pods > 0 && size <= free_devices && out.smaller_devices > free_devices - size;
+  return out;
 }
 
 }  // namespace toposched::topology

@@ -4,10 +4,10 @@
 //
 // Why: under sustained load the same devices start more pods when smaller ones go first (the
 // per-pod wait falls, and small pods stop waiting behind big ones that hold a node for days), but
-// a big pod must not wait for ever: after an age it goes in queue order like any other. Today
-// only the simulator's queue mode applies it, on request (--hold-back-hours); the extender would
-// apply it in filter, refusing every node to a pod that holds back, from its informer's Pending
-// pods (not built yet: docs/simulator.md, "Letting smaller pods go first").
+// a big pod must not wait for ever: after an age it goes in queue order like any other. Off by
+// default; on request (--hold-back-hours) the simulator's queue mode and the extender's filter
+// apply it through the same tracker::Tracker::HoldsBack (docs/simulator.md, "Letting smaller pods
+// go first"; docs/extender.md).
 #ifndef TOPOSCHED_TOPOLOGY_QUEUE_H_
 #define TOPOSCHED_TOPOLOGY_QUEUE_H_
 
@@ -33,11 +33,20 @@ inline constexpr int64_t kHoldBackAgeNs = int64_t{24} * 3600 * 1'000'000'000;
 // needs "smaller", and every Neuron type has 2 to 8 cores per device).
 double QueueSize(const Request& request);
 
+// What HoldsBack decided, with the numbers a refusal names.
+struct HoldBack {
+  bool held = false;
+  int smaller_pods = 0;        // waiting in smaller classes that fit now
+  double smaller_devices = 0;  // what they need (QueueSize)
+  double free_devices = 0;     // the fleet's, as given
+};
+
 // Whether a pod asking `request`, waiting `waited_ns`, should not start now: it has waited less
-// than `age_ns`, and the pods waiting of smaller classes that fit now need more devices than its
-// start would leave free (`free_devices`: the fleet's, a core counting as its share of a device).
-bool HoldsBack(const Request& request, int64_t waited_ns, std::span<const WaitingClass> waiting,
-               double free_devices, int64_t age_ns);
+// than `age_ns`, the fleet has the devices to start it, and the pods waiting of smaller classes
+// that fit now need more devices than its start would leave free (`free_devices`: the fleet's, a
+// core counting as its share of a device).
+HoldBack HoldsBack(const Request& request, int64_t waited_ns, std::span<const WaitingClass> waiting,
+                   double free_devices, int64_t age_ns);
 
 }  // namespace toposched::topology
 

@@ -280,6 +280,28 @@ std::vector<int64_t> Tracker::Supply() const {
   return supply_;
 }
 
+topology::HoldBack Tracker::HoldsBack(const Request& request, int64_t waited_ns,
+                                      std::span<const topology::WaitingClass> waiting,
+                                      int64_t age_ns) const {
+  if (waited_ns >= age_ns) return {};
+  std::vector<topology::WaitingClass> known(waiting.begin(), waiting.end());
+  ReaderLock lock(mu_);
+  const auto& classes = demand_.classes();
+  for (topology::WaitingClass& c : known) {
+    c.fits = false;
+    for (size_t i = 0; i < classes.size() && i < supply_.size(); ++i) {
+      if (classes[i].request.unit == c.request.unit &&
+          classes[i].request.count == c.request.count) {
+        c.fits = supply_[i] > 0;
+        break;
+      }
+    }
+  }
+  const double free_devices =
+      static_cast<double>(free_units_) / static_cast<double>(topology::kUnitsPerDevice);
+  return topology::HoldsBack(request, waited_ns, known, free_devices, age_ns);
+}
+
 namespace {
 
 // Per fitting node in a ranking: what the policy minimises, and for kScarcity the state ties are

@@ -38,6 +38,7 @@
 #include "topology/catalog.h"
 #include "topology/demand.h"
 #include "topology/pools.h"
+#include "topology/queue.h"
 
 namespace toposched::tracker {
 
@@ -307,6 +308,13 @@ class Tracker {
   // The expected demand and the fleet's free slots for each of its classes (index-aligned).
   topology::DemandModel Demand() const TS_EXCLUDES(mu_);
   std::vector<int64_t> Supply() const TS_EXCLUDES(mu_);
+  // Queue-aware admission (topology::HoldsBack) from the tracker's own counts, for the extender's
+  // filter and the simulator alike: a waiting class fits now when the fleet has a free slot of it
+  // (supply_; a class the demand model does not track counts as not fitting), and the free
+  // devices are the fleet's free units. A few classes' lookups, no node scan.
+  topology::HoldBack HoldsBack(const Request& request, int64_t waited_ns,
+                               std::span<const topology::WaitingClass> waiting,
+                               int64_t age_ns) const TS_EXCLUDES(mu_);
   // Would it fit if these pods were gone? Changes nothing.
   FitResult FitWithout(const PodSpec& pod, const std::string& node,
                        std::span<const std::string> gone_uids) const TS_EXCLUDES(mu_);
