@@ -513,6 +513,19 @@ TEST(HelmChart, ToposchedsOwnValues) {
   EXPECT_THAT(evict_command, Contains("evict"));
   const Rendered bad("--set scheduler.enabled=true --set extender.onDeviceFailure=reboot");
   EXPECT_NE(bad.outcome().exit_code, 0);
+  // Smaller pods first: off unless asked, the flag's hours as given, a negative count refused.
+  EXPECT_THAT(Strings(Container(single.Get("Deployment", "k8s-neuron-scheduler"))["command"]),
+              Not(Contains("--hold-back-hours")));
+  const Rendered hold("--set scheduler.enabled=true --set extender.holdBackHours=24");
+  ASSERT_EQ(hold.outcome().exit_code, 0) << hold.outcome().err;
+  const std::vector<std::string> hold_command =
+      Strings(Container(hold.Get("Deployment", "k8s-neuron-scheduler"))["command"]);
+  const auto hold_flag = std::find(hold_command.begin(), hold_command.end(), "--hold-back-hours");
+  ASSERT_NE(hold_flag, hold_command.end());
+  ASSERT_NE(std::next(hold_flag), hold_command.end());
+  EXPECT_EQ(*std::next(hold_flag), "24");
+  const Rendered negative("--set scheduler.enabled=true --set extender.holdBackHours=-1");
+  EXPECT_NE(negative.outcome().exit_code, 0);
 
   // No probe port: neither the flag nor a readinessProbe.
   const Rendered no_probe("--set devicePlugin.probePort=0");

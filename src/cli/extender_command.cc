@@ -54,6 +54,7 @@ struct ExtenderOptions {
   std::string policy = "scarcity";
   double reservation_timeout_s = 30;
   double gang_timeout_s = 120;
+  double hold_back_hours = 0;
   std::string on_device_failure = "event";
   std::string filter_answer = "best";
   double catch_up_wait_ms = 200;
@@ -238,6 +239,16 @@ void AddPlacementFlags(CLI::App* cmd, ExtenderOptions* o) {
                   "contains the device")
       ->check(CLI::IsMember({"event", "evict"}))
       ->capture_default_str();
+  cmd->add_option("--hold-back-hours", o->hold_back_hours,
+                  "Smaller pods first: filter refuses a Neuron pod (one container, no gang) that "
+                  "has waited less than this many hours since its creationTimestamp while the "
+                  "pods waiting now of smaller request classes that fit somewhere need more "
+                  "devices than its start would leave free; its reason names them, and it is "
+                  "tried again as they start. Past the age it goes in queue order. 0 = off. The "
+                  "simulator's queue mode measures it (toposched simulate --hold-back-hours; "
+                  "docs/extender.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 8760.0));
   cmd->add_option("--gang-timeout", o->gang_timeout_s,
                   "Seconds a multi-node gang's seats stay held without one of its members arriving "
                   "or binding; then the gang is released whole (docs/ultraserver.md)")
@@ -448,6 +459,8 @@ Result<extender::ExtenderOptions> ServiceOptionsFromFlags(const ExtenderOptions&
   options.gang_timeout = Seconds(o.gang_timeout_s);
   options.evict_on_device_failure = o.on_device_failure == "evict";
   options.filter_best_only = o.filter_answer == "best";
+  options.hold_back_age =
+      std::chrono::seconds(static_cast<int64_t>(std::llround(o.hold_back_hours * 3600)));
   return options;
 }
 

@@ -223,8 +223,9 @@ std::shared_ptr<SimulateOptions> AddSimulateCommand(CLI::App& app) {
   CLI::Option* rate = AddFailureFlags(cmd, *opts);
   cmd->add_option(
          "--hold-back-hours", opts->hold_back_hours,
-         "Queue mode, an experiment the extender does not run yet: ours (scarcity) lets "
-         "smaller waiting pods go first. A pod that has waited less than this many hours does "
+         "Queue mode: ours (scarcity) lets smaller waiting pods go first, the rule the "
+         "extender applies with its own --hold-back-hours. A pod that has waited less than this "
+         "many hours does "
          "not start while the smaller pods waiting, of classes that fit now, need more devices "
          "than its start would leave free; past it, queue order. 0 = off (ours as the "
          "extender places). The matrix favoured 24 (docs/simulator.md)")

@@ -276,7 +276,8 @@ std::string ExtenderService::FinishBind(const UnknownBind& bind) {
   for (const auto& resource : bind.resources) metrics_.CountAllocation(resource);
   {
     MutexLock lock(mu_);
-    if (auto it = pods_.find(attempt.uid); it != pods_.end()) it->second.node_name = attempt.node;
+    if (auto it = pods_.find(attempt.uid); it != pods_.end())
+      MarkBoundLocked(it->second, attempt.node);
   }
   const auto ids = bind.annotations.find(std::string(claims::kAnnotationNeuronIds));
   spdlog::info("bound {} to {}: {}", attempt.key, attempt.node,

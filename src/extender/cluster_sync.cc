@@ -345,8 +345,10 @@ void ExtenderService::ReplacePods(std::vector<kube::Pod> pods) {
     unplaced_ = std::move(scan.unplaced);
     for (const auto& entry : unplaced_) unplaced_nodes.push_back(entry.first);
     gang_members_.clear();
+    waiting_.clear();
     for (const auto& [uid, requests] : pods_) {
       if (requests.gang) gang_members_[requests.gang->id].insert(uid);
+      CountWaitingLocked(requests, +1);
     }
     // A loop, not erase_if: the thread-safety analysis cannot see mu_ held inside a lambda.
     for (auto it = gang_sizes_.begin(); it != gang_sizes_.end();) {

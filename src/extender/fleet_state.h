@@ -28,6 +28,7 @@ struct PendingPod {
   PodRequests pod;
   bool explained = false;                   // within FleetQuery::explain_pending
   std::map<std::string, WhyExample> kinds;  // kind -> nodes; when explained
+  std::string held_back;  // when explained: why filter lets smaller pods go first, or empty
 };
 
 struct FleetState {

@@ -273,9 +273,10 @@ FleetState ExtenderService::CollectFleet(const FleetQuery& query) const {
   names.clear();
   for (const auto& v : state.views) names.push_back(v.info.name);
   for (auto& pod : waiting) {
-    PendingPod entry{std::move(pod), false, {}};
+    PendingPod entry{std::move(pod), false, {}, {}};
     if (static_cast<int>(state.pending.size()) < query.explain_pending) {
       entry.explained = true;
+      entry.held_back = HoldBackReason(entry.pod);
       // Per kind: how many nodes, and the first node's words (filter's) as an example. Counted
       // per index of kWhyKinds (no map lookup per node), then kept by name.
       std::array<WhyExample, kWhyKinds.size()> kinds;
@@ -315,6 +316,7 @@ std::string ExtenderService::FleetView(const FleetQuery& query) const {
                      {"example", {{"node", value.node}, {"reason", value.reason}}}};
       }
       entry["why"] = std::move(why);
+      if (!p.held_back.empty()) entry["held_back"] = p.held_back;
     }
     pending.push_back(std::move(entry));
   }
@@ -428,6 +430,8 @@ Result<std::string> ExtenderService::WhyPending(std::string_view pod_key) const 
   }
   out["nodes_that_fit"] = fits;
   out["nodes"] = std::move(nodes);
+  // Filter refuses every node, whatever they say, while smaller pods go first.
+  if (std::string held = HoldBackReason(*pod); !held.empty()) out["held_back"] = std::move(held);
   return Dump(out);
 }
 

@@ -265,7 +265,7 @@ std::string ExtenderService::BindGangMember(const BindingArgs& args, const PodRe
   {
     MutexLock lock(mu_);
     if (auto it = pods_.find(args.pod_uid); it != pods_.end()) {
-      it->second.node_name = args.node;
+      MarkBoundLocked(it->second, args.node);
       it->second.gang_record = gang_record;
     }
   }

@@ -92,6 +92,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                "resourceVersion as kube-scheduler sent it, after --catch-up-wait")
            .Register(*registry_)
            .Add({});
+  held_back_ = &prometheus::BuildCounter()
+                    .Name("toposched_filter_held_back_total")
+                    .Help(
+                        "filter calls that refused a pod every node so that smaller pods waiting "
+                        "now go first (--hold-back-hours)")
+                    .Register(*registry_)
+                    .Add({});
   ready_ = &prometheus::BuildGauge()
                 .Name("toposched_ready")
                 .Help("1 once the first full sync and rebuild are done")
@@ -291,6 +298,8 @@ void Metrics::CountSkippedObject(std::string_view kind) {
 }
 
 void Metrics::CountCatchUpTimeout() { catch_up_timeouts_->Increment(); }
+
+void Metrics::CountHeldBack() { held_back_->Increment(); }
 
 void Metrics::SetReady(bool ready) { ready_->Set(ready ? 1 : 0); }
 

@@ -49,6 +49,8 @@ class Metrics {
   void CountSkippedObject(std::string_view kind);
   // A filter or prioritize answered before the pod watch caught up with the scheduler's pod.
   void CountCatchUpTimeout();
+  // A filter that let smaller pods go first (--hold-back-hours): the pod was refused every node.
+  void CountHeldBack();
   void SetReady(bool ready);
   // Leader election: 1 while this process holds the lease; each change of role, by the new role.
   void SetLeader(bool leader);
@@ -88,6 +90,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* tracker_errors_;
   prometheus::Family<prometheus::Counter>* objects_skipped_;
   prometheus::Counter* catch_up_timeouts_;
+  prometheus::Counter* held_back_;
   prometheus::Gauge* ready_;
   prometheus::Gauge* leader_;
   prometheus::Family<prometheus::Counter>* leader_transitions_;

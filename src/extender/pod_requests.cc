@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kube/timestamp.h"
+
 namespace toposched::extender {
 
 std::string PodRequests::ResourceFor(const std::string& container, topology::Unit unit) const {
@@ -22,6 +24,15 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
   out.ns = pod.ns;
   out.name = pod.name;
   out.node_name = pod.node_name;
+  if (!pod.creation_timestamp.empty()) {
+    if (auto created = kube::ParseRfc3339(pod.creation_timestamp); created.ok()) {
+      out.created_unix_s = *created;
+    } else {
+      // Debug: the API server always writes one; a test's hand-made pod need not.
+      spdlog::debug("pod {}: creationTimestamp: {}; it is never held back", pod.Key(),
+                    created.error());
+    }
+  }
   TOPOSCHED_ASSIGN_OR_RETURN(auto asks, claims::ListAsks(pod, names.Specs()));
   for (claims::ContainerAsk& ask : asks) {
     out.spec.containers.push_back({ask.container, {ask.unit, ask.count}, ask.init});
@@ -42,6 +53,14 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
     spdlog::warn("pod {}: {}", pod.Key(), record.error());
   }
   return out;
+}
+
+std::optional<topology::Request> WaitingRequestOf(const PodRequests& pod) {
+  if (!pod.node_name.empty() || pod.gang || !pod.gang_error.empty() ||
+      pod.spec.containers.size() != 1) {
+    return std::nullopt;
+  }
+  return pod.spec.containers.front().request;
 }
 
 }  // namespace toposched::extender

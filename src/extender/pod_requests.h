@@ -2,6 +2,7 @@
 #ifndef TOPOSCHED_EXTENDER_POD_REQUESTS_H_
 #define TOPOSCHED_EXTENDER_POD_REQUESTS_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ struct PodRequests {
   std::string gang_error;
   std::string host;
   std::optional<claims::GangRecord> gang_record;
+  // metadata.creationTimestamp as Unix seconds: how long a pending pod has waited. Empty when
+  // the pod carries none the parser reads (kube::ParseRfc3339); such a pod is never held back.
+  std::optional<int64_t> created_unix_s;
 
   // The resource name for a placed container (matched by container name and unit).
   std::string ResourceFor(const std::string& container, topology::Unit unit) const;
@@ -44,6 +48,11 @@ struct PodRequests {
 // Malformed gang keys (gang_error) and a malformed gang record on a bound pod are not errors here:
 // the pod's ids must still be held; the record is logged and left out.
 Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names);
+
+// The request a pod waits with in the queue that --hold-back-hours counts
+// (topology::WaitingClass): an unbound pod, no gang member, asking through one container.
+// Empty for every other pod.
+std::optional<topology::Request> WaitingRequestOf(const PodRequests& pod);
 
 }  // namespace toposched::extender
 

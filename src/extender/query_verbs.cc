@@ -67,6 +67,13 @@ std::string ExtenderService::Filter(const ExtenderArgs& args) {
       return FilterGangMember(*resolved, names, result);
     }
   }
+  // Unresolvable: preemption must not evict pods to start a pod that waits on purpose.
+  if (std::string held = HoldBackReason(resolved ? *resolved : *requests); !held.empty()) {
+    for (const auto& n : names) result.failed_unresolvable[n] = held;
+    metrics_.CountHeldBack();
+    RememberPod(std::move(requests).value());
+    return EncodeFilterResult(result);
+  }
   // The call's nodes not offered (read before the tracker's lock): the DRA claims' count, or
   // empty when the DRA driver manages the node. Only the call's names, not the cluster's.
   std::unordered_map<std::string, std::string> not_offered;

@@ -3,6 +3,8 @@
 // cluster_sync.cc.
 #include "extender/service.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -75,7 +77,9 @@ void ExtenderService::RememberPod(PodRequests requests) {
     if (inserted) spec = requests.spec;
     first_seen = inserted;
     if (requests.gang) gang_members_[requests.gang->id].insert(requests.spec.uid);
+    if (!inserted) CountWaitingLocked(it->second, -1);
     it->second = std::move(requests);
+    CountWaitingLocked(it->second, +1);
   }
   // Each pod counts once into the demand the scarcity policy protects, however often
   // kube-scheduler retries it, and whether the watch or filter shows it first.
@@ -109,6 +113,7 @@ void ExtenderService::ForgetPod(const std::string& uid) {
         }
       }
     }
+    CountWaitingLocked(it->second, -1);
     pods_.erase(it);
   }
   // The job is gone (its last pod deleted): its seats need not wait for --gang-timeout.
@@ -117,6 +122,49 @@ void ExtenderService::ForgetPod(const std::string& uid) {
     metrics_.SetGangsHeld(tracker_.Stats().gangs);
     spdlog::info("gang {}: its last pod was deleted; its seats are released", last_of_gang);
   }
+}
+
+void ExtenderService::CountWaitingLocked(const PodRequests& pod, int delta) {
+  const auto request = WaitingRequestOf(pod);
+  if (!request) return;
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->request.unit == request->unit && it->request.count == request->count) {
+      it->pods += delta;
+      if (it->pods <= 0) waiting_.erase(it);
+      return;
+    }
+  }
+  if (delta > 0) waiting_.push_back({*request, delta, false});
+}
+
+void ExtenderService::MarkBoundLocked(PodRequests& pod, const std::string& node) {
+  CountWaitingLocked(pod, -1);
+  pod.node_name = node;
+}
+
+std::string ExtenderService::HoldBackReason(const PodRequests& pod) const {
+  if (options_.hold_back_age.count() <= 0) return {};
+  const auto request = WaitingRequestOf(pod);
+  if (!request || !pod.created_unix_s) return {};
+  const int64_t age_ns = std::chrono::nanoseconds(options_.hold_back_age).count();
+  const int64_t waited_ns = std::max<int64_t>(0, wall_ns_() - *pod.created_unix_s * 1'000'000'000);
+  std::vector<topology::WaitingClass> waiting;
+  {
+    ReaderLock lock(mu_);
+    if (waiting_.empty()) return {};
+    waiting = waiting_;
+  }
+  const topology::HoldBack verdict = tracker_.HoldsBack(*request, waited_ns, waiting, age_ns);
+  if (!verdict.held) return {};
+  constexpr double kNsPerHour = 3600e9;
+  return fmt::format(
+      "toposched lets smaller pods go first (--hold-back-hours {:g}): {} pods waiting for less "
+      "than this pod's {} need {:g} devices, and starting it would leave {:g} free; it is tried "
+      "again as they start, and goes in queue order once it has waited {:g} h (it has waited "
+      "{:.1f} h)",
+      age_ns / kNsPerHour, verdict.smaller_pods, topology::RequestLabel(*request),
+      verdict.smaller_devices, std::max(0.0, verdict.free_devices - topology::QueueSize(*request)),
+      age_ns / kNsPerHour, waited_ns / kNsPerHour);
 }
 
 void ExtenderService::ExpireReservations() {

@@ -40,6 +40,7 @@
 #include "provision/service.h"
 #include "topology/catalog.h"
 #include "topology/pools.h"
+#include "topology/queue.h"
 #include "tracker/tracker.h"
 
 namespace toposched::extender {
@@ -167,6 +168,10 @@ struct ExtenderOptions {
   // for prioritize to rank among kube-scheduler's own scores. A pod that fits nowhere gets every
   // node's reason either way (docs/extender.md).
   bool filter_best_only = true;
+  // Smaller pods first (--hold-back-hours; docs/extender.md, "Smaller pods first"): filter
+  // refuses a pod while the pods waiting now of smaller classes that fit need the room its start
+  // would take, until it has waited this long (from its creationTimestamp). Zero: off.
+  std::chrono::seconds hold_back_age{0};
 };
 
 // The annotation the Binding carries: the partition made for the pod (claims/keys.h).
@@ -297,6 +302,12 @@ class ExtenderService {
   // Requests of a pod seen by the watch or by filter (offline mode has only the latter).
   void RememberPod(PodRequests requests) TS_EXCLUDES(mu_);
   void ForgetPod(const std::string& uid) TS_EXCLUDES(mu_);
+  // Keeps waiting_ in step: `delta` (+1, -1) for the pod's class if it waits (WaitingRequestOf).
+  void CountWaitingLocked(const PodRequests& pod, int delta) TS_REQUIRES(mu_);
+  // The pod in pods_ is bound to `node` now (it waits no more).
+  void MarkBoundLocked(PodRequests& pod, const std::string& node) TS_REQUIRES(mu_);
+  // Why filter lets smaller pods go first (options_.hold_back_age), or empty when the pod may go.
+  std::string HoldBackReason(const PodRequests& pod) const TS_EXCLUDES(mu_);
 
   // Gangs (gangs.cc). `requests` with its gang's size filled in from the gang's object (read
   // through options_.gang_size only when `may_ask`, else only if read before), or as a single pod
@@ -454,6 +465,10 @@ class ExtenderService {
   mutable SharedMutex mu_;
   std::unordered_map<std::string, NodeFacts> nodes_ TS_GUARDED_BY(mu_);
   std::unordered_map<std::string, PodRequests> pods_ TS_GUARDED_BY(mu_);  // by uid
+  // The pods of pods_ waiting now, per request class (WaitingRequestOf; `fits` unused here):
+  // what --hold-back-hours weighs, counted as pods come, bind and go so that filter reads a few
+  // classes, not every pod.
+  std::vector<topology::WaitingClass> waiting_ TS_GUARDED_BY(mu_);
   // Gang id -> the uids of its members in pods_.
   std::unordered_map<std::string, std::unordered_set<std::string>> gang_members_ TS_GUARDED_BY(mu_);
   // Gang id -> its size read through options_.gang_size (0: no gang), kept while gang_members_

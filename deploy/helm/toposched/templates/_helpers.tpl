@@ -218,6 +218,9 @@ extenders:
 {{- if ne (toString $e.onDeviceFailure) "event" -}}
 {{- $args = concat $args (list "--on-device-failure" (toString $e.onDeviceFailure)) -}}
 {{- end -}}
+{{- if $e.holdBackHours -}}
+{{- $args = concat $args (list "--hold-back-hours" (toString $e.holdBackHours)) -}}
+{{- end -}}
 {{- if ne (toString $e.filterAnswer) "best" -}}
 {{- $args = concat $args (list "--filter-answer" (toString $e.filterAnswer)) -}}
 {{- end -}}
