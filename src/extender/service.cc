@@ -128,7 +128,7 @@ void ExtenderService::CountWaitingLocked(const PodRequests& pod, int delta) {
   const auto request = WaitingRequestOf(pod);
   if (!request) return;
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if (it->request.unit == request->unit && it->request.count == request->count) {
+    if (it->request == *request) {
       it->pods += delta;
       if (it->pods <= 0) waiting_.erase(it);
       return;

@@ -124,6 +124,7 @@ class NodeUsage {
 struct Request {
   Unit unit = Unit::kDevice;
   int count = 0;
+  bool operator==(const Request&) const = default;  // the same request class
 };
 // "4 devices", "1 core": how a request class is named to people.
 std::string RequestLabel(const Request& request);

@@ -20,10 +20,6 @@ constexpr PriorEntry kPrior[] = {
     {{Unit::kDevice, 16}, 0.06},
 };
 
-bool SameRequest(const Request& a, const Request& b) {
-  return a.unit == b.unit && a.count == b.count;
-}
-
 }  // namespace
 
 DemandModel::DemandModel(double window, double prior_weight)
@@ -37,7 +33,7 @@ void DemandModel::Observe(const Request& request) {
   Entry* mine = nullptr;
   for (Entry& e : classes_) {
     e.weight *= decay_;
-    if (SameRequest(e.request, request)) mine = &e;
+    if (e.request == request) mine = &e;
   }
   if (mine != nullptr) {
     mine->weight += 1;

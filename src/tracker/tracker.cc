@@ -290,8 +290,7 @@ topology::HoldBack Tracker::HoldsBack(const Request& request, int64_t waited_ns,
   for (topology::WaitingClass& c : known) {
     c.fits = false;
     for (size_t i = 0; i < classes.size() && i < supply_.size(); ++i) {
-      if (classes[i].request.unit == c.request.unit &&
-          classes[i].request.count == c.request.count) {
+      if (classes[i].request == c.request) {
         c.fits = supply_[i] > 0;
         break;
       }
