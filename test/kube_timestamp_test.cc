@@ -14,6 +14,9 @@ TEST(Timestamp, FormatsRfc3339InUtc) {
   EXPECT_EQ(FormatRfc3339(0), "1970-01-01T00:00:00Z");
   EXPECT_EQ(FormatRfc3339(1795953600), "2026-11-29T12:00:00Z");
   EXPECT_EQ(FormatRfc3339(1835481599), "2028-02-29T23:59:59Z");
+  // Four digits of year however small (found by timestamp_fuzz: strftime wrote "226").
+  EXPECT_EQ(FormatRfc3339(ParseRfc3339("0226-05-29T12:00:20Z").value()), "0226-05-29T12:00:20Z");
+  EXPECT_EQ(FormatRfc3339(ParseRfc3339("0000-01-01T00:00:00Z").value()), "0000-01-01T00:00:00Z");
 }
 
 TEST(Timestamp, ParsesWhatTheApiServerWrites) {

@@ -10,9 +10,9 @@ std::string FormatRfc3339(int64_t unix_seconds) {
   const auto time = static_cast<std::time_t>(unix_seconds);
   std::tm utc{};
   gmtime_r(&time, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
+  // Not strftime's %Y: glibc writes year 226 as "226", which is not RFC 3339's four digits.
+  return fmt::format("{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}Z", utc.tm_year + 1900,
+                     utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec);
 }
 
 namespace {
