@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "extender/offline.h"
+#include "extender/pod_requests.h"
 #include "extender/protocol.h"
 #include "extender/service.h"
 #include "extender_fixtures.h"
@@ -141,6 +142,16 @@ TEST_F(HoldBackTest, APodWithoutACreationTimestampIsNeverHeldBack) {
   auto args = DecodeExtenderArgs(padded);
   ASSERT_TRUE(args.ok()) << args.error();
   EXPECT_THAT(json::parse(service_.Filter(*args))["NodeNames"], ElementsAre("inf-a"));
+}
+
+TEST_F(HoldBackTest, OnlyAPodStillWaitingHasItsCreationTimestampRead) {
+  const ResourceNames names;  // AWS's names
+  auto waiting = RequestsOf(Pod("waiting", 2), names);
+  ASSERT_TRUE(waiting.ok()) << waiting.error();
+  EXPECT_EQ(waiting->created_unix_s, kube::ParseRfc3339("2026-11-22T10:00:00Z").value());
+  auto bound = RequestsOf(Pod("bound", 2, "inf-a"), names);
+  ASSERT_TRUE(bound.ok()) << bound.error();
+  EXPECT_FALSE(bound->created_unix_s.has_value());
 }
 
 }  // namespace

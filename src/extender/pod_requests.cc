@@ -24,7 +24,9 @@ Result<PodRequests> RequestsOf(const kube::Pod& pod, const ResourceNames& names)
   out.ns = pod.ns;
   out.name = pod.name;
   out.node_name = pod.node_name;
-  if (!pod.creation_timestamp.empty()) {
+  // Only a pod still waiting needs its age (--hold-back-hours): a relist of a big cluster is
+  // nearly all bound pods, so they skip the parse.
+  if (pod.node_name.empty() && !pod.creation_timestamp.empty()) {
     if (auto created = kube::ParseRfc3339(pod.creation_timestamp); created.ok()) {
       out.created_unix_s = *created;
     } else {

@@ -34,8 +34,9 @@ struct PodRequests {
   std::string gang_error;
   std::string host;
   std::optional<claims::GangRecord> gang_record;
-  // metadata.creationTimestamp as Unix seconds: how long a pending pod has waited. Empty when
-  // the pod carries none the parser reads (kube::ParseRfc3339); such a pod is never held back.
+  // metadata.creationTimestamp as Unix seconds: how long a pending pod has waited. Empty for a
+  // bound pod (not read) and when the pod carries none the parser reads (kube::ParseRfc3339);
+  // such a pod is never held back.
   std::optional<int64_t> created_unix_s;
 
   // The resource name for a placed container (matched by container name and unit).
