@@ -94,18 +94,24 @@ def best_of(row, key, lowest):
     return name, row["policies"][name][key]
 
 
+def ours_loses(mode, ours, theirs):
+    """The ties of every verdict: fill within 0.5 points, queue wait within 1% or 0.01 h."""
+    if mode == "fill":
+        return 100 * (ours - theirs) > FILL_TOLERANCE_POINTS
+    return ours > theirs + max(0.01, 0.01 * theirs)
+
+
 def fill_verdict(row):
-    ours = 100 * row["policies"][OURS]["unallocated_share"]
+    ours = row["policies"][OURS]["unallocated_share"]
     name, best = best_of(row, "unallocated_share", lowest=True)
-    best *= 100
-    return ours, name, best, ours - best > FILL_TOLERANCE_POINTS
+    return 100 * ours, name, 100 * best, ours_loses("fill", ours, best)
 
 
 def queue_verdict(row):
     p = row["policies"]
     ours = p[OURS]["mean_wait_hours"]
     name, best = best_of(row, "mean_wait_hours", lowest=True)
-    return ours, name, best, ours > best + max(0.01, 0.01 * best)
+    return ours, name, best, ours_loses("queue", ours, best)
 
 
 def row_label(row):
@@ -186,10 +192,7 @@ def head_to_head(mode, groups, key, scale, digits, unit):
     best baseline of each row is a different policy per row, so this is what 'ahead of every
     baseline' means policy by policy."""
     def loses(row, name):
-        ours, theirs = row["policies"][OURS][key], row["policies"][name][key]
-        if mode == "fill":
-            return 100 * (ours - theirs) > FILL_TOLERANCE_POINTS
-        return ours > theirs + max(0.01, 0.01 * theirs)
+        return ours_loses(mode, row["policies"][OURS][key], row["policies"][name][key])
     print(f"### {mode}: ours against each baseline on its own — rows ours loses to it, and the "
           f"mean difference (ours − it; lower is better)\n")
     print("| workload | nodes | rows | " + " | ".join(BASELINES) + " |")
